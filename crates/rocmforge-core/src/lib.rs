@@ -1,0 +1,12 @@
+//! rocmforge-core: everything about running a GGUF model that is not device code.
+//!
+//! Data flows GGUF file → [`gguf`] (parse) → [`model`] (config, weights) →
+//! [`graph`] (the forward pass as ops over tensors) → [`plan`] (arena offsets) →
+//! a [`backend::Backend`] that records the planned graph once and replays it every
+//! token → [`sampler`] → [`tokenizer`] (text).
+
+pub mod gguf;
+pub mod quant;
+pub mod model;
+pub mod graph;
+pub mod tokenizer;

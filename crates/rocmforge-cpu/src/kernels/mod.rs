@@ -1,0 +1,1 @@
+//! Compute kernels over host slices.
