@@ -10,3 +10,6 @@ pub mod quant;
 pub mod model;
 pub mod graph;
 pub mod tokenizer;
+pub mod plan;
+pub mod backend;
+pub mod session;

@@ -1,1 +1,119 @@
-//! placeholder
+//! The forward pass as a list of ops over tensors, built once per model and
+//! shape class (a prefill of N tokens, a decode of 1) and replayed every step.
+//!
+//! Activations are row-major f32 matrices with one row per token. Weights are
+//! referenced by [`WeightId`]; the KV cache by layer. The runtime inputs of a
+//! step are only the token ids and the position of the first one, so a backend
+//! can record the graph once and replay it.
+
+mod build;
+
+pub use build::build_graph;
+
+use crate::model::WeightId;
+
+pub type TensorId = usize;
+
+/// An activation tensor: `rows` tokens of `cols` f32 values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorDesc {
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl TensorDesc {
+    pub fn bytes(&self) -> usize {
+        self.rows * self.cols * std::mem::size_of::<f32>()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Rows of the embedding table for the step's tokens (dequantized).
+    Embed { table: WeightId, out: TensorId },
+    /// RMS normalisation over groups of `group` values (a whole row, or one
+    /// head for Qwen3's Q/K norms), times `weight` (of length `group`).
+    RmsNorm { x: TensorId, weight: WeightId, out: TensorId, group: usize },
+    /// out = x · Wᵀ (+ bias): W has `out.cols` rows of `x.cols` values.
+    MatMul { w: WeightId, x: TensorId, bias: Option<WeightId>, out: TensorId },
+    /// Rotary embedding in place; row r is at position `pos0 + r`.
+    Rope { x: TensorId, n_heads: usize },
+    /// Writes K and V rows into the layer's cache at positions `pos0..`.
+    StoreKv { layer: usize, k: TensorId, v: TensorId },
+    /// Causal GQA attention of `q` over the layer's cache positions `0..=pos`.
+    Attention { layer: usize, q: TensorId, out: TensorId },
+    /// silu(gate) * up.
+    SwiGlu { gate: TensorId, up: TensorId, out: TensorId },
+    Add { a: TensorId, b: TensorId, out: TensorId },
+    /// Copies the last row of `x`: decoding needs logits for the last token only.
+    LastRow { x: TensorId, out: TensorId },
+}
+
+impl Op {
+    /// Tensors the op reads.
+    pub fn inputs(&self) -> Vec<TensorId> {
+        match *self {
+            Op::Embed { .. } => vec![],
+            Op::RmsNorm { x, .. } | Op::MatMul { x, .. } | Op::LastRow { x, .. } => vec![x],
+            Op::Rope { x, .. } => vec![x],
+            Op::StoreKv { k, v, .. } => vec![k, v],
+            Op::Attention { q, .. } => vec![q],
+            Op::SwiGlu { gate, up, .. } => vec![gate, up],
+            Op::Add { a, b, .. } => vec![a, b],
+        }
+    }
+
+    /// Tensors the op writes (Rope writes its input in place).
+    pub fn outputs(&self) -> Vec<TensorId> {
+        match *self {
+            Op::Embed { out, .. }
+            | Op::RmsNorm { out, .. }
+            | Op::MatMul { out, .. }
+            | Op::Attention { out, .. }
+            | Op::SwiGlu { out, .. }
+            | Op::Add { out, .. }
+            | Op::LastRow { out, .. } => vec![out],
+            Op::Rope { x, .. } => vec![x],
+            Op::StoreKv { .. } => vec![],
+        }
+    }
+}
+
+/// RoPE parameters shared by every Rope op of a graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeSpec {
+    pub neox: bool,
+    pub n_rot: usize,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    /// Llama 3's per-frequency divisors.
+    pub freq_factors: Option<WeightId>,
+}
+
+/// Attention geometry shared by every attention op of a graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionSpec {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    pub n_tokens: usize,
+    /// Logits for every row (prompt evaluation, perplexity) or the last only.
+    pub all_logits: bool,
+    pub tensors: Vec<TensorDesc>,
+    pub ops: Vec<Op>,
+    pub logits: TensorId,
+    pub rms_eps: f32,
+    pub rope: RopeSpec,
+    pub attention: AttentionSpec,
+}
+
+impl Graph {
+    pub fn tensor(&self, id: TensorId) -> TensorDesc {
+        self.tensors[id]
+    }
+}

@@ -1,1 +1,61 @@
-//! placeholder
+//! A loaded model: the mapped GGUF file, its config and its located weights.
+
+mod config;
+mod weights;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use config::{Arch, ModelConfig};
+pub use weights::{LayerWeights, ModelWeights, WeightId, WeightRef, WEIGHT_ALIGN};
+
+use crate::gguf::{GgufError, GgufFile};
+use crate::quant::QuantType;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("unsupported architecture '{0}' (supported: llama, qwen2, qwen3)")]
+    UnsupportedArch(String),
+    #[error("missing metadata key '{0}'")]
+    MissingKey(String),
+    #[error("metadata key '{key}' {reason}")]
+    BadKey { key: String, reason: String },
+    #[error("inconsistent hyperparameters: {0}")]
+    Contradiction(String),
+    #[error("missing tensor '{0}'")]
+    MissingTensor(String),
+    #[error("tensor '{tensor}' has shape {actual:?}, expected {expected:?}")]
+    ShapeMismatch { tensor: String, expected: Vec<u64>, actual: Vec<u64> },
+    #[error("tensor '{tensor}' has type {ty}, which is not supported here")]
+    UnsupportedType { tensor: String, ty: QuantType },
+}
+
+/// A model ready to hand to a backend. The file stays mapped for the model's
+/// lifetime: weights are read through the mapping, never copied whole into RAM.
+pub struct Model {
+    pub file: Arc<GgufFile>,
+    pub config: ModelConfig,
+    pub weights: ModelWeights,
+}
+
+impl Model {
+    pub fn load(path: &Path) -> Result<Model, ModelError> {
+        Model::from_file(GgufFile::open(path)?)
+    }
+
+    pub fn from_file(file: GgufFile) -> Result<Model, ModelError> {
+        let config = ModelConfig::from_gguf(&file)?;
+        let weights = ModelWeights::from_gguf(&file, &config)?;
+        Ok(Model { file: Arc::new(file), config, weights })
+    }
+
+    /// The bytes of one weight, read through the mapping. A lookup by name:
+    /// backends resolve these once at load, not per token.
+    pub fn weight_bytes(&self, id: WeightId) -> &[u8] {
+        let w = self.weights.get(id);
+        let t = self.file.tensor(&w.name).expect("weights were located in this file");
+        self.file.tensor_data(t)
+    }
+}

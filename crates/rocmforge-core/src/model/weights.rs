@@ -1,0 +1,196 @@
+//! The model's weight tensors, located in the GGUF file and checked against the
+//! config before any backend sees them.
+
+use crate::gguf::GgufFile;
+use crate::quant::QuantType;
+
+use super::{Arch, ModelConfig, ModelError};
+
+/// Index into [`ModelWeights::table`].
+pub type WeightId = usize;
+
+/// Region offsets are aligned so every weight starts on a boundary any device
+/// load instruction accepts.
+pub const WEIGHT_ALIGN: u64 = 256;
+
+/// One weight tensor: where it is in the file and where it goes in the single
+/// device weight region.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightRef {
+    pub name: String,
+    pub ty: QuantType,
+    /// Elements per row (ggml ne0: the contiguous dimension).
+    pub cols: usize,
+    /// Number of rows (1 for vectors).
+    pub rows: usize,
+    /// Absolute byte offset of the data in the file.
+    pub file_offset: u64,
+    pub n_bytes: u64,
+    /// Byte offset in the backend's weight region.
+    pub region_offset: u64,
+}
+
+impl WeightRef {
+    pub fn row_bytes(&self) -> usize {
+        (self.n_bytes / self.rows as u64) as usize
+    }
+}
+
+/// Weights of one transformer block.
+#[derive(Clone, Debug)]
+pub struct LayerWeights {
+    pub attn_norm: WeightId,
+    pub wq: WeightId,
+    pub wk: WeightId,
+    pub wv: WeightId,
+    pub wo: WeightId,
+    pub bq: Option<WeightId>,
+    pub bk: Option<WeightId>,
+    pub bv: Option<WeightId>,
+    pub q_norm: Option<WeightId>,
+    pub k_norm: Option<WeightId>,
+    pub ffn_norm: WeightId,
+    pub w_gate: WeightId,
+    pub w_up: WeightId,
+    pub w_down: WeightId,
+}
+
+#[derive(Clone, Debug)]
+pub struct ModelWeights {
+    pub table: Vec<WeightRef>,
+    pub token_embd: WeightId,
+    pub output_norm: WeightId,
+    /// The same id as `token_embd` when the model ties its embeddings.
+    pub output: WeightId,
+    /// Llama 3 frequency factors for RoPE scaling.
+    pub rope_freqs: Option<WeightId>,
+    pub layers: Vec<LayerWeights>,
+    /// Bytes of the packed weight region (all of `table`, aligned).
+    pub region_bytes: u64,
+}
+
+impl ModelWeights {
+    pub fn get(&self, id: WeightId) -> &WeightRef {
+        &self.table[id]
+    }
+
+    pub fn from_gguf(file: &GgufFile, cfg: &ModelConfig) -> Result<ModelWeights, ModelError> {
+        let mut b = Builder { file, table: Vec::new(), region: 0 };
+        let (e, q, kv, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+        let token_embd = b.matrix("token_embd.weight", e, cfg.n_vocab)?;
+        let output_norm = b.vector("output_norm.weight", e)?;
+        let output = match file.tensor("output.weight") {
+            Some(_) => b.matrix("output.weight", e, cfg.n_vocab)?,
+            None => token_embd,
+        };
+        let rope_freqs = match file.tensor("rope_freqs.weight") {
+            Some(_) => Some(b.vector("rope_freqs.weight", cfg.n_rot / 2)?),
+            None => None,
+        };
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let biased = cfg.arch == Arch::Qwen2;
+            let qk_norm = cfg.arch == Arch::Qwen3;
+            layers.push(LayerWeights {
+                attn_norm: b.vector(&n("attn_norm.weight"), e)?,
+                wq: b.matrix(&n("attn_q.weight"), e, q)?,
+                wk: b.matrix(&n("attn_k.weight"), e, kv)?,
+                wv: b.matrix(&n("attn_v.weight"), e, kv)?,
+                wo: b.matrix(&n("attn_output.weight"), q, e)?,
+                bq: b.optional_vector(&n("attn_q.bias"), q, biased)?,
+                bk: b.optional_vector(&n("attn_k.bias"), kv, biased)?,
+                bv: b.optional_vector(&n("attn_v.bias"), kv, biased)?,
+                q_norm: b.optional_vector(&n("attn_q_norm.weight"), cfg.head_dim, qk_norm)?,
+                k_norm: b.optional_vector(&n("attn_k_norm.weight"), cfg.head_dim, qk_norm)?,
+                ffn_norm: b.vector(&n("ffn_norm.weight"), e)?,
+                w_gate: b.matrix(&n("ffn_gate.weight"), e, ff)?,
+                w_up: b.matrix(&n("ffn_up.weight"), e, ff)?,
+                w_down: b.matrix(&n("ffn_down.weight"), ff, e)?,
+            });
+        }
+        Ok(ModelWeights {
+            table: b.table,
+            token_embd,
+            output_norm,
+            output,
+            rope_freqs,
+            layers,
+            region_bytes: b.region,
+        })
+    }
+}
+
+struct Builder<'a> {
+    file: &'a GgufFile,
+    table: Vec<WeightRef>,
+    region: u64,
+}
+
+impl Builder<'_> {
+    fn push(&mut self, name: &str, cols: usize, rows: usize) -> Result<WeightId, ModelError> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let expected: &[u64] = if rows == 1 { &[cols as u64] } else { &[cols as u64, rows as u64] };
+        let actual: Vec<u64> = t.shape.iter().copied().collect();
+        // A vector may be stored as [n, 1]; trailing unit dims don't change the layout.
+        let trimmed: Vec<u64> = {
+            let mut s = actual.clone();
+            while s.len() > expected.len() && s.last() == Some(&1) {
+                s.pop();
+            }
+            s
+        };
+        if trimmed != expected {
+            return Err(ModelError::ShapeMismatch {
+                tensor: name.to_string(),
+                expected: expected.to_vec(),
+                actual,
+            });
+        }
+        if !t.ty.is_supported() {
+            return Err(ModelError::UnsupportedType { tensor: name.to_string(), ty: t.ty });
+        }
+        let region_offset = self.region.next_multiple_of(WEIGHT_ALIGN);
+        self.region = region_offset + t.n_bytes;
+        self.table.push(WeightRef {
+            name: name.to_string(),
+            ty: t.ty,
+            cols,
+            rows,
+            file_offset: self.file.data_offset() + t.offset,
+            n_bytes: t.n_bytes,
+            region_offset,
+        });
+        Ok(self.table.len() - 1)
+    }
+
+    fn matrix(&mut self, name: &str, cols: usize, rows: usize) -> Result<WeightId, ModelError> {
+        self.push(name, cols, rows)
+    }
+
+    /// Norms, biases and rope factors are read as plain f32 by every backend;
+    /// converters always store them that way.
+    fn vector(&mut self, name: &str, len: usize) -> Result<WeightId, ModelError> {
+        let id = self.push(name, len, 1)?;
+        let ty = self.table[id].ty;
+        if ty != QuantType::F32 {
+            return Err(ModelError::UnsupportedType { tensor: name.to_string(), ty });
+        }
+        Ok(id)
+    }
+
+    fn optional_vector(
+        &mut self,
+        name: &str,
+        len: usize,
+        required: bool,
+    ) -> Result<Option<WeightId>, ModelError> {
+        if self.file.tensor(name).is_none() && !required {
+            return Ok(None);
+        }
+        self.vector(name, len).map(Some)
+    }
+}

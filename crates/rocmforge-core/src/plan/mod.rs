@@ -1,0 +1,10 @@
+//! Memory planning: where every tensor of a graph lives, so a backend makes a
+//! few large device allocations instead of one per tensor. Many small
+//! `hipMalloc` calls are what hang ROCm on MES/CWSR firmware; see
+//! `docs/arena-planner.md`.
+
+mod arena;
+mod kv;
+
+pub use arena::{ArenaPlan, ARENA_ALIGN};
+pub use kv::KvLayout;

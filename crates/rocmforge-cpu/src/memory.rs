@@ -1,0 +1,94 @@
+//! The backend's host buffers, and the raw shared views the thread team
+//! writes through.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+/// Buffers are aligned for AVX-512 loads and cache lines.
+const BUFFER_ALIGN: usize = 64;
+
+/// One zero-initialised, 64-byte-aligned host allocation.
+pub struct HostBuffer {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain memory owned by this value.
+unsafe impl Send for HostBuffer {}
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// `None` when the allocator refuses (the caller reports out-of-memory
+    /// instead of aborting the process).
+    pub fn new(len: usize) -> Option<HostBuffer> {
+        if len == 0 {
+            return Some(HostBuffer { ptr: std::ptr::null_mut(), len: 0 });
+        }
+        let layout = Layout::from_size_align(len, BUFFER_ALIGN).ok()?;
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        (!ptr.is_null()).then_some(HostBuffer { ptr, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn shared(&mut self) -> SharedMem {
+        SharedMem { ptr: self.ptr, len: self.len }
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated in `new` with this exact layout.
+            unsafe { dealloc(self.ptr, Layout::from_size_align_unchecked(self.len, BUFFER_ALIGN)) }
+        }
+    }
+}
+
+/// A raw view of a [`HostBuffer`] handed to every thread of a team.
+///
+/// The graph executor guarantees that within one op the threads write
+/// disjoint ranges, and that a barrier separates an op's writes from the next
+/// op's reads; the arena planner guarantees that tensors alive at the same
+/// time do not overlap. Under those rules the slices below never alias a
+/// slice being written.
+#[derive(Clone, Copy)]
+pub struct SharedMem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: see the type's documentation: access is partitioned by the executor.
+unsafe impl Send for SharedMem {}
+unsafe impl Sync for SharedMem {}
+
+impl SharedMem {
+    /// # Safety
+    /// No other thread may write the range while the slice lives.
+    pub unsafe fn bytes<'a>(&self, offset: usize, len: usize) -> &'a mut [u8] {
+        assert!(offset + len <= self.len, "buffer view out of range");
+        std::slice::from_raw_parts_mut(self.ptr.add(offset), len)
+    }
+
+    /// # Safety
+    /// As for [`SharedMem::bytes`]; `offset` must be 4-byte aligned.
+    pub unsafe fn f32s<'a>(&self, offset: usize, n: usize) -> &'a mut [f32] {
+        assert!(offset + n * 4 <= self.len, "buffer view out of range");
+        assert_eq!(offset % 4, 0, "misaligned f32 view");
+        std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut f32, n)
+    }
+
+    /// # Safety
+    /// As for [`SharedMem::bytes`]; `offset` must be 2-byte aligned.
+    pub unsafe fn f16s<'a>(&self, offset: usize, n: usize) -> &'a mut [half::f16] {
+        assert!(offset + n * 2 <= self.len, "buffer view out of range");
+        assert_eq!(offset % 2, 0, "misaligned f16 view");
+        std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut half::f16, n)
+    }
+}

@@ -1,0 +1,71 @@
+//! The backends this build knows, by name.
+
+use rocmforge_core::backend::{Backend, BackendError};
+
+/// Options every backend constructor accepts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendOptions {
+    /// CPU threads (0 = one per core).
+    pub threads: usize,
+    /// Device index for GPU backends.
+    pub device: usize,
+}
+
+pub struct BackendEntry {
+    /// The name users type (`--backend NAME`).
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub description: &'static str,
+    /// Creates the backend, or says in one line why it can't run here.
+    pub create: fn(&BackendOptions) -> Result<Box<dyn Backend>, BackendError>,
+}
+
+fn create_cpu(opts: &BackendOptions) -> Result<Box<dyn Backend>, BackendError> {
+    Ok(Box::new(rocmforge_cpu::CpuBackend::new(opts.threads)))
+}
+
+const BACKENDS: &[BackendEntry] = &[BackendEntry {
+    name: "cpu",
+    aliases: &[],
+    description: "reference CPU backend (AVX2/portable)",
+    create: create_cpu,
+}];
+
+/// Every backend compiled into this build, available here or not.
+pub fn backends() -> &'static [BackendEntry] {
+    BACKENDS
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("unknown backend '{name}' (known: {known})")]
+    Unknown { name: String, known: String },
+    #[error("backend '{name}' cannot run here: {source}")]
+    Unavailable { name: &'static str, source: BackendError },
+}
+
+pub fn find(name: &str) -> Option<&'static BackendEntry> {
+    let name = name.to_ascii_lowercase();
+    BACKENDS.iter().find(|b| b.name == name || b.aliases.contains(&name.as_str()))
+}
+
+/// Creates a backend by name.
+pub fn create(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>, RegistryError> {
+    let entry = find(name).ok_or_else(|| RegistryError::Unknown {
+        name: name.to_string(),
+        known: BACKENDS.iter().map(|b| b.name).collect::<Vec<_>>().join(", "),
+    })?;
+    (entry.create)(opts).map_err(|source| RegistryError::Unavailable { name: entry.name, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_cpu_and_rejects_unknown() {
+        assert!(create("cpu", &BackendOptions::default()).is_ok());
+        let err = create("cuda-but-not-really", &BackendOptions::default()).err().unwrap();
+        assert!(err.to_string().contains("known: cpu"), "{err}");
+    }
+}
