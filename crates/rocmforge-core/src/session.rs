@@ -28,11 +28,15 @@ pub struct SessionOptions {
     /// Largest number of prompt tokens evaluated in one step (llama.cpp's
     /// ubatch); longer prompts are split.
     pub n_batch: usize,
+    /// Keep the logits of every evaluated token (prompt scoring, tests)
+    /// instead of the last one only. Decided up front because a batch's
+    /// logits are the arena's largest tensor.
+    pub all_logits: bool,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { n_ctx: 4096, n_batch: 512 }
+        SessionOptions { n_ctx: 4096, n_batch: 512, all_logits: false }
     }
 }
 
@@ -68,8 +72,8 @@ impl Session {
             n_past: 0,
             logits: Vec::new(),
         };
-        s.graph(opts.n_batch, true)?;
-        s.graph(1, false)?;
+        s.graph(opts.n_batch)?;
+        s.graph(1)?;
         Ok(s)
     }
 
@@ -96,8 +100,8 @@ impl Session {
         self.n_past = 0;
     }
 
-    fn graph(&mut self, n_tokens: usize, all_logits: bool) -> Result<GraphId, SessionError> {
-        let key = (n_tokens, all_logits || n_tokens == 1);
+    fn graph(&mut self, n_tokens: usize) -> Result<GraphId, SessionError> {
+        let key = (n_tokens, self.opts.all_logits || n_tokens == 1);
         if let Some(&id) = self.graphs.get(&key) {
             return Ok(id);
         }
@@ -109,9 +113,11 @@ impl Session {
     }
 
     /// Evaluates `tokens` after the cached positions, in batches of at most
-    /// `n_batch`. Returns the logits of every token (`all_logits`, row-major
-    /// tokens × vocab) or of the last token only.
-    pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<&[f32], SessionError> {
+    /// `n_batch`. Returns the logits of every token (with
+    /// [`SessionOptions::all_logits`], row-major tokens × vocab) or of the
+    /// last token only.
+    pub fn eval(&mut self, tokens: &[u32]) -> Result<&[f32], SessionError> {
+        let all_logits = self.opts.all_logits;
         if tokens.is_empty() {
             return Err(SessionError::EmptyPrompt);
         }
@@ -124,7 +130,7 @@ impl Session {
         out.clear();
         let mut step = Vec::new();
         for chunk in tokens.chunks(self.opts.n_batch) {
-            let id = self.graph(chunk.len(), all_logits)?;
+            let id = self.graph(chunk.len())?;
             let rows = if all_logits { chunk.len() } else { 1 };
             step.resize(rows * n_vocab, 0.0);
             self.backend.execute(id, chunk, self.n_past, &mut step)?;

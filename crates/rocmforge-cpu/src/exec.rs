@@ -6,7 +6,8 @@ use rocmforge_core::graph::{Graph, Op, TensorId};
 use rocmforge_core::plan::{ArenaPlan, KvLayout};
 use rocmforge_core::quant::{dequantize, QuantType};
 
-use crate::kernels::{activation, attention, norm, quant_dot, rope::RopeTable};
+use crate::kernels::{activation, attention, norm, rope::RopeTable};
+use crate::quant_dot_shim as quant_dot;
 use crate::memory::SharedMem;
 use crate::team::{Member, SpinBarrier};
 use crate::weights::WeightView;
@@ -240,25 +241,27 @@ impl Step<'_> {
         let v_cache: &[f16] = self.kv.f16s(l.v_offset(layer) * 2, l.block_elems());
         let qs = self.tensor(q);
         let outs = self.tensor(out);
-        let scratch = self.thread_scratch(m);
-        let scores =
-            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut f32, scratch.len() / 4);
+        thread_local! {
+            static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         let q_dim = spec.n_head * hd;
         for item in m.share(n * spec.n_head) {
             let (t, h) = (item / spec.n_head, item % spec.n_head);
             let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
-            attention::attend_head(
-                &qs[span.clone()],
-                k_cache,
-                v_cache,
-                l.kv_dim,
-                (h / group) * hd,
-                self.pos0 + t + 1,
-                hd,
-                spec.scale,
-                &mut outs[span],
-                scores,
-            );
+            SCORES.with_borrow_mut(|scores| {
+                attention::attend_head(
+                    &qs[span.clone()],
+                    k_cache,
+                    v_cache,
+                    l.kv_dim,
+                    (h / group) * hd,
+                    self.pos0 + t + 1,
+                    hd,
+                    spec.scale,
+                    &mut outs[span],
+                    scores,
+                )
+            });
         }
     }
 }

@@ -9,6 +9,7 @@ mod backend;
 mod exec;
 pub mod kernels;
 mod memory;
+mod quant_dot_shim;
 mod team;
 mod weights;
 

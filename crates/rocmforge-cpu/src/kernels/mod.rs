@@ -1,1 +1,6 @@
 //! Compute kernels over host slices.
+
+pub mod activation;
+pub mod attention;
+pub mod norm;
+pub mod rope;

@@ -125,7 +125,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         write_stdout(&mut out, a.prompt.as_bytes())?;
     }
     let t_prompt = Instant::now();
-    let mut logits = session.eval(&prompt, false)?.to_vec();
+    let mut logits = session.eval(&prompt)?.to_vec();
     let prompt_s = t_prompt.elapsed().as_secs_f64();
     for &t in &prompt {
         sampler.accept(t);
@@ -153,7 +153,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             break;
         }
         if generated < a.max_tokens {
-            logits.copy_from_slice(session.eval(&[id], false)?);
+            logits.copy_from_slice(session.eval(&[id])?);
         }
     }
     if !a.ids {
