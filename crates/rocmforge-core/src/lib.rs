@@ -10,6 +10,7 @@ pub mod quant;
 pub mod model;
 pub mod graph;
 pub mod tokenizer;
+pub mod sampler;
 pub mod plan;
 pub mod backend;
 pub mod session;

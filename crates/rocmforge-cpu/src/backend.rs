@@ -104,13 +104,14 @@ impl Backend for CpuBackend {
     fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
         let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
         let views = &loaded.weights.views;
-        let rope = RopeTable::new(
+        let rope = RopeTable::try_new(
             if graph.rope.neox { RopeMode::NeoX } else { RopeMode::Normal },
             graph.rope.n_rot,
             graph.rope.freq_base,
             graph.rope.freq_scale,
             graph.rope.freq_factors.map(|id| views[id].f32s()),
-        );
+        )
+        .map_err(|e| BackendError::Device(format!("rope parameters: {e}")))?;
         let layout = ScratchLayout::for_graph(graph, views, loaded.kv_layout.n_ctx)
             .max(self.scratch_layout);
         if plan.arena_bytes > self.arena.len() {

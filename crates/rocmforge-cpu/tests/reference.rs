@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use rocmforge_core::model::Model;
 use rocmforge_core::session::{Session, SessionOptions};
-//TOK use rocmforge_core::tokenizer::Tokenizer;
+use rocmforge_core::tokenizer::Tokenizer;
 use rocmforge_cpu::CpuBackend;
 
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. Once upon a time";
@@ -89,8 +89,8 @@ fn row_error(ours: &[f32], theirs: &[f32]) -> (f32, f32) {
 
 fn check_prompt_logits(stem: &str, threads: usize) {
     let f = load(stem);
-    //TOK let tok = Tokenizer::from_gguf(&f.model.file).unwrap();
-    //TOK assert_eq!(tok.encode(PROMPT, tok.add_bos_default(), false), f.tokens, "{stem}: tokens");
+    let tok = Tokenizer::from_gguf(&f.model.file).unwrap();
+    assert_eq!(tok.encode(PROMPT, tok.add_bos_default(), false), f.tokens, "{stem}: tokens");
     let mut s = session(&f.model, threads, true);
     let ours = s.eval(&f.tokens).unwrap().to_vec();
     let n_vocab = f.model.config.n_vocab;
@@ -119,6 +119,33 @@ fn check_greedy(stem: &str) {
         logits = s.eval(&[token]).unwrap().to_vec();
     }
     assert!(compared >= f.greedy.len() / 2, "{stem}: only {compared} tokens had a clear margin");
+}
+
+/// Free-running greedy decoding reproduces the reference continuation up to
+/// the first position where its top-1/top-2 margin is too small to call.
+fn check_free_greedy(stem: &str) {
+    let f = load(stem);
+    let mut s = session(&f.model, 2, false);
+    let mut logits = s.eval(&f.tokens).unwrap().to_vec();
+    let mut matched = 0;
+    for &(token, margin) in &f.greedy {
+        if margin <= 0.05 {
+            break;
+        }
+        let ours = argmax(&logits);
+        assert_eq!(ours, token, "{stem}: free-running greedy token {matched}");
+        matched += 1;
+        logits = s.eval(&[ours]).unwrap().to_vec();
+    }
+    eprintln!("{stem}: {matched} greedy tokens reproduced before a tiny margin");
+    assert!(matched >= 2, "{stem}: the comparison stopped too early to mean anything");
+}
+
+#[test]
+fn free_running_greedy() {
+    for stem in ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-qwen3-Q8_0"] {
+        check_free_greedy(stem);
+    }
 }
 
 #[test]
