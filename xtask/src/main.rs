@@ -1,1 +1,58 @@
-fn main() {}
+//! `cargo xtask <command>`: project automation that needs more than a shell
+//! one-liner. Each subcommand lives in its own module.
+
+mod gen_model;
+mod presets;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "rocmforge project automation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a random-weight GGUF model with the exact layout of a real one.
+    GenModel(gen_model::GenModelArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: not an error.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{}", one_line(&e.to_string()));
+            return ExitCode::from(2);
+        }
+    };
+    let result = match &cli.command {
+        Command::GenModel(args) => gen_model::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// clap's message up to its first blank line (dropping the usage and "try
+/// --help" trailer), joined into one line so scripts see a single error line.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

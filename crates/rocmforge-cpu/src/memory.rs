@@ -33,10 +33,6 @@ impl HostBuffer {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     pub fn shared(&mut self) -> SharedMem {
         SharedMem { ptr: self.ptr, len: self.len }
     }

@@ -51,7 +51,7 @@ impl MappedWeights {
         let mut views = Vec::with_capacity(model.weights.table.len());
         for (id, w) in model.weights.table.iter().enumerate() {
             let data = model.weight_bytes(id);
-            if w.ty == QuantType::F32 && (data.as_ptr() as usize) % 4 != 0 {
+            if w.ty == QuantType::F32 && !(data.as_ptr() as usize).is_multiple_of(4) {
                 return Err(BackendError::Device(format!(
                     "tensor '{}' is not 4-byte aligned in memory",
                     w.name

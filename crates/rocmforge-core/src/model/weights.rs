@@ -134,7 +134,7 @@ impl Builder<'_> {
             .tensor(name)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         let expected: &[u64] = if rows == 1 { &[cols as u64] } else { &[cols as u64, rows as u64] };
-        let actual: Vec<u64> = t.shape.iter().copied().collect();
+        let actual: Vec<u64> = t.shape.clone();
         // A vector may be stored as [n, 1]; trailing unit dims don't change the layout.
         let trimmed: Vec<u64> = {
             let mut s = actual.clone();
