@@ -31,7 +31,10 @@
 //! - Out-of-range BOS/EOS/EOT/EOM ids are errors (llama.cpp warns and falls back
 //!   to defaults); other bad ids are dropped with a note in [`Tokenizer::notes`].
 //! - An unknown `tokenizer.ggml.pre` falls back to the default pre-tokenizer
-//!   with a note (current llama.cpp refuses the file, older versions did this).
+//!   with a note, as llama.cpp does for a missing one (current llama.cpp
+//!   refuses unknown names). Supported names: see `pretokenize`; they cover
+//!   default, gpt-2, llama3/llama-bpe, qwen2, deepseek-coder, falcon,
+//!   starcoder, chatglm and bloom families.
 //! - BPE files without BOS/EOS ids get none (llama.cpp assumes id 11).
 //! - [`Tokenizer::decode`] does not apply `clean_up_tokenization_spaces`; llama.cpp
 //!   skips it too when printing generated tokens one by one, and it would
