@@ -34,7 +34,8 @@ impl ScratchLayout {
             }
         }
         let tile = graph.n_tokens * TILE_ROWS * 4;
-        let scores = n_ctx * 4;
+        // Attention: the f16-rounded query, then one score per position.
+        let scores = (graph.attention.head_dim + n_ctx) * 4;
         ScratchLayout {
             act_bytes: act_bytes.next_multiple_of(64),
             per_thread_bytes: tile.max(scores).next_multiple_of(64),
@@ -241,27 +242,25 @@ impl Step<'_> {
         let v_cache: &[f16] = self.kv.f16s(l.v_offset(layer) * 2, l.block_elems());
         let qs = self.tensor(q);
         let outs = self.tensor(out);
-        thread_local! {
-            static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
+        let scratch = self.thread_scratch(m);
+        let scores =
+            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut f32, scratch.len() / 4);
         let q_dim = spec.n_head * hd;
         for item in m.share(n * spec.n_head) {
             let (t, h) = (item / spec.n_head, item % spec.n_head);
             let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
-            SCORES.with_borrow_mut(|scores| {
-                attention::attend_head(
-                    &qs[span.clone()],
-                    k_cache,
-                    v_cache,
-                    l.kv_dim,
-                    (h / group) * hd,
-                    self.pos0 + t + 1,
-                    hd,
-                    spec.scale,
-                    &mut outs[span],
-                    scores,
-                )
-            });
+            attention::attend_head(
+                &qs[span.clone()],
+                k_cache,
+                v_cache,
+                l.kv_dim,
+                (h / group) * hd,
+                self.pos0 + t + 1,
+                hd,
+                spec.scale,
+                &mut outs[span],
+                scores,
+            );
         }
     }
 }

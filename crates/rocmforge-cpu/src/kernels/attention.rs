@@ -25,8 +25,9 @@ use std::sync::OnceLock;
 ///
 /// `k_cache` / `v_cache` hold f16 rows of `kv_stride` elements per position;
 /// this KV head starts at `kv_off` within a row. Writes
-/// `softmax(q·k * scale) · v` into `out` (`head_dim` values). `scratch` is
-/// resized to hold the rounded query and the scores. With `n_kv == 0` the
+/// `softmax(q·k * scale) · v` into `out` (`head_dim` values). `scratch` holds
+/// the rounded query and the scores: at least `head_dim + n_kv` values,
+/// carved by the caller from a buffer allocated once. With `n_kv == 0` the
 /// output is all zeros, as in ggml.
 ///
 /// # Panics
@@ -42,7 +43,7 @@ pub fn attend_head(
     head_dim: usize,
     scale: f32,
     out: &mut [f32],
-    scratch: &mut Vec<f32>,
+    scratch: &mut [f32],
 ) {
     assert_eq!(q.len(), head_dim, "attend_head: query length");
     assert_eq!(out.len(), head_dim, "attend_head: output length");
@@ -71,9 +72,8 @@ pub fn attend_head(
         &cache[start..start + len]
     }
 
-    scratch.clear();
-    scratch.resize(head_dim + n_kv, 0.0);
-    let (q16, scores) = scratch.split_at_mut(head_dim);
+    assert!(scratch.len() >= head_dim + n_kv, "attend_head: scratch shorter than head_dim + n_kv");
+    let (q16, scores) = scratch[..head_dim + n_kv].split_at_mut(head_dim);
     for (d, &s) in q16.iter_mut().zip(q) {
         *d = f16::from_f32(s).to_f32();
     }
@@ -296,7 +296,7 @@ mod tests {
         let v = to_f16(&noise(d, 2, 3.0));
         let k = to_f16(&noise(d, 3, 1.0));
         let mut out = vec![f32::NAN; d];
-        attend_head(&q, &k, &v, d, 0, 1, d, 0.3, &mut out, &mut Vec::new());
+        attend_head(&q, &k, &v, d, 0, 1, d, 0.3, &mut out, &mut vec![0.0; 4096]);
         let expect: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
         assert_eq!(out, expect);
     }
@@ -309,7 +309,7 @@ mod tests {
         let k = to_f16(&noise(d * n, 4, 1.0));
         let v: Vec<f16> = (0..d * n).map(|i| f16::from_f32((i / d) as f32)).collect();
         let mut out = vec![0.0; d];
-        attend_head(&q, &k, &v, d, 0, n, d, 1.0, &mut out, &mut Vec::new());
+        attend_head(&q, &k, &v, d, 0, n, d, 1.0, &mut out, &mut vec![0.0; 4096]);
         for o in out {
             assert!((o - 2.0).abs() < 1e-6, "{o}");
         }
@@ -323,7 +323,7 @@ mod tests {
         let k = to_f16(&[1.0, 1.0, 0.0, 0.0]);
         let v = to_f16(&[1.0, 0.0, 0.0, 0.0]);
         let mut out = [0.0f32; 2];
-        attend_head(&q, &k, &v, 2, 0, 2, 2, 4096.0, &mut out, &mut Vec::new());
+        attend_head(&q, &k, &v, 2, 0, 2, 2, 4096.0, &mut out, &mut vec![0.0; 4096]);
         assert_eq!(out, [0.5, 0.0]);
     }
 
@@ -340,7 +340,7 @@ mod tests {
             4,
             1.0,
             &mut out,
-            &mut Vec::new(),
+            &mut vec![0.0; 4096],
         );
         assert_eq!(out, [0.0; 4]);
     }
@@ -356,7 +356,7 @@ mod tests {
         let q = noise(d, 7, 2.0);
         let scale = 1.0 / (d as f32).sqrt();
         let mut out = vec![0.0; d];
-        let mut scratch = Vec::new();
+        let mut scratch = vec![0.0; 4096];
         attend_head(&q, &k, &v, stride, d, n, d, scale, &mut out, &mut scratch);
         let expect = reference(&q, &k, &v, stride, d, n, scale);
         for (i, (o, e)) in out.iter().zip(&expect).enumerate() {

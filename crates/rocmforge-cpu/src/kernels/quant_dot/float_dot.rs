@@ -1,0 +1,97 @@
+//! Float weights: F32 rows with f32 activations, F16 and BF16 rows with
+//! activations rounded to the same type (ggml's choice, so the products see
+//! the same inputs as the reference). Accumulation is always f32.
+
+/// Scalar dot of two rows of `k` elements decoded by `wf` / `af` from
+/// `size`-byte elements.
+fn scalar_dot(k: usize, w: &[u8], a: &[u8], size: usize, f: impl Fn(&[u8]) -> f32) -> f32 {
+    // Four partial sums: independent chains, and the same rounding pattern for
+    // every k.
+    let mut acc = [0.0f32; 4];
+    for (i, (x, y)) in w.chunks_exact(size).zip(a.chunks_exact(size)).take(k).enumerate() {
+        acc[i % 4] += f(x) * f(y);
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+pub(super) fn f32_scalar(k: usize, w: &[u8], a: &[u8]) -> f32 {
+    scalar_dot(k, w, a, 4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+pub(super) fn f16_scalar(k: usize, w: &[u8], a: &[u8]) -> f32 {
+    scalar_dot(k, w, a, 2, |b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+}
+
+pub(super) fn bf16_scalar(k: usize, w: &[u8], a: &[u8]) -> f32 {
+    scalar_dot(k, w, a, 2, |b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// How each float type widens eight elements at `p` to f32.
+    #[derive(Clone, Copy)]
+    pub(in super::super) enum Elem {
+        F32,
+        F16,
+        BF16,
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(e: Elem, p: *const u8) -> __m256 {
+        match e {
+            Elem::F32 => _mm256_loadu_ps(p as *const f32),
+            Elem::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+            Elem::BF16 => {
+                let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
+                _mm256_castsi256_ps(_mm256_slli_epi32(h, 16))
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+
+    /// # Safety
+    /// AVX2/FMA/F16C available; `w` and `a` hold `k` elements of `e`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn dot(e: Elem, k: usize, w: &[u8], a: &[u8]) -> f32 {
+        let size = match e {
+            Elem::F32 => 4,
+            _ => 2,
+        };
+        debug_assert!(w.len() >= k * size && a.len() >= k * size);
+        let (wp, ap) = (w.as_ptr(), a.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= k {
+            for (j, c) in acc.iter_mut().enumerate() {
+                let at = (i + 8 * j) * size;
+                *c = _mm256_fmadd_ps(load8(e, wp.add(at)), load8(e, ap.add(at)), *c);
+            }
+            i += 32;
+        }
+        while i + 8 <= k {
+            acc[0] = _mm256_fmadd_ps(load8(e, wp.add(i * size)), load8(e, ap.add(i * size)), acc[0]);
+            i += 8;
+        }
+        let total = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        let mut sum = hsum(total);
+        let tail = |b: &[u8]| match e {
+            Elem::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            Elem::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+            Elem::BF16 => f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16),
+        };
+        for j in i..k {
+            sum += tail(&w[j * size..]) * tail(&a[j * size..]);
+        }
+        sum
+    }
+}
