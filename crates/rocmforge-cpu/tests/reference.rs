@@ -95,9 +95,13 @@ fn check_prompt_logits(stem: &str, threads: usize) {
     let ours = s.eval(&f.tokens).unwrap().to_vec();
     let n_vocab = f.model.config.n_vocab;
     assert_eq!(ours.len(), f.logits.len());
-    for (pos, (a, b)) in ours.chunks(n_vocab).zip(f.logits.chunks(n_vocab)).enumerate() {
-        let (max, mean) = row_error(a, b);
-        eprintln!("{stem} pos {pos}: max {max:.5} mean {mean:.6} (of sd)");
+    let errors: Vec<(f32, f32)> = ours
+        .chunks(n_vocab)
+        .zip(f.logits.chunks(n_vocab))
+        .map(|(a, b)| row_error(a, b))
+        .collect();
+    eprintln!("{stem}: per-position (max, mean) |Δ|/σ: {errors:.4?}");
+    for (pos, &(max, mean)) in errors.iter().enumerate() {
         assert!(max <= MAX_REL && mean <= MEAN_REL, "{stem} pos {pos}: max {max} mean {mean}");
     }
 }

@@ -7,14 +7,15 @@
 //!   8-lane f32 accumulators over 32-element steps, reduced
 //!   `(a0+a2)+(a1+a3)` then across lanes, with any tail (head_dim % 32)
 //!   added in f64. The score is `dot * scale`.
-//! - Softmax is max-subtracted in f32 with libm `expf`, two passes over the
-//!   scores instead of ggml's online rescaling (same maths, one rounding less
-//!   per step).
-//! - V is accumulated in **f32** with unnormalised weights and divided by
-//!   the weight sum at the end. ggml accumulates V in an f16 buffer, which
-//!   loses ~3 decimal digits over long contexts; f32 is strictly closer to
-//!   the exact result, and the difference to the reference stays far below
-//!   the quantisation noise of the weights.
+//! - Softmax is online, in position order, with libm `expf`: a new maximum
+//!   rescales what was accumulated so far.
+//! - V is accumulated in an **f16** buffer (f16 values held in f32), rounded
+//!   after every multiply-add and rescale, exactly as ggml does with an F16
+//!   V cache. An f32 accumulator would be closer to the exact result, but
+//!   then logits drift from llama.cpp's by ~1% of their spread after a few
+//!   positions, and the drift is enough to flip activation-quantization
+//!   roundings downstream; matching the reference bit for bit is what lets
+//!   the fixture tests use a tight tolerance and catch real bugs.
 
 use half::f16;
 #[cfg(target_arch = "x86_64")]
@@ -72,28 +73,30 @@ pub fn attend_head(
         &cache[start..start + len]
     }
 
-    assert!(scratch.len() >= head_dim + n_kv, "attend_head: scratch shorter than head_dim + n_kv");
-    let (q16, scores) = scratch[..head_dim + n_kv].split_at_mut(head_dim);
+    assert!(scratch.len() >= head_dim, "attend_head: scratch shorter than head_dim");
+    let q16 = &mut scratch[..head_dim];
     for (d, &s) in q16.iter_mut().zip(q) {
         *d = f16::from_f32(s).to_f32();
     }
 
+    // Online softmax over the positions in order, as ggml's flash attention:
+    // a new maximum rescales what was accumulated so far.
     let simd = has_simd();
     let mut max = f32::NEG_INFINITY;
-    for (p, s) in scores.iter_mut().enumerate() {
-        *s = dot(simd, row(k_cache, p * kv_stride + kv_off, head_dim), q16) * scale;
-        max = max.max(*s);
-    }
-
     let mut sum = 0.0f32;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
-    }
-
     out.fill(0.0);
-    for (p, &w) in scores.iter().enumerate() {
-        mad(simd, out, row(v_cache, p * kv_stride + kv_off, head_dim), w);
+    for p in 0..n_kv {
+        let s = dot(simd, row(k_cache, p * kv_stride + kv_off, head_dim), q16) * scale;
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if s > max {
+            ms = (max - s).exp();
+            max = s;
+            scale_f16(simd, out, ms);
+        } else {
+            vs = (s - max).exp();
+        }
+        mad_f16(simd, out, row(v_cache, p * kv_stride + kv_off, head_dim), vs);
+        sum = sum * ms + vs;
     }
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     for o in out.iter_mut() {
@@ -126,15 +129,33 @@ fn dot(simd: bool, k: &[f16], q: &[f32]) -> f32 {
     dot_scalar(k, q)
 }
 
-/// `acc += w * v`.
-fn mad(simd: bool, acc: &mut [f32], v: &[f16], w: f32) {
+/// `acc = f16(acc + w * v)`: the accumulator holds f16 values (stored in
+/// f32), as ggml's f16 V accumulator does.
+fn mad_f16(simd: bool, acc: &mut [f32], v: &[f16], w: f32) {
     #[cfg(target_arch = "x86_64")]
     if simd {
         // SAFETY: `simd` is only true when AVX2, FMA and F16C are present.
-        return unsafe { mad_avx2(acc, v, w) };
+        return unsafe { mad_f16_avx2(acc, v, w) };
     }
     let _ = simd;
-    mad_scalar(acc, v, w)
+    mad_f16_scalar(acc, v, w)
+}
+
+/// `acc = f16(acc * w)`.
+fn scale_f16(simd: bool, acc: &mut [f32], w: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: `simd` is only true when AVX2, FMA and F16C are present.
+        return unsafe { scale_f16_avx2(acc, w) };
+    }
+    let _ = simd;
+    for a in acc.iter_mut() {
+        *a = round_f16(*a * w);
+    }
+}
+
+fn round_f16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
 }
 
 /// Lanes of ggml's f16 dot: four accumulators of eight.
@@ -180,9 +201,12 @@ fn tail_f64(reduced: f32, k: &[f16], q: &[f32]) -> f32 {
     sum as f32
 }
 
-fn mad_scalar(acc: &mut [f32], v: &[f16], w: f32) {
-    for (a, x) in acc.iter_mut().zip(v) {
-        *a += x.to_f32() * w;
+/// ggml's vector body fuses the multiply-add; its tail (past a multiple of
+/// 32) does not.
+fn mad_f16_scalar(acc: &mut [f32], v: &[f16], w: f32) {
+    let body = acc.len() - acc.len() % LANES;
+    for (i, (a, x)) in acc.iter_mut().zip(v).enumerate() {
+        *a = if i < body { round_f16(x.to_f32().mul_add(w, *a)) } else { round_f16(*a + x.to_f32() * w) };
     }
 }
 
@@ -213,21 +237,43 @@ unsafe fn dot_avx2(k: &[f16], q: &[f32]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mad_avx2(acc: &mut [f32], v: &[f16], w: f32) {
+unsafe fn mad_f16_avx2(acc: &mut [f32], v: &[f16], w: f32) {
     use std::arch::x86_64::*;
     let n = acc.len().min(v.len());
-    let body = n - n % 8;
+    let body = n - n % LANES;
     let wv = _mm256_set1_ps(w);
     for i in (0..body).step_by(8) {
         // SAFETY: i + 8 <= body <= both lengths; unaligned loads and stores.
         unsafe {
             let x = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(i).cast()));
             let a = _mm256_loadu_ps(acc.as_ptr().add(i));
-            _mm256_storeu_ps(acc.as_mut_ptr().add(i), _mm256_fmadd_ps(x, wv, a));
+            let r = _mm256_fmadd_ps(x, wv, a);
+            let r = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r));
+            _mm256_storeu_ps(acc.as_mut_ptr().add(i), r);
         }
     }
     for (a, x) in acc[body..n].iter_mut().zip(&v[body..n]) {
-        *a = x.to_f32().mul_add(w, *a);
+        *a = round_f16(*a + x.to_f32() * w);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_f16_avx2(acc: &mut [f32], w: f32) {
+    use std::arch::x86_64::*;
+    let n = acc.len();
+    let body = n - n % LANES;
+    let wv = _mm256_set1_ps(w);
+    for i in (0..body).step_by(8) {
+        // SAFETY: i + 8 <= body <= n; unaligned loads and stores.
+        unsafe {
+            let r = _mm256_mul_ps(_mm256_loadu_ps(acc.as_ptr().add(i)), wv);
+            let r = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r));
+            _mm256_storeu_ps(acc.as_mut_ptr().add(i), r);
+        }
+    }
+    for a in &mut acc[body..] {
+        *a = round_f16(*a * w);
     }
 }
 
@@ -353,20 +399,26 @@ mod tests {
         let stride = d * n_kv_heads;
         let k = to_f16(&noise(stride * n, 5, 2.0));
         let v = to_f16(&noise(stride * n, 6, 2.0));
-        let q = noise(d, 7, 2.0);
+        // A peaked softmax, so the output is of order one and a wrong weight
+        // or position shows as an error of order one.
+        let q = noise(d, 7, 6.0);
         let scale = 1.0 / (d as f32).sqrt();
         let mut out = vec![0.0; d];
         let mut scratch = vec![0.0; 4096];
         attend_head(&q, &k, &v, stride, d, n, d, scale, &mut out, &mut scratch);
         let expect = reference(&q, &k, &v, stride, d, n, scale);
+        // The f16 accumulator rounds (relative 2^-11) at every step that
+        // carries weight; a peaked softmax has few such steps.
+        let tol = |e: f64| 4e-3 * (1.0 + e.abs());
+        assert!(expect.iter().any(|e| e.abs() > 0.3), "softmax not peaked enough to test");
         for (i, (o, e)) in out.iter().zip(&expect).enumerate() {
-            assert!((f64::from(*o) - e).abs() < 2e-5, "[{i}] {o} vs {e}");
+            assert!((f64::from(*o) - e).abs() < tol(*e), "[{i}] {o} vs {e}");
         }
         // Causal prefix: fewer positions is a different, still correct answer.
         attend_head(&q, &k, &v, stride, d, 17, d, scale, &mut out, &mut scratch);
         let expect = reference(&q, &k, &v, stride, d, 17, scale);
         for (o, e) in out.iter().zip(&expect) {
-            assert!((f64::from(*o) - e).abs() < 2e-5, "{o} vs {e}");
+            assert!((f64::from(*o) - e).abs() < tol(*e), "{o} vs {e}");
         }
     }
 
@@ -410,14 +462,17 @@ mod tests {
             assert!((a - b).abs() <= 1e-5 * (1.0 + a.abs()), "n={n}: {a} vs {b}");
 
             let w = 0.37f32;
-            let mut acc_s = noise(n, 12, 1.0);
+            let mut acc_s: Vec<f32> = noise(n, 12, 1.0).into_iter().map(round_f16).collect();
             let mut acc_v = acc_s.clone();
-            mad_scalar(&mut acc_s, &k, w);
+            mad_f16_scalar(&mut acc_s, &k, w);
+            scale_f16(false, &mut acc_s, 0.7);
             // SAFETY: features checked above.
-            unsafe { mad_avx2(&mut acc_v, &k, w) };
-            for (x, y) in acc_s.iter().zip(&acc_v) {
-                assert!((x - y).abs() <= 1e-6 * (1.0 + x.abs()), "n={n}: {x} vs {y}");
+            unsafe {
+                mad_f16_avx2(&mut acc_v, &k, w);
+                scale_f16_avx2(&mut acc_v, 0.7);
             }
+            // Both fuse the body and round to f16 the same way: bit-identical.
+            assert_eq!(acc_s, acc_v, "n={n}");
         }
     }
 }
