@@ -22,10 +22,17 @@ pub fn matmul_tile(
 ) {
     let rb = ty.bytes_for(k as u64).unwrap() as usize;
     let mut row = vec![0f32; k];
-    let x: Vec<f32> = acts[..n * k * 4]
+    let mut x: Vec<f32> = acts[..n * k * 4]
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
         .collect();
+    let aty = match ty { QuantType::Q8_0 | QuantType::Q4_0 => Some(QuantType::Q8_0), QuantType::Q4K | QuantType::Q6K => Some(QuantType::Q8K), _ => None };
+    if let Some(aty) = aty {
+        for t in 0..n {
+            let q = rocmforge_core::quant::quantize_to_vec(aty, &x[t * k..(t + 1) * k]).unwrap();
+            dequantize(aty, &q, &mut x[t * k..(t + 1) * k]).unwrap();
+        }
+    }
     let width = rows.len();
     for (j, r) in rows.enumerate() {
         dequantize(ty, &w[r * rb..(r + 1) * rb], &mut row).unwrap();

@@ -3,4 +3,5 @@
 pub mod activation;
 pub mod attention;
 pub mod norm;
+pub mod quant_dot;
 pub mod rope;

@@ -18,6 +18,8 @@
 
 mod activation;
 #[cfg(target_arch = "x86_64")]
+mod avx2_common;
+#[cfg(target_arch = "x86_64")]
 mod avx2_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_legacy;

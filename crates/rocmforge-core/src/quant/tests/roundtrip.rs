@@ -1,0 +1,128 @@
+//! Quantize → dequantize error bounds, and blocks with special content.
+//!
+//! Bounds are for standard normal data. Uniform rounding noise is
+//! `step / sqrt(12)`; with a 32-element block's max |x| ≈ 2.2σ that gives
+//! ≈ 0.5% for Q8_0 (`step = 2.2 / 127`) and ≈ 8% for Q4_0 (`step = 2.2 / 8`).
+//! Each bound sits a little above what ggml's own reference quantizers reach
+//! (ours are bit-identical, see `ggml_parity`), so a regression in either the
+//! scale search or the decoder trips it.
+
+use super::data::{gaussian, rel_rms, weights};
+use crate::quant::{dequantize, quantize_to_vec, QuantType};
+
+const TYPES_WITH_CODEC: [QuantType; 17] = [
+    QuantType::F32,
+    QuantType::F16,
+    QuantType::BF16,
+    QuantType::Q4_0,
+    QuantType::Q4_1,
+    QuantType::Q5_0,
+    QuantType::Q5_1,
+    QuantType::Q8_0,
+    QuantType::Q8_1,
+    QuantType::Q2K,
+    QuantType::Q3K,
+    QuantType::Q4K,
+    QuantType::Q5K,
+    QuantType::Q6K,
+    QuantType::Q8K,
+    QuantType::IQ4NL,
+    QuantType::IQ4XS,
+];
+
+fn round_trip(ty: QuantType, x: &[f32]) -> Vec<f32> {
+    let q = quantize_to_vec(ty, x).unwrap();
+    let mut y = vec![f32::NAN; x.len()];
+    dequantize(ty, &q, &mut y).unwrap();
+    y
+}
+
+#[test]
+fn relative_rms_error_bounds() {
+    let bounds: [(QuantType, f64); 17] = [
+        (QuantType::F32, 0.0),
+        (QuantType::F16, 0.0003),
+        (QuantType::BF16, 0.002),
+        (QuantType::Q4_0, 0.10),
+        (QuantType::Q4_1, 0.09),
+        (QuantType::Q5_0, 0.05),
+        (QuantType::Q5_1, 0.045),
+        (QuantType::Q8_0, 0.007),
+        (QuantType::Q8_1, 0.007),
+        (QuantType::Q2K, 0.33),
+        (QuantType::Q3K, 0.17),
+        (QuantType::Q4K, 0.08),
+        (QuantType::Q5K, 0.042),
+        (QuantType::Q6K, 0.021),
+        (QuantType::Q8K, 0.009),
+        (QuantType::IQ4NL, 0.085),
+        (QuantType::IQ4XS, 0.085),
+    ];
+    let x = gaussian(7, 256 * 16);
+    for (ty, bound) in bounds {
+        let err = rel_rms(&x, &round_trip(ty, &x));
+        assert!(err <= bound, "{ty}: relative RMS error {err:.5} > {bound}");
+    }
+}
+
+#[test]
+fn every_type_survives_outliers_and_special_blocks() {
+    // Super-blocks 13..16 are all-zero, all-positive and constant.
+    let x = weights(11, 256 * 16);
+    for ty in TYPES_WITH_CODEC {
+        let y = round_trip(ty, &x);
+        assert!(y.iter().all(|v| v.is_finite()), "{ty}");
+        assert!(
+            y[13 * 256..14 * 256].iter().all(|&v| v == 0.0),
+            "{ty}: zero block"
+        );
+        let positive = &x[14 * 256..15 * 256];
+        let err = rel_rms(positive, &y[14 * 256..15 * 256]);
+        assert!(err < 0.35, "{ty}: all-positive block error {err}");
+        let constant = &y[15 * 256..16 * 256];
+        assert!(
+            constant.iter().all(|v| (v - 0.5).abs() < 0.1),
+            "{ty}: constant block {:?}",
+            &constant[..4]
+        );
+    }
+}
+
+#[test]
+fn activation_types_carry_consistent_sums() {
+    let x = gaussian(3, 512);
+    let q8_1 = quantize_to_vec(QuantType::Q8_1, &x).unwrap();
+    for b in q8_1.chunks_exact(36) {
+        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let s = half::f16::from_le_bytes([b[2], b[3]]).to_f32();
+        let sum: i32 = b[4..].iter().map(|&q| q as i8 as i32).sum();
+        let expected = d * sum as f32;
+        assert!(
+            (s - expected).abs() <= expected.abs() * 1e-3 + 1e-6,
+            "{s} vs {expected}"
+        );
+    }
+    let q8k = quantize_to_vec(QuantType::Q8K, &x).unwrap();
+    for b in q8k.chunks_exact(292) {
+        for j in 0..16 {
+            let sum: i32 = b[4 + 16 * j..20 + 16 * j]
+                .iter()
+                .map(|&q| q as i8 as i32)
+                .sum();
+            let stored = i16::from_le_bytes([b[260 + 2 * j], b[261 + 2 * j]]);
+            assert_eq!(stored as i32, sum);
+        }
+    }
+}
+
+#[test]
+fn requantizing_decoded_symmetric_blocks_is_exact() {
+    // A Q4_0/Q8_0 block decodes to multiples of d including the extreme level,
+    // so quantizing the decoded values must reproduce the bytes.
+    for ty in [QuantType::Q4_0, QuantType::Q8_0] {
+        let q = quantize_to_vec(ty, &gaussian(5, 1024)).unwrap();
+        let mut y = vec![0.0; 1024];
+        dequantize(ty, &q, &mut y).unwrap();
+        assert_eq!(quantize_to_vec(ty, &y).unwrap(), q, "{ty}");
+    }
+}

@@ -1,0 +1,137 @@
+//! AVX2 kernels for Q4_K, Q5_K and Q6_K against Q8_K rows.
+//!
+//! Safety contract of every `pub(super)` kernel here: the CPU has AVX2, FMA
+//! and F16C, `w` holds at least `nb` weight super-blocks and every `a[t]` at
+//! least `nb` Q8_K blocks (the dispatcher checks both).
+
+use std::arch::x86_64::*;
+
+use rocmforge_core::quant::unpack_k_scales_mins;
+
+use super::avx2_common::*;
+
+/// Q8_K field offsets.
+const A_BYTES: usize = 292;
+const A_QS: usize = 4;
+const A_BSUMS: usize = 260;
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bsums(pa: *const u8) -> __m256i {
+    load256(pa.add(A_BSUMS))
+}
+
+/// Q4_K (`FIVE = false`) and Q5_K (`FIVE = true`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q45_k<const FIVE: bool, const T: usize>(
+    nb: usize,
+    w: &[u8],
+    a: [&[u8]; T],
+) -> [f32; T] {
+    let (bytes, qs_at) = if FIVE { (176, 48) } else { (144, 16) };
+    debug_assert!(w.len() >= nb * bytes);
+    debug_assert!(a.iter().all(|r| r.len() >= nb * A_BYTES));
+    let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m16 = _mm256_set1_epi8(0x10);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_min = [_mm_setzero_ps(); T];
+    for i in 0..nb {
+        let pw = wp.add(i * bytes);
+        let (dw, dminw) = (f16_at(pw), f16_at(pw.add(2)));
+        let (sc, mn) = unpack_k_scales_mins(&*(pw.add(4) as *const [u8; 12]));
+        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+        let mut qh = if FIVE {
+            load256(pw.add(16))
+        } else {
+            _mm256_setzero_si256()
+        };
+        let mut sums = [_mm256_setzero_si256(); T];
+        for j in 0..4 {
+            let q = load256(pw.add(qs_at + 32 * j));
+            let mut lo = _mm256_and_si256(q, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if FIVE {
+                // Bit s of qh byte l is the fifth bit of sub-block s; shifting
+                // qh right once per sub-block brings it to bit 0.
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), m16));
+                qh = _mm256_srli_epi16(qh, 1);
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 4), m16));
+                qh = _mm256_srli_epi16(qh, 1);
+            }
+            let s_lo = _mm256_set1_epi16(sc[2 * j] as i16);
+            let s_hi = _mm256_set1_epi16(sc[2 * j + 1] as i16);
+            for t in 0..T {
+                let pa = ap[t].add(i * A_BYTES + A_QS + 64 * j);
+                let p_lo = dot_scaled(lo, load256(pa), s_lo);
+                let p_hi = dot_scaled(hi, load256(pa.add(32)), s_hi);
+                sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(p_lo, p_hi));
+            }
+        }
+        for t in 0..T {
+            let pa = ap[t].add(i * A_BYTES);
+            let da = f32_at(pa);
+            acc[t] = fma_i32(acc[t], da * dw, sums[t]);
+            // Each min covers two 16-element bsums.
+            let b = bsums(pa);
+            let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+            let m = _mm_cvtepi32_ps(_mm_madd_epi16(mins, pairs));
+            acc_min[t] = _mm_fmadd_ps(_mm_set1_ps(-da * dminw), m, acc_min[t]);
+        }
+    }
+    let mut out = [0.0f32; T];
+    for t in 0..T {
+        out[t] = hsum(acc[t]) + hsum128(acc_min[t]);
+    }
+    out
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6_k<const T: usize>(nb: usize, w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+    debug_assert!(w.len() >= nb * 210);
+    debug_assert!(a.iter().all(|r| r.len() >= nb * A_BYTES));
+    let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(0x30);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..nb {
+        let pw = wp.add(i * 210);
+        let dw = f16_at(pw.add(208));
+        let scales = load128(pw.add(192));
+        let mut sums = [_mm256_setzero_si256(); T];
+        for h in 0..2 {
+            let ql0 = load256(pw.add(64 * h));
+            let ql1 = load256(pw.add(64 * h + 32));
+            let qh = load256(pw.add(128 + 32 * h));
+            // Run s of this half: low nibble from ql0/ql1, top bits from qh
+            // bits 2s..2s+2, moved to bits 4..6 of each byte.
+            let runs = [
+                (_mm256_and_si256(ql0, m4), _mm256_slli_epi16(qh, 4)),
+                (_mm256_and_si256(ql1, m4), _mm256_slli_epi16(qh, 2)),
+                (_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), qh),
+                (_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_srli_epi16(qh, 2)),
+            ];
+            for (s, (low, high)) in runs.into_iter().enumerate() {
+                let q = _mm256_or_si256(low, _mm256_and_si256(high, m3));
+                let sc = run_scales(scales, 4 * h + s);
+                for t in 0..T {
+                    let pa = ap[t].add(i * A_BYTES + A_QS + 128 * h + 32 * s);
+                    sums[t] = _mm256_add_epi32(sums[t], dot_scaled(q, load256(pa), sc));
+                }
+            }
+        }
+        // Quants are stored +32: subtract 32 * Σ scale * bsum.
+        let all_scales = _mm256_cvtepi8_epi16(scales);
+        for t in 0..T {
+            let pa = ap[t].add(i * A_BYTES);
+            let offset = _mm256_madd_epi16(all_scales, bsums(pa));
+            let total = _mm256_sub_epi32(sums[t], _mm256_slli_epi32(offset, 5));
+            acc[t] = fma_i32(acc[t], f32_at(pa) * dw, total);
+        }
+    }
+    let mut out = [0.0f32; T];
+    for t in 0..T {
+        out[t] = hsum(acc[t]);
+    }
+    out
+}

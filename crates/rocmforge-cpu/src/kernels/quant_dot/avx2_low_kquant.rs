@@ -1,0 +1,131 @@
+//! AVX2 kernels for Q2_K, Q3_K and IQ4_XS against Q8_K rows.
+//!
+//! Safety contract of every `pub(super)` kernel here: the CPU has AVX2, FMA
+//! and F16C, `w` holds at least `nb` weight super-blocks and every `a[t]` at
+//! least `nb` Q8_K blocks (the dispatcher checks both).
+
+use std::arch::x86_64::*;
+
+use rocmforge_core::quant::{unpack_q3k_scales, IQ4NL_VALUES};
+
+use super::avx2_common::*;
+
+const A_BYTES: usize = 292;
+const A_QS: usize = 4;
+const A_BSUMS: usize = 260;
+
+/// `Σ scale_g * bsum_g` over the 16 groups, as eight i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scaled_bsums(scales16: __m256i, pa: *const u8) -> __m256i {
+    _mm256_madd_epi16(scales16, load256(pa.add(A_BSUMS)))
+}
+
+/// Both formats keep 2-bit planes (`qs`, 64 bytes at `qs_at`); Q3_K adds a
+/// third bit from `hmask` (32 bytes at offset 0) and signed scales, Q2_K has
+/// 4-bit scales and mins.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q23_k<const THREE: bool, const T: usize>(
+    nb: usize,
+    w: &[u8],
+    a: [&[u8]; T],
+) -> [f32; T] {
+    let (bytes, qs_at) = if THREE { (110, 32) } else { (84, 16) };
+    debug_assert!(w.len() >= nb * bytes);
+    debug_assert!(a.iter().all(|r| r.len() >= nb * A_BYTES));
+    let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
+    let m2 = _mm256_set1_epi8(3);
+    let m_third = _mm256_set1_epi8(4);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..nb {
+        let pw = wp.add(i * bytes);
+        let (scales, mins, dw, dminw) = if THREE {
+            let sc = unpack_q3k_scales(&*(pw.add(96) as *const [u8; 12]));
+            let scales = load128(sc.as_ptr() as *const u8);
+            (scales, _mm_setzero_si128(), f16_at(pw.add(108)), 0.0)
+        } else {
+            let packed = load128(pw);
+            let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+            let high = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
+            (low, high, f16_at(pw.add(80)), f16_at(pw.add(82)))
+        };
+        let mut hmask = if THREE {
+            load256(pw)
+        } else {
+            _mm256_setzero_si256()
+        };
+        let mut sums = [_mm256_setzero_si256(); T];
+        for h in 0..2 {
+            let mut q = load256(pw.add(qs_at + 32 * h));
+            for s in 0..4 {
+                let mut x = _mm256_and_si256(q, m2);
+                q = _mm256_srli_epi16(q, 2);
+                if THREE {
+                    // Third bit stored as-is, so quants are offset by +4.
+                    let third = _mm256_and_si256(_mm256_slli_epi16(hmask, 2), m_third);
+                    x = _mm256_or_si256(x, third);
+                    hmask = _mm256_srli_epi16(hmask, 1);
+                }
+                let sc = run_scales(scales, 4 * h + s);
+                for t in 0..T {
+                    let pa = ap[t].add(i * A_BYTES + A_QS + 128 * h + 32 * s);
+                    sums[t] = _mm256_add_epi32(sums[t], dot_scaled(x, load256(pa), sc));
+                }
+            }
+        }
+        for t in 0..T {
+            let pa = ap[t].add(i * A_BYTES);
+            let da = f32_at(pa);
+            if THREE {
+                let offset = scaled_bsums(_mm256_cvtepi8_epi16(scales), pa);
+                let total = _mm256_sub_epi32(sums[t], _mm256_slli_epi32(offset, 2));
+                acc[t] = fma_i32(acc[t], da * dw, total);
+            } else {
+                acc[t] = fma_i32(acc[t], da * dw, sums[t]);
+                let m = scaled_bsums(_mm256_cvtepu8_epi16(mins), pa);
+                acc[t] = fma_i32(acc[t], -da * dminw, m);
+            }
+        }
+    }
+    let mut out = [0.0f32; T];
+    for t in 0..T {
+        out[t] = hsum(acc[t]);
+    }
+    out
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn iq4_xs<const T: usize>(nb: usize, w: &[u8], a: [&[u8]; T]) -> [f32; T] {
+    debug_assert!(w.len() >= nb * 136);
+    debug_assert!(a.iter().all(|r| r.len() >= nb * A_BYTES));
+    let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
+    let table = _mm256_broadcastsi128_si256(load128(IQ4NL_VALUES.as_ptr() as *const u8));
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..nb {
+        let pw = wp.add(i * 136);
+        let dw = f16_at(pw);
+        let scales_h = (pw.add(2) as *const u16).read_unaligned();
+        let mut sums = [_mm256_setzero_si256(); T];
+        for ib in 0..8 {
+            let low = (*pw.add(4 + ib / 2) >> (4 * (ib % 2))) & 0x0F;
+            let high = ((scales_h >> (2 * ib)) & 3) as u8;
+            let ls = _mm256_set1_epi16((low | (high << 4)) as i16 - 32);
+            let x = _mm256_shuffle_epi8(table, nibbles(pw.add(8 + 16 * ib)));
+            let ax = _mm256_sign_epi8(x, x);
+            for t in 0..T {
+                let y = load256(ap[t].add(i * A_BYTES + A_QS + 32 * ib));
+                let p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
+                sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(p, ls));
+            }
+        }
+        for t in 0..T {
+            let da = f32_at(ap[t].add(i * A_BYTES));
+            acc[t] = fma_i32(acc[t], da * dw, sums[t]);
+        }
+    }
+    let mut out = [0.0f32; T];
+    for t in 0..T {
+        out[t] = hsum(acc[t]);
+    }
+    out
+}

@@ -1,0 +1,286 @@
+//! Model shapes for `gen-model`, one row per preset.
+//!
+//! The real-shape presets copy the numbers from the published Hugging Face
+//! `config.json` of each model (the same fields llama.cpp's converter reads);
+//! the tiny ones copy the shapes of `testdata/reference/*.gguf`, so a generated
+//! tiny model and the reference fixture of the same name differ only in weights.
+
+/// Architectures as llama.cpp names them (`general.architecture`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    /// Llama layout plus biases on the q/k/v projections.
+    Qwen2,
+    /// Llama layout plus a per-head RMSNorm on q and k (`attn_q_norm`, `attn_k_norm`).
+    Qwen3,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+        }
+    }
+
+    pub fn has_qkv_bias(self) -> bool {
+        self == Arch::Qwen2
+    }
+
+    pub fn has_qk_norm(self) -> bool {
+        self == Arch::Qwen3
+    }
+}
+
+/// Where the `tokenizer.*` metadata comes from (files in `testdata/tokenizer/`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vocab {
+    /// `ggml-vocab-llama-spm.gguf`: the Llama 1/2 SentencePiece vocab, 32000 tokens.
+    LlamaSpm,
+    /// `ggml-vocab-qwen2.gguf`: Qwen2/2.5/3 byte-level BPE, 151936 entries.
+    Qwen2,
+    /// No Llama 3 vocab is available offline: the GPT-2 BPE vocab
+    /// (`ggml-vocab-gpt-2.gguf`, 50257 tokens) padded with CONTROL tokens up to
+    /// the preset's vocab size, with Llama 3's special tokens at their real ids
+    /// (128000..) and `tokenizer.ggml.pre = "llama-bpe"`. Token ids below 50257
+    /// therefore do not mean what they mean in a real Llama 3 file.
+    Llama3FromGpt2,
+}
+
+impl Vocab {
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Vocab::LlamaSpm => "ggml-vocab-llama-spm.gguf",
+            Vocab::Qwen2 => "ggml-vocab-qwen2.gguf",
+            Vocab::Llama3FromGpt2 => "ggml-vocab-gpt-2.gguf",
+        }
+    }
+}
+
+/// Llama 3.1-style RoPE frequency scaling (`rope_scaling.rope_type = "llama3"`),
+/// which the converter bakes into a `rope_freqs.weight` tensor.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3RopeScaling {
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_context: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Preset {
+    pub name: &'static str,
+    /// The model this imitates, for `general.name` and `--help`.
+    pub model: &'static str,
+    pub arch: Arch,
+    pub n_layer: u64,
+    pub n_embd: u64,
+    pub n_head: u64,
+    pub n_head_kv: u64,
+    pub head_dim: u64,
+    /// The config names `head_dim` explicitly, so the converter writes
+    /// `attention.key_length` / `value_length`.
+    pub explicit_head_dim: bool,
+    pub n_ff: u64,
+    pub n_vocab: u64,
+    pub n_ctx: u64,
+    pub rope_base: f32,
+    pub rms_eps: f32,
+    /// `output.weight` is absent; the logits reuse `token_embd.weight`.
+    pub tied_embeddings: bool,
+    pub vocab: Vocab,
+    pub rope_scaling: Option<Llama3RopeScaling>,
+}
+
+pub const PRESETS: &[Preset] = &[
+    // Shape of testdata/reference/tiny-llama-Q4_K_M.gguf. Every row length is a
+    // multiple of 256, so the K-quants apply without fallback.
+    Preset {
+        name: "tiny-llama",
+        model: "tiny-llama",
+        arch: Arch::Llama,
+        n_layer: 4,
+        n_embd: 256,
+        n_head: 8,
+        n_head_kv: 4,
+        head_dim: 32,
+        explicit_head_dim: false,
+        n_ff: 768,
+        n_vocab: 32000,
+        n_ctx: 4096,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+        vocab: Vocab::LlamaSpm,
+        rope_scaling: None,
+    },
+    // Shape of testdata/reference/tiny-qwen2-Q8_0.gguf; n_ff = 176 is not a
+    // multiple of 32, so ffn_down falls back to F16 as it does there.
+    Preset {
+        name: "tiny-qwen2",
+        model: "tiny-qwen2",
+        arch: Arch::Qwen2,
+        n_layer: 3,
+        n_embd: 64,
+        n_head: 2,
+        n_head_kv: 1,
+        head_dim: 32,
+        explicit_head_dim: false,
+        n_ff: 176,
+        n_vocab: 151936,
+        n_ctx: 4096,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: true,
+        vocab: Vocab::Qwen2,
+        rope_scaling: None,
+    },
+    // Shape of testdata/reference/tiny-qwen3-Q8_0.gguf: head_dim 32 while
+    // n_embd / n_head = 16.
+    Preset {
+        name: "tiny-qwen3",
+        model: "tiny-qwen3",
+        arch: Arch::Qwen3,
+        n_layer: 3,
+        n_embd: 64,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 32,
+        explicit_head_dim: true,
+        n_ff: 192,
+        n_vocab: 151936,
+        n_ctx: 4096,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: true,
+        vocab: Vocab::Qwen2,
+        rope_scaling: None,
+    },
+    // Qwen/Qwen2.5-0.5B. n_embd 896 is not a multiple of 256: K-quant types
+    // fall back on every tensor whose rows are n_embd long, as in the real
+    // K-quant files.
+    Preset {
+        name: "qwen2-0.5b",
+        model: "Qwen2.5-0.5B",
+        arch: Arch::Qwen2,
+        n_layer: 24,
+        n_embd: 896,
+        n_head: 14,
+        n_head_kv: 2,
+        head_dim: 64,
+        explicit_head_dim: false,
+        n_ff: 4864,
+        n_vocab: 151936,
+        n_ctx: 32768,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: true,
+        vocab: Vocab::Qwen2,
+        rope_scaling: None,
+    },
+    // Qwen/Qwen3-0.6B: head_dim 128 while n_embd / n_head = 64.
+    Preset {
+        name: "qwen3-0.6b",
+        model: "Qwen3-0.6B",
+        arch: Arch::Qwen3,
+        n_layer: 28,
+        n_embd: 1024,
+        n_head: 16,
+        n_head_kv: 8,
+        head_dim: 128,
+        explicit_head_dim: true,
+        n_ff: 3072,
+        n_vocab: 151936,
+        n_ctx: 40960,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: true,
+        vocab: Vocab::Qwen2,
+        rope_scaling: None,
+    },
+    // meta-llama/Llama-3.2-1B. The tokenizer is a stand-in, see Vocab::Llama3FromGpt2.
+    Preset {
+        name: "llama3-1b",
+        model: "Llama-3.2-1B",
+        arch: Arch::Llama,
+        n_layer: 16,
+        n_embd: 2048,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 64,
+        explicit_head_dim: true,
+        n_ff: 8192,
+        n_vocab: 128256,
+        n_ctx: 131072,
+        rope_base: 500000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: true,
+        vocab: Vocab::Llama3FromGpt2,
+        rope_scaling: Some(Llama3RopeScaling {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_context: 8192.0,
+        }),
+    },
+    // meta-llama/Llama-2-7b-hf.
+    Preset {
+        name: "llama2-7b",
+        model: "Llama-2-7B",
+        arch: Arch::Llama,
+        n_layer: 32,
+        n_embd: 4096,
+        n_head: 32,
+        n_head_kv: 32,
+        head_dim: 128,
+        explicit_head_dim: false,
+        n_ff: 11008,
+        n_vocab: 32000,
+        n_ctx: 4096,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+        vocab: Vocab::LlamaSpm,
+        rope_scaling: None,
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|p| p.name.eq_ignore_ascii_case(name))
+}
+
+/// clap value parser for `--preset`.
+pub fn parse_preset(name: &str) -> Result<&'static Preset, String> {
+    find(name).ok_or_else(|| {
+        let known: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        format!("unknown preset '{name}' (known: {})", known.join(", "))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for p in PRESETS {
+            assert_eq!(find(p.name), Some(p));
+            assert_eq!(PRESETS.iter().filter(|q| q.name == p.name).count(), 1);
+        }
+        assert!(parse_preset("llama-9000")
+            .unwrap_err()
+            .contains("tiny-llama"));
+    }
+
+    #[test]
+    fn shapes_are_consistent() {
+        for p in PRESETS {
+            assert_eq!(p.n_head % p.n_head_kv, 0, "{}: GQA groups", p.name);
+            assert_eq!(p.head_dim % 2, 0, "{}: RoPE pairs", p.name);
+            if !p.explicit_head_dim {
+                assert_eq!(p.head_dim * p.n_head, p.n_embd, "{}", p.name);
+            }
+        }
+    }
+}
