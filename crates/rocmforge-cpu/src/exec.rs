@@ -6,8 +6,7 @@ use rocmforge_core::graph::{Graph, Op, TensorId};
 use rocmforge_core::plan::{ArenaPlan, KvLayout};
 use rocmforge_core::quant::{dequantize, QuantType};
 
-use crate::kernels::{activation, attention, norm, rope::RopeTable};
-use crate::quant_dot_shim as quant_dot;
+use crate::kernels::{activation, attention, norm, quant_dot, rope::RopeTable};
 use crate::memory::SharedMem;
 use crate::team::{Member, SpinBarrier};
 use crate::weights::WeightView;

@@ -9,7 +9,6 @@ mod backend;
 mod exec;
 pub mod kernels;
 mod memory;
-mod quant_dot_shim;
 mod team;
 mod weights;
 
