@@ -105,7 +105,7 @@ impl ModelPlan {
     }
 
     /// One line per kind of fallback, e.g. "F16 instead of Q8_0 for 3 tensors
-    /// (blk.*.ffn_down.weight): rows of 176 are not whole blocks of 32".
+    /// (blk.*.ffn_down.weight): rows of 176 are not whole Q8_0 blocks of 32".
     pub fn fallback_notes(&self) -> Vec<String> {
         let mut groups: BTreeMap<(&str, &str, u64), (usize, Vec<String>)> = BTreeMap::new();
         for t in &self.tensors {
