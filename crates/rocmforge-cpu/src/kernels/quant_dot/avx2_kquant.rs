@@ -6,8 +6,6 @@
 
 use std::arch::x86_64::*;
 
-use rocmforge_core::quant::unpack_k_scales_mins;
-
 use super::avx2_common::*;
 
 /// Q8_K field offsets.
@@ -20,6 +18,41 @@ const A_BSUMS: usize = 260;
 unsafe fn bsums(pa: *const u8) -> __m256i {
     load256(pa.add(A_BSUMS))
 }
+
+/// The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K block (12
+/// packed bytes at `p`) as sixteen i16 lanes: scales in the low half, mins in
+/// the high half. Same unpacking as `rocmforge_core::quant::unpack_k_scales_mins`,
+/// done four bytes at a time.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k_scales_mins(p: *const u8) -> __m256i {
+    let word = |i: usize| (p.add(4 * i) as *const u32).read_unaligned();
+    let (a0, a1, a2) = (word(0), word(1), word(2));
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let sc_lo = a0 & LOW6;
+    let mn_lo = a1 & LOW6;
+    let sc_hi = (a2 & LOW4) | (((a0 >> 6) & TOP2) << 4);
+    let mn_hi = ((a2 >> 4) & LOW4) | (((a1 >> 6) & TOP2) << 4);
+    let bytes = _mm_set_epi32(mn_hi as i32, mn_lo as i32, sc_hi as i32, sc_lo as i32);
+    _mm256_cvtepu8_epi16(bytes)
+}
+
+/// Shuffle controls broadcasting i16 lane `s` (of eight, in each 128-bit half).
+const LANE_PICK: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut s = 0;
+    while s < 8 {
+        let mut i = 0;
+        while i < 32 {
+            t[s][i] = (2 * s + i % 2) as u8;
+            i += 1;
+        }
+        s += 1;
+    }
+    t
+};
 
 /// Q4_K (`FIVE = false`) and Q5_K (`FIVE = true`).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -34,13 +67,18 @@ pub(super) unsafe fn q45_k<const FIVE: bool, const T: usize>(
     let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
     let m4 = _mm256_set1_epi8(0x0F);
     let m16 = _mm256_set1_epi8(0x10);
+    // Opaque to the optimiser on purpose: seeing constant controls, LLVM
+    // rewrites each one-uop byte shuffle as a shift plus a broadcast.
+    let lane_pick = std::hint::black_box(&LANE_PICK);
     let mut acc = [_mm256_setzero_ps(); T];
     let mut acc_min = [_mm_setzero_ps(); T];
+    let mut min_sums = [0.0f32; T];
     for i in 0..nb {
         let pw = wp.add(i * bytes);
         let (dw, dminw) = (f16_at(pw), f16_at(pw.add(2)));
-        let (sc, mn) = unpack_k_scales_mins(&*(pw.add(4) as *const [u8; 12]));
-        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+        let scales_mins = k_scales_mins(pw.add(4));
+        let mins = _mm256_extracti128_si256(scales_mins, 1);
+        let scales = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x00);
         let mut qh = if FIVE {
             load256(pw.add(16))
         } else {
@@ -59,8 +97,8 @@ pub(super) unsafe fn q45_k<const FIVE: bool, const T: usize>(
                 hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 4), m16));
                 qh = _mm256_srli_epi16(qh, 1);
             }
-            let s_lo = _mm256_set1_epi16(sc[2 * j] as i16);
-            let s_hi = _mm256_set1_epi16(sc[2 * j + 1] as i16);
+            let s_lo = _mm256_shuffle_epi8(scales, load256(lane_pick[2 * j].as_ptr()));
+            let s_hi = _mm256_shuffle_epi8(scales, load256(lane_pick[2 * j + 1].as_ptr()));
             for t in 0..T {
                 let pa = ap[t].add(i * A_BYTES + A_QS + 64 * j);
                 let p_lo = dot_scaled(lo, load256(pa), s_lo);
@@ -72,16 +110,30 @@ pub(super) unsafe fn q45_k<const FIVE: bool, const T: usize>(
             let pa = ap[t].add(i * A_BYTES);
             let da = f32_at(pa);
             acc[t] = fma_i32(acc[t], da * dw, sums[t]);
-            // Each min covers two 16-element bsums.
+            // Each min covers two 16-element bsums. ggml keeps this term in
+            // four lanes for Q4_K but sums it to a scalar for Q5_K; follow
+            // both so the rounding is the same.
             let b = bsums(pa);
             let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
-            let m = _mm_cvtepi32_ps(_mm_madd_epi16(mins, pairs));
-            acc_min[t] = _mm_fmadd_ps(_mm_set1_ps(-da * dminw), m, acc_min[t]);
+            let prod = _mm_madd_epi16(mins, pairs);
+            if FIVE {
+                let s = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0b01_00_11_10));
+                let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+                let m = _mm_cvtsi128_si32(s) as f32;
+                min_sums[t] = (-da * dminw).mul_add(m, min_sums[t]);
+            } else {
+                let m = _mm_cvtepi32_ps(prod);
+                acc_min[t] = _mm_fmadd_ps(_mm_set1_ps(-da * dminw), m, acc_min[t]);
+            }
         }
     }
     let mut out = [0.0f32; T];
     for t in 0..T {
-        out[t] = hsum(acc[t]) + hsum128(acc_min[t]);
+        out[t] = if FIVE {
+            hsum(acc[t]) + min_sums[t]
+        } else {
+            hsum(acc[t]) + hsum128(acc_min[t])
+        };
     }
     out
 }
@@ -109,7 +161,10 @@ pub(super) unsafe fn q6_k<const T: usize>(nb: usize, w: &[u8], a: [&[u8]; T]) ->
                 (_mm256_and_si256(ql0, m4), _mm256_slli_epi16(qh, 4)),
                 (_mm256_and_si256(ql1, m4), _mm256_slli_epi16(qh, 2)),
                 (_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), qh),
-                (_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_srli_epi16(qh, 2)),
+                (
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    _mm256_srli_epi16(qh, 2),
+                ),
             ];
             for (s, (low, high)) in runs.into_iter().enumerate() {
                 let q = _mm256_or_si256(low, _mm256_and_si256(high, m3));

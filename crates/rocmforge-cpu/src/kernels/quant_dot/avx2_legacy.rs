@@ -10,14 +10,13 @@ use rocmforge_core::quant::IQ4NL_VALUES;
 
 use super::avx2_common::*;
 
-/// Weight formats whose blocks decode to 32 signed bytes and a scale, dotted
-/// with Q8_0 activations.
+/// Weight formats dotted with Q8_0 activations.
 pub(super) const Q4_0: u8 = 0;
 pub(super) const Q5_0: u8 = 1;
 pub(super) const Q8_0: u8 = 2;
 pub(super) const IQ4_NL: u8 = 3;
 
-const fn signed_block_bytes(kind: u8) -> usize {
+const fn block_bytes(kind: u8) -> usize {
     match kind {
         Q4_0 | IQ4_NL => 18,
         Q5_0 => 22,
@@ -25,17 +24,99 @@ const fn signed_block_bytes(kind: u8) -> usize {
     }
 }
 
-/// The scale and 32 signed quants of the weight block at `p`.
+/// Q4_0 multiplies its unsigned nibbles and subtracts `8 * Σy` per block
+/// afterwards, cheaper than the sign trick. The others use the sign trick and
+/// ggml's accumulation order exactly (one FMA chain for Q8_0 and Q5_0, two
+/// interleaved for IQ4_NL), so their results are bit-identical to ggml's AVX2
+/// `vec_dot` (and llamafile's tinyBLAS, which sums the same way) on the
+/// reference fixtures. llama.cpp repacks Q4_0 on AVX2 machines, so no order
+/// would reproduce it there anyway.
+const fn unsigned(kind: u8) -> bool {
+    kind == Q4_0
+}
+
+const fn two_chains(kind: u8) -> bool {
+    kind == Q4_0 || kind == IQ4_NL
+}
+
+/// Per-block facts about a Q8_0 activation row that every weight row needs:
+/// `side[2b]` is block `b`'s scale as f32 and `side[2b + 1]` its scale times
+/// the sum of its quants. Computed once per row (see [`q8_0_side`]), they save
+/// each weight block an f16 conversion, and let Q4_0 multiply its unsigned
+/// quants directly and subtract `8 * Σy` per block afterwards.
+pub(super) const SIDE_PER_BLOCK: usize = 2;
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q8_0_side(nb: usize, a: &[u8], side: &mut [f32]) {
+    debug_assert!(a.len() >= nb * 34 && side.len() >= nb * SIDE_PER_BLOCK);
+    let (pa, ps) = (a.as_ptr(), side.as_mut_ptr());
+    let ones8 = _mm256_set1_epi8(1);
+    let ones16 = _mm256_set1_epi16(1);
+    // Eight i32 partial sums of block b's quants.
+    let partial = |b: usize| {
+        _mm256_madd_epi16(
+            _mm256_maddubs_epi16(ones8, load256(pa.add(b * 34 + 2))),
+            ones16,
+        )
+    };
+    let mut b = 0;
+    // Eight blocks at a time: horizontal adds turn eight partial-sum vectors
+    // into one vector of eight sums, and one F16C op converts eight scales.
+    while b + 8 <= nb {
+        let h01 = _mm256_hadd_epi32(partial(b), partial(b + 1));
+        let h23 = _mm256_hadd_epi32(partial(b + 2), partial(b + 3));
+        let h45 = _mm256_hadd_epi32(partial(b + 4), partial(b + 5));
+        let h67 = _mm256_hadd_epi32(partial(b + 6), partial(b + 7));
+        let h0123 = _mm256_hadd_epi32(h01, h23);
+        let h4567 = _mm256_hadd_epi32(h45, h67);
+        let sums = _mm256_add_epi32(
+            _mm256_permute2x128_si256(h0123, h4567, 0x20),
+            _mm256_permute2x128_si256(h0123, h4567, 0x31),
+        );
+        let bits = |j: usize| (pa.add((b + j) * 34) as *const i16).read_unaligned();
+        let d16 = _mm_setr_epi16(
+            bits(0),
+            bits(1),
+            bits(2),
+            bits(3),
+            bits(4),
+            bits(5),
+            bits(6),
+            bits(7),
+        );
+        let d = _mm256_cvtph_ps(d16);
+        let dsum = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sums));
+        let lo = _mm256_unpacklo_ps(d, dsum);
+        let hi = _mm256_unpackhi_ps(d, dsum);
+        _mm256_storeu_ps(ps.add(2 * b), _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(ps.add(2 * b + 8), _mm256_permute2f128_ps(lo, hi, 0x31));
+        b += 8;
+    }
+    while b < nb {
+        let s = partial(b);
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+        let d = f16_at(pa.add(b * 34));
+        *ps.add(2 * b) = d;
+        *ps.add(2 * b + 1) = d * _mm_cvtsi128_si32(s) as f32;
+        b += 1;
+    }
+}
+
+/// The scale and 32 quants of the weight block at `p`: unsigned (offset not
+/// yet subtracted) for Q4_0, signed for the others.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn signed_block<const KIND: u8>(p: *const u8) -> (f32, __m256i) {
+unsafe fn weight_block<const KIND: u8>(p: *const u8) -> (f32, __m256i) {
     let d = f16_at(p);
     let q = match KIND {
-        Q4_0 => _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8)),
+        Q4_0 => nibbles(p.add(2)),
         Q5_0 => {
-            // (nibble | fifth bit << 4) - 16 == nibble - 16 where the bit is clear.
-            let clear = _mm256_andnot_si256(bits_to_bytes(p.add(2)), _mm256_set1_epi8(0x10));
-            _mm256_sub_epi8(nibbles(p.add(6)), clear)
+            // (nibble | fifth bit << 4) - 16 as i8: set the top four bits
+            // where the fifth bit is clear.
+            let clear = _mm256_andnot_si256(bits_to_bytes(p.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+            _mm256_or_si256(nibbles(p.add(6)), clear)
         }
         IQ4_NL => {
             let table = _mm256_broadcastsi128_si256(load128(IQ4NL_VALUES.as_ptr() as *const u8));
@@ -46,54 +127,88 @@ unsafe fn signed_block<const KIND: u8>(p: *const u8) -> (f32, __m256i) {
     (d, q)
 }
 
-/// One weight block `i` against `T` tokens, into `acc`.
+/// Running sums for `T` tokens: the vector part and, for offset formats, the
+/// scalar `Σ d_w * d_a * Σy` to subtract at the end.
+struct Acc<const T: usize> {
+    v: [__m256; T],
+    offset: [f32; T],
+}
+
+/// Weight block `i` against `T` tokens.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn signed_step<const KIND: u8, const T: usize>(
+unsafe fn step<const KIND: u8, const T: usize>(
     w: *const u8,
     a: &[*const u8; T],
+    side: &[*const f32; T],
     i: usize,
-    acc: &mut [__m256; T],
+    acc: &mut Acc<T>,
 ) {
-    let (dw, x) = signed_block::<KIND>(w.add(i * signed_block_bytes(KIND)));
+    let (dw, x) = weight_block::<KIND>(w.add(i * block_bytes(KIND)));
     let ax = _mm256_sign_epi8(x, x);
     for t in 0..T {
-        let pa = a[t].add(i * 34);
-        let p = dot_signed(ax, x, load256(pa.add(2)));
-        acc[t] = fma_i32(acc[t], dw * f16_at(pa), p);
+        let y = load256(a[t].add(i * 34 + 2));
+        let p = if unsigned(KIND) {
+            dot_unsigned(x, y)
+        } else {
+            dot_signed(ax, x, y)
+        };
+        let s = side[t].add(i * SIDE_PER_BLOCK);
+        acc.v[t] = fma_i32(acc.v[t], dw * *s, p);
+        if unsigned(KIND) {
+            acc.offset[t] += dw * *s.add(1);
+        }
     }
 }
 
+/// `side[t]` holds [`q8_0_side`] of `a[t]`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn signed_q8_0<const KIND: u8, const T: usize>(
+pub(super) unsafe fn with_q8_0<const KIND: u8, const T: usize>(
     nb: usize,
     w: &[u8],
     a: [&[u8]; T],
+    side: [&[f32]; T],
 ) -> [f32; T] {
-    debug_assert!(w.len() >= nb * signed_block_bytes(KIND));
+    debug_assert!(w.len() >= nb * block_bytes(KIND));
     debug_assert!(a.iter().all(|r| r.len() >= nb * 34));
-    let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
-    // Two accumulator sets so consecutive blocks do not wait on each other's FMA.
-    let mut even = [_mm256_setzero_ps(); T];
-    let mut odd = [_mm256_setzero_ps(); T];
+    debug_assert!(side.iter().all(|s| s.len() >= nb * SIDE_PER_BLOCK));
+    let (wp, ap, sp) = (w.as_ptr(), a.map(|r| r.as_ptr()), side.map(|s| s.as_ptr()));
+    // Two accumulator sets so consecutive blocks do not wait on each other.
+    let mut even = Acc {
+        v: [_mm256_setzero_ps(); T],
+        offset: [0.0; T],
+    };
+    let mut odd = Acc {
+        v: [_mm256_setzero_ps(); T],
+        offset: [0.0; T],
+    };
     let mut i = 0;
-    while i + 1 < nb {
-        signed_step::<KIND, T>(wp, &ap, i, &mut even);
-        signed_step::<KIND, T>(wp, &ap, i + 1, &mut odd);
-        i += 2;
+    if two_chains(KIND) {
+        while i + 1 < nb {
+            step::<KIND, T>(wp, &ap, &sp, i, &mut even);
+            step::<KIND, T>(wp, &ap, &sp, i + 1, &mut odd);
+            i += 2;
+        }
     }
-    if i < nb {
-        signed_step::<KIND, T>(wp, &ap, i, &mut even);
+    while i < nb {
+        step::<KIND, T>(wp, &ap, &sp, i, &mut even);
+        i += 1;
     }
     let mut out = [0.0f32; T];
     for t in 0..T {
-        out[t] = hsum(_mm256_add_ps(even[t], odd[t]));
+        let sum = if two_chains(KIND) {
+            hsum(_mm256_add_ps(even.v[t], odd.v[t]))
+        } else {
+            hsum(even.v[t])
+        };
+        out[t] = sum - 8.0 * (even.offset[t] + odd.offset[t]);
     }
     out
 }
 
 /// Q4_1 / Q5_1 (unsigned quants plus an offset) against Q8_1 rows, whose
-/// stored `d * Σq` applies the offset with one multiply per block.
+/// stored `d * Σq` applies the offset with one multiply per block. One FMA
+/// chain and a fused scalar offset sum, as ggml's AVX2 code compiles.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn offset_q8_1<const FIVE: bool, const T: usize>(
     nb: usize,
@@ -108,7 +223,7 @@ pub(super) unsafe fn offset_q8_1<const FIVE: bool, const T: usize>(
     let mut offsets = [0.0f32; T];
     for i in 0..nb {
         let pw = wp.add(i * bytes);
-        let (dw, mw) = (f16_at(pw), f16_at(pw.add(2)));
+        let (dw, mw) = f16x2_at(pw);
         let x = if FIVE {
             let fifth = _mm256_and_si256(bits_to_bytes(pw.add(4)), _mm256_set1_epi8(0x10));
             _mm256_or_si256(nibbles(pw.add(8)), fifth)
@@ -117,9 +232,9 @@ pub(super) unsafe fn offset_q8_1<const FIVE: bool, const T: usize>(
         };
         for t in 0..T {
             let pa = ap[t].add(i * 36);
-            let p = dot_unsigned(x, load256(pa.add(4)));
-            acc[t] = fma_i32(acc[t], dw * f16_at(pa), p);
-            offsets[t] += mw * f16_at(pa.add(2));
+            let (da, sa) = f16x2_at(pa);
+            offsets[t] = mw.mul_add(sa, offsets[t]);
+            acc[t] = fma_i32(acc[t], dw * da, dot_unsigned(x, load256(pa.add(4))));
         }
     }
     let mut out = [0.0f32; T];

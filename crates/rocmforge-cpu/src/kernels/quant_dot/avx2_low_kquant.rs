@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use rocmforge_core::quant::{unpack_q3k_scales, IQ4NL_VALUES};
+use rocmforge_core::quant::IQ4NL_VALUES;
 
 use super::avx2_common::*;
 
@@ -21,9 +21,28 @@ unsafe fn scaled_bsums(scales16: __m256i, pa: *const u8) -> __m256i {
     _mm256_madd_epi16(scales16, load256(pa.add(A_BSUMS)))
 }
 
+/// The sixteen signed Q3_K scales (12 packed bytes at `p`) as i8, four bytes
+/// at a time; same unpacking as `rocmforge_core::quant::unpack_q3k_scales`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q3k_scales(p: *const u8) -> __m128i {
+    let word = |i: usize| (p.add(4 * i) as *const u32).read_unaligned();
+    let (a0, a1, a2) = (word(0), word(1), word(2));
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let v = _mm_setr_epi32(
+        ((a0 & LOW4) | ((a2 & TOP2) << 4)) as i32,
+        ((a1 & LOW4) | (((a2 >> 2) & TOP2) << 4)) as i32,
+        (((a0 >> 4) & LOW4) | (((a2 >> 4) & TOP2) << 4)) as i32,
+        (((a1 >> 4) & LOW4) | (((a2 >> 6) & TOP2) << 4)) as i32,
+    );
+    _mm_sub_epi8(v, _mm_set1_epi8(32))
+}
+
 /// Both formats keep 2-bit planes (`qs`, 64 bytes at `qs_at`); Q3_K adds a
 /// third bit from `hmask` (32 bytes at offset 0) and signed scales, Q2_K has
-/// 4-bit scales and mins.
+/// 4-bit scales and mins. Integer sums are distributed over lanes and the
+/// float steps ordered as in ggml's AVX2 code, so results are bit-identical.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q23_k<const THREE: bool, const T: usize>(
     nb: usize,
@@ -35,14 +54,17 @@ pub(super) unsafe fn q23_k<const THREE: bool, const T: usize>(
     debug_assert!(a.iter().all(|r| r.len() >= nb * A_BYTES));
     let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
     let m2 = _mm256_set1_epi8(3);
-    let m_third = _mm256_set1_epi8(4);
+    let one = _mm256_set1_epi8(1);
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..nb {
         let pw = wp.add(i * bytes);
         let (scales, mins, dw, dminw) = if THREE {
-            let sc = unpack_q3k_scales(&*(pw.add(96) as *const [u8; 12]));
-            let scales = load128(sc.as_ptr() as *const u8);
-            (scales, _mm_setzero_si128(), f16_at(pw.add(108)), 0.0)
+            (
+                q3k_scales(pw.add(96)),
+                _mm_setzero_si128(),
+                f16_at(pw.add(108)),
+                0.0,
+            )
         } else {
             let packed = load128(pw);
             let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
@@ -58,33 +80,37 @@ pub(super) unsafe fn q23_k<const THREE: bool, const T: usize>(
         for h in 0..2 {
             let mut q = load256(pw.add(qs_at + 32 * h));
             for s in 0..4 {
-                let mut x = _mm256_and_si256(q, m2);
+                let x = _mm256_and_si256(q, m2);
                 q = _mm256_srli_epi16(q, 2);
-                if THREE {
-                    // Third bit stored as-is, so quants are offset by +4.
-                    let third = _mm256_and_si256(_mm256_slli_epi16(hmask, 2), m_third);
-                    x = _mm256_or_si256(x, third);
+                // Q3_K: 4 where the third bit is clear, subtracted product by
+                // product (ggml's per-lane sums, hence its exact rounding).
+                let minus = if THREE {
+                    let clear = _mm256_andnot_si256(hmask, one);
                     hmask = _mm256_srli_epi16(hmask, 1);
-                }
+                    _mm256_slli_epi16(clear, 2)
+                } else {
+                    _mm256_setzero_si256()
+                };
                 let sc = run_scales(scales, 4 * h + s);
                 for t in 0..T {
-                    let pa = ap[t].add(i * A_BYTES + A_QS + 128 * h + 32 * s);
-                    sums[t] = _mm256_add_epi32(sums[t], dot_scaled(x, load256(pa), sc));
+                    let y = load256(ap[t].add(i * A_BYTES + A_QS + 128 * h + 32 * s));
+                    let mut p = _mm256_maddubs_epi16(x, y);
+                    if THREE {
+                        p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(minus, y));
+                    }
+                    sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(p, sc));
                 }
             }
         }
         for t in 0..T {
             let pa = ap[t].add(i * A_BYTES);
             let da = f32_at(pa);
-            if THREE {
-                let offset = scaled_bsums(_mm256_cvtepi8_epi16(scales), pa);
-                let total = _mm256_sub_epi32(sums[t], _mm256_slli_epi32(offset, 2));
-                acc[t] = fma_i32(acc[t], da * dw, total);
-            } else {
-                acc[t] = fma_i32(acc[t], da * dw, sums[t]);
+            if !THREE {
+                // Mins first, as ggml orders the two FMAs.
                 let m = scaled_bsums(_mm256_cvtepu8_epi16(mins), pa);
                 acc[t] = fma_i32(acc[t], -da * dminw, m);
             }
+            acc[t] = fma_i32(acc[t], da * dw, sums[t]);
         }
     }
     let mut out = [0.0f32; T];

@@ -2,13 +2,17 @@
 //! activations rounded to the same type (ggml's choice, so the products see
 //! the same inputs as the reference). Accumulation is always f32.
 
-/// Scalar dot of two rows of `k` elements decoded by `wf` / `af` from
-/// `size`-byte elements.
+/// Scalar dot of two rows of `k` elements of `size` bytes, widened by `f`.
 fn scalar_dot(k: usize, w: &[u8], a: &[u8], size: usize, f: impl Fn(&[u8]) -> f32) -> f32 {
     // Four partial sums: independent chains, and the same rounding pattern for
     // every k.
     let mut acc = [0.0f32; 4];
-    for (i, (x, y)) in w.chunks_exact(size).zip(a.chunks_exact(size)).take(k).enumerate() {
+    for (i, (x, y)) in w
+        .chunks_exact(size)
+        .zip(a.chunks_exact(size))
+        .take(k)
+        .enumerate()
+    {
         acc[i % 4] += f(x) * f(y);
     }
     (acc[0] + acc[1]) + (acc[2] + acc[3])
@@ -19,11 +23,15 @@ pub(super) fn f32_scalar(k: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 
 pub(super) fn f16_scalar(k: usize, w: &[u8], a: &[u8]) -> f32 {
-    scalar_dot(k, w, a, 2, |b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+    scalar_dot(k, w, a, 2, |b| {
+        half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+    })
 }
 
 pub(super) fn bf16_scalar(k: usize, w: &[u8], a: &[u8]) -> f32 {
-    scalar_dot(k, w, a, 2, |b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
+    scalar_dot(k, w, a, 2, |b| {
+        f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16)
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -79,7 +87,11 @@ pub(super) mod avx2 {
             i += 32;
         }
         while i + 8 <= k {
-            acc[0] = _mm256_fmadd_ps(load8(e, wp.add(i * size)), load8(e, ap.add(i * size)), acc[0]);
+            acc[0] = _mm256_fmadd_ps(
+                load8(e, wp.add(i * size)),
+                load8(e, ap.add(i * size)),
+                acc[0],
+            );
             i += 8;
         }
         let total = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));

@@ -20,6 +20,8 @@ mod activation;
 #[cfg(target_arch = "x86_64")]
 mod avx2_common;
 #[cfg(target_arch = "x86_64")]
+mod avx2_dispatch;
+#[cfg(target_arch = "x86_64")]
 mod avx2_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_legacy;
@@ -104,12 +106,17 @@ pub fn vec_dot(weight: QuantType, k: usize, w_row: &[u8], act: &[u8]) -> f32 {
 pub(crate) fn vec_dot_with(isa: Isa, weight: QuantType, k: usize, w_row: &[u8], act: &[u8]) -> f32 {
     let (w_row, act) = checked_rows(weight, k, w_row, act);
     let mut out = [0.0f32; 1];
-    tile::dot_tokens(isa, weight, k, w_row, &[act], &mut out);
+    tile::tile_with(isa, weight, k, w_row, 0..1, act, 1, &mut out);
     out[0]
 }
 
 /// The exact-length prefixes of a weight row and an activation row.
-fn checked_rows<'a>(weight: QuantType, k: usize, w: &'a [u8], act: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+fn checked_rows<'a>(
+    weight: QuantType,
+    k: usize,
+    w: &'a [u8],
+    act: &'a [u8],
+) -> (&'a [u8], &'a [u8]) {
     assert!(
         tile::has_kernel(weight),
         "no dot-product kernel for weight type {weight}"

@@ -63,7 +63,13 @@ fn nibble_groups(qs: &[u8]) -> [i8; 256] {
     q
 }
 
-fn over_superblocks(nb: usize, w: &[u8], wsize: usize, a: &[u8], f: impl Fn(&[u8], &[u8]) -> f32) -> f32 {
+fn over_superblocks(
+    nb: usize,
+    w: &[u8],
+    wsize: usize,
+    a: &[u8],
+    f: impl Fn(&[u8], &[u8]) -> f32,
+) -> f32 {
     w.chunks_exact(wsize)
         .zip(a.chunks_exact(Q8K_BYTES))
         .take(nb)

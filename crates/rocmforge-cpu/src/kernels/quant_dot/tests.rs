@@ -102,14 +102,19 @@ fn case(ty: QuantType, k: usize, seed: u64) -> Case {
     let diff: Vec<f32> = x.iter().zip(&xd).map(|(a, b)| a - b).collect();
     let mut offset_slack = 0.0;
     if activation_type(ty) == QuantType::Q8_1 {
-        let f16 = |b: &[u8], at: usize| half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32() as f64;
+        let f16 =
+            |b: &[u8], at: usize| half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32() as f64;
         for (bw, ba) in w.chunks_exact(ty.type_size()).zip(act.chunks_exact(36)) {
             offset_slack += (f16(bw, 2) * f16(ba, 2)).abs() * 2f64.powi(-10);
         }
     }
     Case {
         exact: dot64(&wd, &xd),
-        magnitude: wd.iter().zip(&xd).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum(),
+        magnitude: wd
+            .iter()
+            .zip(&xd)
+            .map(|(a, b)| (*a as f64 * *b as f64).abs())
+            .sum(),
         offset_slack,
         unquantized: dot64(&wd, &x),
         activation_error_bound: norm(&wd) * norm(&diff),
@@ -184,7 +189,8 @@ fn tile_matches_single_dots() {
             matmul_tile(ty, k, &w, rows.clone(), &acts, n_tokens, &mut out);
             for t in 0..n_tokens {
                 for r in rows.clone() {
-                    let single = vec_dot(ty, k, &w[r * wb..(r + 1) * wb], &acts[t * ab..(t + 1) * ab]);
+                    let single =
+                        vec_dot(ty, k, &w[r * wb..(r + 1) * wb], &acts[t * ab..(t + 1) * ab]);
                     let got = out[t * rows.len() + r - rows.start];
                     assert!(
                         (got - single).abs() <= 1e-6 * single.abs().max(1.0),
@@ -249,4 +255,77 @@ fn short_rows_panic_before_reading() {
 #[should_panic(expected = "no dot-product kernel")]
 fn types_without_kernel_panic() {
     vec_dot(QuantType::IQ2XXS, 256, &[0; 66], &[0; 292]);
+}
+
+/// Bit patterns of ggml's AVX2 `ggml_vec_dot_*` (ggml-org/ggml d99724f,
+/// `ggml-cpu/arch/x86/quants.c`, gcc 12 `-O3 -march=native` on this machine's
+/// CPU, so with FMA contraction as llama.cpp builds it) for weights
+/// `random_row(1, 4096)` quantized by ggml's reference quantizers and
+/// activations `random_row(2, 4096)` quantized by ggml's x86 activation
+/// quantizers; and FNV-1a hashes of those activation rows. Produced by a C
+/// harness, not by this crate. Q4_0 is absent on purpose: its kernel trades
+/// ggml's summation order for speed (llama.cpp repacks Q4_0 on AVX2 anyway).
+const GGML_VEC_DOT_BITS: [(QuantType, u32); 11] = [
+    (QuantType::Q4_1, 0x421054c0),
+    (QuantType::Q5_0, 0x4226da94),
+    (QuantType::Q5_1, 0x4200539e),
+    (QuantType::Q8_0, 0x42047b38),
+    (QuantType::IQ4NL, 0x42155b09),
+    (QuantType::Q2K, 0x42069c2c),
+    (QuantType::Q3K, 0x41d5aad1),
+    (QuantType::Q4K, 0x4233e776),
+    (QuantType::Q5K, 0x4208bacf),
+    (QuantType::Q6K, 0x42130f50),
+    (QuantType::IQ4XS, 0x420bbe1f),
+];
+
+const GGML_ACTIVATION_HASHES: [(QuantType, u64); 3] = [
+    (QuantType::Q8_0, 0xa936ac918b2aea62),
+    (QuantType::Q8_1, 0xab54ea1681e1f68a),
+    (QuantType::Q8K, 0xe915c0a0341402ac),
+];
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[test]
+fn activation_quantization_is_ggml_x86_bit_for_bit() {
+    let x = random_row(2, 4096);
+    for (act, expected) in GGML_ACTIVATION_HASHES {
+        let weight = match act {
+            QuantType::Q8_0 => QuantType::Q4_0,
+            QuantType::Q8_1 => QuantType::Q4_1,
+            _ => QuantType::Q4K,
+        };
+        let mut a = Vec::new();
+        quantize_activation(weight, &x, &mut a);
+        assert_eq!(fnv1a(&a), expected, "{act}");
+    }
+}
+
+#[test]
+fn avx2_dots_are_ggml_bit_for_bit() {
+    if detected_isa() == Isa::Scalar {
+        return;
+    }
+    let (w, x) = (random_row(1, 4096), random_row(2, 4096));
+    let mut wrong = Vec::new();
+    for (ty, bits) in GGML_VEC_DOT_BITS {
+        let wq = quantize_to_vec(ty, &w).unwrap();
+        let mut a = Vec::new();
+        quantize_activation(ty, &x, &mut a);
+        let got = vec_dot(ty, 4096, &wq, &a);
+        if got.to_bits() != bits {
+            wrong.push(format!("{ty}: {got} vs ggml {}", f32::from_bits(bits)));
+        }
+        // Tokens grouped for prefill go through the same per-token steps.
+        let acts: Vec<u8> = std::iter::repeat_n(a.iter().copied(), 3).flatten().collect();
+        let mut out = [0.0f32; 3];
+        matmul_tile(ty, 4096, &wq, 0..1, &acts, 3, &mut out);
+        assert!(out.iter().all(|v| v.to_bits() == got.to_bits()), "{ty}: {out:?} vs {got}");
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
