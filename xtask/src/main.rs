@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: project automation that needs more than a shell
 //! one-liner. Each subcommand lives in its own module.
 
+mod bench;
 mod gen_model;
 mod presets;
 
@@ -19,6 +20,8 @@ struct Cli {
 enum Command {
     /// Write a random-weight GGUF model with the exact layout of a real one.
     GenModel(gen_model::GenModelArgs),
+    /// Tokens/s of prompt processing and generation per backend (llama-bench style).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Command::GenModel(args) => gen_model::run(args),
+        Command::Bench(args) => return bench::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

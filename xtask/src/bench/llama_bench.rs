@@ -1,0 +1,126 @@
+//! `--vs-llama-bench`: runs llama.cpp's `llama-bench` on the same model and
+//! settings and reads its `-o json` output, so the two engines are compared
+//! on one machine in one invocation.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+
+use super::report::{BackendResult, TestResult, LLAMA_CPP};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlamaBenchError {
+    #[error("{} does not exist or is not a file", .0.display())]
+    Missing(PathBuf),
+    #[error("cannot run {}: {source}", path.display())]
+    Spawn {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} failed ({status}): {stderr}", path.display())]
+    Failed {
+        path: PathBuf,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("cannot parse its JSON output: {0}")]
+    Parse(#[from] serde_json::Error),
+    #[error("its JSON output has no results")]
+    Empty,
+}
+
+/// The fields we read of one llama-bench JSON result; it writes many more.
+#[derive(Debug, Deserialize)]
+struct Row {
+    n_prompt: usize,
+    n_gen: usize,
+    avg_ts: f64,
+    stddev_ts: f64,
+    #[serde(default)]
+    samples_ts: Vec<f64>,
+    #[serde(default)]
+    cpu_info: String,
+    #[serde(default)]
+    gpu_info: String,
+    #[serde(default)]
+    backends: String,
+}
+
+pub struct Settings<'a> {
+    pub model: &'a Path,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub repetitions: u32,
+    pub threads: usize,
+}
+
+pub fn run(binary: &Path, s: &Settings) -> Result<BackendResult, LlamaBenchError> {
+    let output = Command::new(binary)
+        .arg("-m")
+        .arg(s.model)
+        .args(["-p", &s.n_prompt.to_string()])
+        .args(["-n", &s.n_gen.to_string()])
+        .args(["-r", &s.repetitions.to_string()])
+        .args(["-t", &s.threads.to_string()])
+        .args(["-o", "json"])
+        .output()
+        .map_err(|source| LlamaBenchError::Spawn {
+            path: binary.to_path_buf(),
+            source,
+        })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // Its last line is the error; the rest is model-loading chatter.
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+        return Err(LlamaBenchError::Failed {
+            path: binary.to_path_buf(),
+            status: output.status,
+            stderr: last.unwrap_or("no message").trim().to_string(),
+        });
+    }
+    parse(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// llama-bench's `-o json` (an array of result objects) as the `llama.cpp`
+/// backend's results.
+pub fn parse(json: &str) -> Result<BackendResult, LlamaBenchError> {
+    let rows: Vec<Row> = serde_json::from_str(json)?;
+    let first = rows.first().ok_or(LlamaBenchError::Empty)?;
+    let hardware = if first.gpu_info.trim().is_empty() {
+        first.cpu_info.trim()
+    } else {
+        first.gpu_info.trim()
+    };
+    let device = match (first.backends.trim(), hardware) {
+        ("", "") => "llama-bench".to_string(),
+        ("", hw) => hw.to_string(),
+        (b, "") => b.to_string(),
+        (b, hw) => format!("{b}: {hw}"),
+    };
+    let tests = rows
+        .into_iter()
+        .map(|r| TestResult {
+            test: test_name(r.n_prompt, r.n_gen),
+            n_prompt: r.n_prompt,
+            n_gen: r.n_gen,
+            mean: r.avg_ts,
+            sd: r.stddev_ts,
+            samples: r.samples_ts,
+        })
+        .collect();
+    Ok(BackendResult {
+        backend: LLAMA_CPP.to_string(),
+        device: Some(device),
+        reason: None,
+        tests,
+    })
+}
+
+fn test_name(n_prompt: usize, n_gen: usize) -> String {
+    match (n_prompt, n_gen) {
+        (p, 0) => format!("pp{p}"),
+        (0, n) => format!("tg{n}"),
+        (p, n) => format!("pp{p}+tg{n}"),
+    }
+}

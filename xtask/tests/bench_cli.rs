@@ -1,0 +1,176 @@
+//! `cargo xtask bench` as a user sees it: exit codes, one-line errors, and the
+//! report on stdout. Runs use the tiny reference model and a few tokens.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn model() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/reference/tiny-qwen2-Q8_0.gguf")
+        .display()
+        .to_string()
+}
+
+/// `xtask bench --model <tiny> -p 8 -n 4 -r 2` plus `args`.
+fn bench(args: &[&str]) -> Output {
+    let model = model();
+    let mut all = vec!["bench", "--model", &model, "-p", "8", "-n", "4", "-r", "2"];
+    all.extend_from_slice(args);
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(&all)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Exit `code` and a single-line `error:` on stderr mentioning `needle`
+/// (status lines from the run before the failure are allowed above it).
+fn assert_error(out: &Output, code: i32, needle: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line: {err:?}");
+    assert!(
+        errors[0].contains(needle),
+        "{err:?} should mention {needle:?}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn argument_errors_exit_2() {
+    assert_error(&bench(&["-o", "xml"]), 2, "xml");
+    assert_error(&bench(&["-r", "0"]), 2, "repetitions");
+    assert_error(&bench(&["--backend", "cuda"]), 2, "unknown backend 'cuda'");
+    assert_error(&bench(&["-p", "0", "-n", "0"]), 2, "nothing to measure");
+    for out in [bench(&["-o", "xml"]), bench(&["--backend", "cpu,nope"])] {
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn absent_backend_by_name_exits_1_with_reason() {
+    let out = bench(&["--backend", "vulkan"]);
+    assert_error(&out, 1, "vulkan: not built into this binary");
+    assert!(
+        stdout(&out).starts_with("backend vulkan: not built into this binary"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn all_reports_absent_backends_and_runs_cpu() {
+    let out = bench(&["--backend", "all"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        text.contains("backend vulkan: not built into this binary"),
+        "{text}"
+    );
+    assert!(text.contains("backend cpu: "), "{text}");
+    let cpu_rows: Vec<&str> = text.lines().filter(|l| l.contains("| cpu |")).collect();
+    assert_eq!(cpu_rows.len(), 2, "{text}");
+    assert!(cpu_rows[0].contains("| pp8 |") && cpu_rows[1].contains("| tg4 |"));
+    assert!(cpu_rows[0].contains(" ± "), "{text}");
+}
+
+#[test]
+fn json_has_every_sample() {
+    let out = bench(&["--backend", "cpu", "-r", "3", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(v["model"]["n_params"].as_u64().unwrap() > 0);
+    let tests = v["backends"][0]["tests"].as_array().unwrap();
+    assert_eq!(tests.len(), 2);
+    for t in tests {
+        let samples = t["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 3, "{t}");
+        let mean = samples.iter().map(|s| s.as_f64().unwrap()).sum::<f64>() / 3.0;
+        assert!(
+            (t["mean"].as_f64().unwrap() - mean).abs() < 1e-6 * mean,
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn csv_header_and_rows() {
+    let out = bench(&["--backend", "cpu", "-o", "csv"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("model,size_bytes,n_params,backend,device,test,"));
+    assert_eq!(lines.len(), 3, "{text}");
+}
+
+#[test]
+fn missing_llama_bench_is_one_line() {
+    let out = bench(&[
+        "--backend",
+        "cpu",
+        "--vs-llama-bench",
+        "/no/such/llama-bench",
+    ]);
+    assert_error(&out, 1, "/no/such/llama-bench");
+}
+
+/// A stand-in llama-bench: a shell script printing fixed JSON (or failing),
+/// so the whole --vs-llama-bench path runs without llama.cpp.
+#[cfg(unix)]
+fn fake_llama_bench(tag: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::temp_dir().join(format!("fake-llama-bench-{tag}-{}", std::process::id()));
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[cfg(unix)]
+#[test]
+fn compares_with_llama_bench() {
+    let json = r#"[{"n_prompt":8,"n_gen":0,"avg_ts":1.0e9,"stddev_ts":1.0,"samples_ts":[1.0e9,1.0e9]},
+{"n_prompt":0,"n_gen":4,"avg_ts":2.0e9,"stddev_ts":1.0,"samples_ts":[2.0e9,2.0e9]}]"#;
+    let fake = fake_llama_bench("ok", &format!("cat <<'EOF'\n{json}\nEOF"));
+    let out = bench(&[
+        "--backend",
+        "cpu",
+        "--vs-llama-bench",
+        fake.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&fake);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        text.contains("| llama.cpp | llama-bench | pp8 | 1000000000.00 ± 1.00 |"),
+        "{text}"
+    );
+    // No real engine is a billion times faster than this tiny model's
+    // llama-bench stand-in: the ratio rounds to 0.00.
+    assert!(text.contains("rocmforge ÷ llama.cpp"), "{text}");
+    assert!(text.contains("| cpu | 0.00 | 0.00 |"), "{text}");
+}
+
+#[cfg(unix)]
+#[test]
+fn failing_llama_bench_is_one_line() {
+    let fake = fake_llama_bench(
+        "fail",
+        "echo 'loading...' >&2; echo 'error: boom' >&2; exit 3",
+    );
+    let out = bench(&[
+        "--backend",
+        "cpu",
+        "--vs-llama-bench",
+        fake.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&fake);
+    assert_error(&out, 1, "error: boom");
+}
