@@ -46,11 +46,18 @@ pub enum BackendError {
     #[error("token id {id} is outside the vocabulary (size {n_vocab})")]
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("positions {pos0}..{end} exceed the context size {n_ctx}")]
-    ContextOverflow { pos0: usize, end: usize, n_ctx: usize },
+    ContextOverflow {
+        pos0: usize,
+        end: usize,
+        n_ctx: usize,
+    },
     #[error("logits buffer holds {got} values, {expected} needed")]
     LogitsBuffer { expected: usize, got: usize },
     #[error("unsupported weight type {ty} for tensor '{tensor}' on this backend")]
-    UnsupportedWeight { tensor: String, ty: crate::quant::QuantType },
+    UnsupportedWeight {
+        tensor: String,
+        ty: crate::quant::QuantType,
+    },
     #[error("out of memory allocating {bytes} bytes for {what}")]
     OutOfMemory { what: &'static str, bytes: u64 },
     #[error("device error: {0}")]

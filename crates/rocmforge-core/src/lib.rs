@@ -5,12 +5,12 @@
 //! a [`backend::Backend`] that records the planned graph once and replays it every
 //! token → [`sampler`] → [`tokenizer`] (text).
 
-pub mod gguf;
-pub mod quant;
-pub mod model;
-pub mod graph;
-pub mod tokenizer;
-pub mod sampler;
-pub mod plan;
 pub mod backend;
+pub mod gguf;
+pub mod graph;
+pub mod model;
+pub mod plan;
+pub mod quant;
+pub mod sampler;
 pub mod session;
+pub mod tokenizer;

@@ -36,7 +36,11 @@ pub struct SessionOptions {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { n_ctx: 4096, n_batch: 512, all_logits: false }
+        SessionOptions {
+            n_ctx: 4096,
+            n_batch: 512,
+            all_logits: false,
+        }
     }
 }
 
@@ -60,9 +64,14 @@ impl Session {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Session, SessionError> {
         if opts.n_ctx == 0 || opts.n_batch == 0 {
-            return Err(SessionError::Option("context and batch sizes must be positive".into()));
+            return Err(SessionError::Option(
+                "context and batch sizes must be positive".into(),
+            ));
         }
-        let opts = SessionOptions { n_batch: opts.n_batch.min(opts.n_ctx), ..opts };
+        let opts = SessionOptions {
+            n_batch: opts.n_batch.min(opts.n_ctx),
+            ..opts
+        };
         backend.load(&model, opts.n_ctx, progress)?;
         let mut s = Session {
             model,
@@ -123,7 +132,10 @@ impl Session {
         }
         let needed = self.n_past + tokens.len();
         if needed > self.opts.n_ctx {
-            return Err(SessionError::ContextFull { needed, n_ctx: self.opts.n_ctx });
+            return Err(SessionError::ContextFull {
+                needed,
+                n_ctx: self.opts.n_ctx,
+            });
         }
         let n_vocab = self.model.config.n_vocab;
         let mut out = std::mem::take(&mut self.logits);

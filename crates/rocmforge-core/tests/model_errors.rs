@@ -8,7 +8,8 @@ use rocmforge_core::model::{Model, ModelConfig, ModelError};
 use rocmforge_core::quant::QuantType;
 
 fn fixture() -> GgufFile {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference/tiny-qwen3-Q8_0.gguf");
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/reference/tiny-qwen3-Q8_0.gguf");
     GgufFile::open(&p).unwrap()
 }
 
@@ -37,7 +38,12 @@ fn keep(_: &str, v: &GgufValue) -> Option<GgufValue> {
     Some(v.clone())
 }
 
-fn keep_tensor(_: &str, s: &[u64], ty: QuantType, d: &[u8]) -> Option<(Vec<u64>, QuantType, Vec<u8>)> {
+fn keep_tensor(
+    _: &str,
+    s: &[u64],
+    ty: QuantType,
+    d: &[u8],
+) -> Option<(Vec<u64>, QuantType, Vec<u8>)> {
     Some((s.to_vec(), ty, d.to_vec()))
 }
 
@@ -50,7 +56,13 @@ fn unchanged_copy_loads() {
 #[test]
 fn unsupported_architecture() {
     let r = rewrite(
-        |k, v| Some(if k == "general.architecture" { GgufValue::String("rwkv6".into()) } else { v.clone() }),
+        |k, v| {
+            Some(if k == "general.architecture" {
+                GgufValue::String("rwkv6".into())
+            } else {
+                v.clone()
+            })
+        },
         keep_tensor,
     );
     assert!(matches!(r, Err(ModelError::UnsupportedArch(a)) if a == "rwkv6"));
@@ -58,14 +70,23 @@ fn unsupported_architecture() {
 
 #[test]
 fn missing_required_key() {
-    let r = rewrite(|k, v| (k != "qwen3.block_count").then(|| v.clone()), keep_tensor);
+    let r = rewrite(
+        |k, v| (k != "qwen3.block_count").then(|| v.clone()),
+        keep_tensor,
+    );
     assert!(matches!(r, Err(ModelError::MissingKey(k)) if k == "qwen3.block_count"));
 }
 
 #[test]
 fn wrongly_typed_key() {
     let r = rewrite(
-        |k, v| Some(if k == "qwen3.embedding_length" { GgufValue::String("big".into()) } else { v.clone() }),
+        |k, v| {
+            Some(if k == "qwen3.embedding_length" {
+                GgufValue::String("big".into())
+            } else {
+                v.clone()
+            })
+        },
         keep_tensor,
     );
     assert!(matches!(r, Err(ModelError::BadKey { key, .. }) if key == "qwen3.embedding_length"));
@@ -74,21 +95,35 @@ fn wrongly_typed_key() {
 #[test]
 fn contradictory_heads() {
     let r = rewrite(
-        |k, v| Some(if k == "qwen3.attention.head_count_kv" { GgufValue::U32(3) } else { v.clone() }),
+        |k, v| {
+            Some(if k == "qwen3.attention.head_count_kv" {
+                GgufValue::U32(3)
+            } else {
+                v.clone()
+            })
+        },
         keep_tensor,
     );
-    assert!(matches!(r, Err(ModelError::Contradiction(_))), "{:?}", r.err());
+    assert!(
+        matches!(r, Err(ModelError::Contradiction(_))),
+        "{:?}",
+        r.err()
+    );
 }
 
 #[test]
 fn missing_tensor() {
-    let r = rewrite(keep, |n, s, t, d| (n != "blk.1.ffn_down.weight").then(|| (s.to_vec(), t, d.to_vec())));
+    let r = rewrite(keep, |n, s, t, d| {
+        (n != "blk.1.ffn_down.weight").then(|| (s.to_vec(), t, d.to_vec()))
+    });
     assert!(matches!(r, Err(ModelError::MissingTensor(n)) if n == "blk.1.ffn_down.weight"));
 }
 
 #[test]
 fn missing_qk_norm_for_qwen3() {
-    let r = rewrite(keep, |n, s, t, d| (n != "blk.0.attn_k_norm.weight").then(|| (s.to_vec(), t, d.to_vec())));
+    let r = rewrite(keep, |n, s, t, d| {
+        (n != "blk.0.attn_k_norm.weight").then(|| (s.to_vec(), t, d.to_vec()))
+    });
     assert!(matches!(r, Err(ModelError::MissingTensor(n)) if n == "blk.0.attn_k_norm.weight"));
 }
 
@@ -107,7 +142,10 @@ fn unsupported_tensor_type_names_the_tensor() {
     match r {
         Err(e @ ModelError::UnsupportedType { .. }) => {
             let msg = e.to_string();
-            assert!(msg.contains("blk.0.ffn_up.weight") && msg.contains("MXFP4"), "{msg}");
+            assert!(
+                msg.contains("blk.0.ffn_up.weight") && msg.contains("MXFP4"),
+                "{msg}"
+            );
         }
         other => panic!("expected UnsupportedType, got {:?}", other.err()),
     }

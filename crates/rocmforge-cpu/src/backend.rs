@@ -63,7 +63,10 @@ impl CpuBackend {
 
     fn allocate(&mut self, what: &'static str, bytes: usize) -> Result<HostBuffer, BackendError> {
         self.allocations += 1;
-        HostBuffer::new(bytes).ok_or(BackendError::OutOfMemory { what, bytes: bytes as u64 })
+        HostBuffer::new(bytes).ok_or(BackendError::OutOfMemory {
+            what,
+            bytes: bytes as u64,
+        })
     }
 }
 
@@ -81,7 +84,10 @@ fn cpu_name() -> String {
 
 impl Backend for CpuBackend {
     fn info(&self) -> BackendInfo {
-        BackendInfo { name: "cpu", device: format!("{} ({} threads)", cpu_name(), self.n_threads) }
+        BackendInfo {
+            name: "cpu",
+            device: format!("{} ({} threads)", cpu_name(), self.n_threads),
+        }
     }
 
     fn load(
@@ -97,7 +103,12 @@ impl Backend for CpuBackend {
         weights.prefault(progress);
         let kv_layout = KvLayout::new(&model.config, n_ctx);
         let kv = self.allocate("KV cache", kv_layout.bytes())?;
-        self.loaded = Some(Loaded { weights, kv_layout, kv, n_vocab: model.config.n_vocab });
+        self.loaded = Some(Loaded {
+            weights,
+            kv_layout,
+            kv,
+            n_vocab: model.config.n_vocab,
+        });
         Ok(())
     }
 
@@ -105,15 +116,19 @@ impl Backend for CpuBackend {
         let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
         let views = &loaded.weights.views;
         let rope = RopeTable::try_new(
-            if graph.rope.neox { RopeMode::NeoX } else { RopeMode::Normal },
+            if graph.rope.neox {
+                RopeMode::NeoX
+            } else {
+                RopeMode::Normal
+            },
             graph.rope.n_rot,
             graph.rope.freq_base,
             graph.rope.freq_scale,
             graph.rope.freq_factors.map(|id| views[id].f32s()),
         )
         .map_err(|e| BackendError::Device(format!("rope parameters: {e}")))?;
-        let layout = ScratchLayout::for_graph(graph, views, loaded.kv_layout.n_ctx)
-            .max(self.scratch_layout);
+        let layout =
+            ScratchLayout::for_graph(graph, views, loaded.kv_layout.n_ctx).max(self.scratch_layout);
         if plan.arena_bytes > self.arena.len() {
             self.arena = self.allocate("activation arena", plan.arena_bytes)?;
         }
@@ -121,7 +136,11 @@ impl Backend for CpuBackend {
             self.scratch = self.allocate("scratch", layout.total(self.n_threads))?;
         }
         self.scratch_layout = layout;
-        self.graphs.push(Prepared { graph: graph.clone(), plan: plan.clone(), rope });
+        self.graphs.push(Prepared {
+            graph: graph.clone(),
+            plan: plan.clone(),
+            rope,
+        });
         Ok(GraphId(self.graphs.len() - 1))
     }
 
@@ -133,21 +152,37 @@ impl Backend for CpuBackend {
         logits: &mut [f32],
     ) -> Result<(), BackendError> {
         let loaded = self.loaded.as_mut().ok_or(BackendError::NoModel)?;
-        let p = self.graphs.get(id.0).ok_or(BackendError::UnknownGraph(id))?;
+        let p = self
+            .graphs
+            .get(id.0)
+            .ok_or(BackendError::UnknownGraph(id))?;
         let g = &p.graph;
         if tokens.len() != g.n_tokens {
-            return Err(BackendError::TokenCount { expected: g.n_tokens, got: tokens.len() });
+            return Err(BackendError::TokenCount {
+                expected: g.n_tokens,
+                got: tokens.len(),
+            });
         }
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= loaded.n_vocab) {
-            return Err(BackendError::TokenOutOfRange { id: bad, n_vocab: loaded.n_vocab });
+            return Err(BackendError::TokenOutOfRange {
+                id: bad,
+                n_vocab: loaded.n_vocab,
+            });
         }
         let end = pos0 + tokens.len();
         if end > loaded.kv_layout.n_ctx {
-            return Err(BackendError::ContextOverflow { pos0, end, n_ctx: loaded.kv_layout.n_ctx });
+            return Err(BackendError::ContextOverflow {
+                pos0,
+                end,
+                n_ctx: loaded.kv_layout.n_ctx,
+            });
         }
         let out = g.tensor(g.logits);
         if logits.len() != out.rows * out.cols {
-            return Err(BackendError::LogitsBuffer { expected: out.rows * out.cols, got: logits.len() });
+            return Err(BackendError::LogitsBuffer {
+                expected: out.rows * out.cols,
+                got: logits.len(),
+            });
         }
         let step = Step {
             graph: g,

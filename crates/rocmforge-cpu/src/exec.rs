@@ -86,13 +86,16 @@ impl Step<'_> {
     /// As for `tensor`; the row range must be this thread's.
     unsafe fn rows<'b>(&self, t: TensorId, rows: std::ops::Range<usize>) -> &'b mut [f32] {
         let d = self.graph.tensor(t);
-        self.arena
-            .f32s(self.plan.offsets[t] + rows.start * d.cols * 4, rows.len() * d.cols)
+        self.arena.f32s(
+            self.plan.offsets[t] + rows.start * d.cols * 4,
+            rows.len() * d.cols,
+        )
     }
 
     unsafe fn thread_scratch<'b>(&self, m: Member) -> &'b mut [u8] {
         let l = self.scratch_layout;
-        self.scratch.bytes(l.act_bytes + m.ith * l.per_thread_bytes, l.per_thread_bytes)
+        self.scratch
+            .bytes(l.act_bytes + m.ith * l.per_thread_bytes, l.per_thread_bytes)
     }
 
     /// Runs the whole graph as member `m` of the team.
@@ -119,7 +122,12 @@ impl Step<'_> {
                         .expect("embedding type checked at load");
                 }
             }
-            Op::RmsNorm { x, weight, out, group } => {
+            Op::RmsNorm {
+                x,
+                weight,
+                out,
+                group,
+            } => {
                 let d = self.graph.tensor(x);
                 let n_groups = d.rows * d.cols / group;
                 let range = m.share(n_groups);
@@ -149,8 +157,12 @@ impl Step<'_> {
                 let (k_src, v_src) = (self.tensor(k), self.tensor(v));
                 for r in rows {
                     let pos = self.pos0 + r;
-                    let kd = self.kv.f16s((l.k_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
-                    let vd = self.kv.f16s((l.v_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
+                    let kd = self
+                        .kv
+                        .f16s((l.k_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
+                    let vd = self
+                        .kv
+                        .f16s((l.v_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
                     let row = r * d.cols..(r + 1) * d.cols;
                     for (dst, &s) in kd.iter_mut().zip(&k_src[row.clone()]) {
                         *dst = f16::from_f32(s);
@@ -213,12 +225,21 @@ impl Step<'_> {
         let dst = self.tensor(out);
         let bias = bias.map(|b| self.weights[b].f32s());
         let tile_bytes = self.thread_scratch(m);
-        let tile = std::slice::from_raw_parts_mut(tile_bytes.as_mut_ptr() as *mut f32, n * TILE_ROWS);
+        let tile =
+            std::slice::from_raw_parts_mut(tile_bytes.as_mut_ptr() as *mut f32, n * TILE_ROWS);
         let mine = m.share(n_out.div_ceil(TILE_ROWS));
         for block in mine {
             let rows = block * TILE_ROWS..((block + 1) * TILE_ROWS).min(n_out);
             let width = rows.len();
-            quant_dot::matmul_tile(wv.ty, k, wv.bytes(), rows.clone(), acts, n, &mut tile[..n * width]);
+            quant_dot::matmul_tile(
+                wv.ty,
+                k,
+                wv.bytes(),
+                rows.clone(),
+                acts,
+                n,
+                &mut tile[..n * width],
+            );
             for t in 0..n {
                 let o = &mut dst[t * n_out + rows.start..t * n_out + rows.end];
                 o.copy_from_slice(&tile[t * width..(t + 1) * width]);

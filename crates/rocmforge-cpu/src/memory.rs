@@ -21,7 +21,10 @@ impl HostBuffer {
     /// instead of aborting the process).
     pub fn new(len: usize) -> Option<HostBuffer> {
         if len == 0 {
-            return Some(HostBuffer { ptr: std::ptr::null_mut(), len: 0 });
+            return Some(HostBuffer {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+            });
         }
         let layout = Layout::from_size_align(len, BUFFER_ALIGN).ok()?;
         // SAFETY: layout has non-zero size.
@@ -34,7 +37,10 @@ impl HostBuffer {
     }
 
     pub fn shared(&mut self) -> SharedMem {
-        SharedMem { ptr: self.ptr, len: self.len }
+        SharedMem {
+            ptr: self.ptr,
+            len: self.len,
+        }
     }
 }
 
@@ -42,7 +48,12 @@ impl Drop for HostBuffer {
     fn drop(&mut self) {
         if self.len > 0 {
             // SAFETY: allocated in `new` with this exact layout.
-            unsafe { dealloc(self.ptr, Layout::from_size_align_unchecked(self.len, BUFFER_ALIGN)) }
+            unsafe {
+                dealloc(
+                    self.ptr,
+                    Layout::from_size_align_unchecked(self.len, BUFFER_ALIGN),
+                )
+            }
         }
     }
 }

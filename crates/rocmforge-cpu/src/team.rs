@@ -17,7 +17,11 @@ pub struct SpinBarrier {
 
 impl SpinBarrier {
     pub fn new(n: usize) -> SpinBarrier {
-        SpinBarrier { n, count: AtomicUsize::new(0), generation: AtomicUsize::new(0) }
+        SpinBarrier {
+            n,
+            count: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
     }
 
     pub fn wait(&self) {

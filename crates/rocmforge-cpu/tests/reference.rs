@@ -32,7 +32,9 @@ const MEAN_REL: f32 = 0.035;
 const FIRST_POSITION_REL: f32 = 1e-5;
 
 fn path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/reference")
+        .join(name)
 }
 
 struct Fixture {
@@ -59,16 +61,33 @@ fn load(stem: &str) -> Fixture {
         .lines()
         .map(|l| {
             let mut it = l.split_whitespace();
-            (it.next().unwrap().parse().unwrap(), it.next().unwrap().parse().unwrap())
+            (
+                it.next().unwrap().parse().unwrap(),
+                it.next().unwrap().parse().unwrap(),
+            )
         })
         .collect();
-    Fixture { model, tokens, logits, greedy }
+    Fixture {
+        model,
+        tokens,
+        logits,
+        greedy,
+    }
 }
 
 fn session(model: &Arc<Model>, threads: usize, all_logits: bool) -> Session {
-    let opts = SessionOptions { n_ctx: 256, n_batch: 64, all_logits };
-    Session::new(Arc::clone(model), Box::new(CpuBackend::new(threads)), opts, &mut |_, _| {})
-        .unwrap()
+    let opts = SessionOptions {
+        n_ctx: 256,
+        n_batch: 64,
+        all_logits,
+    };
+    Session::new(
+        Arc::clone(model),
+        Box::new(CpuBackend::new(threads)),
+        opts,
+        &mut |_, _| {},
+    )
+    .unwrap()
 }
 
 fn argmax(x: &[f32]) -> u32 {
@@ -94,7 +113,11 @@ fn row_error(ours: &[f32], theirs: &[f32]) -> (f32, f32) {
 fn check_prompt_logits(stem: &str, threads: usize) {
     let f = load(stem);
     let tok = Tokenizer::from_gguf(&f.model.file).unwrap();
-    assert_eq!(tok.encode(PROMPT, tok.add_bos_default(), false), f.tokens, "{stem}: tokens");
+    assert_eq!(
+        tok.encode(PROMPT, tok.add_bos_default(), false),
+        f.tokens,
+        "{stem}: tokens"
+    );
     let mut s = session(&f.model, threads, true);
     let ours = s.eval(&f.tokens).unwrap().to_vec();
     let n_vocab = f.model.config.n_vocab;
@@ -105,9 +128,16 @@ fn check_prompt_logits(stem: &str, threads: usize) {
         .map(|(a, b)| row_error(a, b))
         .collect();
     eprintln!("{stem}: per-position (max, mean) |Δ|/σ: {errors:.4?}");
-    assert!(errors[0].0 <= FIRST_POSITION_REL, "{stem}: position 0 differs: {:?}", errors[0]);
+    assert!(
+        errors[0].0 <= FIRST_POSITION_REL,
+        "{stem}: position 0 differs: {:?}",
+        errors[0]
+    );
     for (pos, &(max, mean)) in errors.iter().enumerate() {
-        assert!(max <= MAX_REL && mean <= MEAN_REL, "{stem} pos {pos}: max {max} mean {mean}");
+        assert!(
+            max <= MAX_REL && mean <= MEAN_REL,
+            "{stem} pos {pos}: max {max} mean {mean}"
+        );
     }
 }
 
@@ -122,12 +152,18 @@ fn check_greedy(stem: &str) {
     for (i, &(token, margin)) in f.greedy.iter().enumerate() {
         let ours = argmax(&logits);
         if margin > 0.05 {
-            assert_eq!(ours, token, "{stem}: greedy token {i} (reference margin {margin})");
+            assert_eq!(
+                ours, token,
+                "{stem}: greedy token {i} (reference margin {margin})"
+            );
             compared += 1;
         }
         logits = s.eval(&[token]).unwrap().to_vec();
     }
-    assert!(compared >= f.greedy.len() / 2, "{stem}: only {compared} tokens had a clear margin");
+    assert!(
+        compared >= f.greedy.len() / 2,
+        "{stem}: only {compared} tokens had a clear margin"
+    );
 }
 
 /// Free-running greedy decoding reproduces the reference continuation up to
@@ -147,7 +183,10 @@ fn check_free_greedy(stem: &str) {
         logits = s.eval(&[ours]).unwrap().to_vec();
     }
     eprintln!("{stem}: {matched} greedy tokens reproduced before a tiny margin");
-    assert!(matched >= 2, "{stem}: the comparison stopped too early to mean anything");
+    assert!(
+        matched >= 2,
+        "{stem}: the comparison stopped too early to mean anything"
+    );
 }
 
 #[test]

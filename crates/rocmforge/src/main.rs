@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "rocmforge", version, about = "Run GGUF language models on AMD GPUs (and the CPU)")]
+#[command(
+    name = "rocmforge",
+    version,
+    about = "Run GGUF language models on AMD GPUs (and the CPU)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -41,21 +41,33 @@ pub enum RegistryError {
     #[error("unknown backend '{name}' (known: {known})")]
     Unknown { name: String, known: String },
     #[error("backend '{name}' cannot run here: {source}")]
-    Unavailable { name: &'static str, source: BackendError },
+    Unavailable {
+        name: &'static str,
+        source: BackendError,
+    },
 }
 
 pub fn find(name: &str) -> Option<&'static BackendEntry> {
     let name = name.to_ascii_lowercase();
-    BACKENDS.iter().find(|b| b.name == name || b.aliases.contains(&name.as_str()))
+    BACKENDS
+        .iter()
+        .find(|b| b.name == name || b.aliases.contains(&name.as_str()))
 }
 
 /// Creates a backend by name.
 pub fn create(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>, RegistryError> {
     let entry = find(name).ok_or_else(|| RegistryError::Unknown {
         name: name.to_string(),
-        known: BACKENDS.iter().map(|b| b.name).collect::<Vec<_>>().join(", "),
+        known: BACKENDS
+            .iter()
+            .map(|b| b.name)
+            .collect::<Vec<_>>()
+            .join(", "),
     })?;
-    (entry.create)(opts).map_err(|source| RegistryError::Unavailable { name: entry.name, source })
+    (entry.create)(opts).map_err(|source| RegistryError::Unavailable {
+        name: entry.name,
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -65,7 +77,9 @@ mod tests {
     #[test]
     fn finds_cpu_and_rejects_unknown() {
         assert!(create("cpu", &BackendOptions::default()).is_ok());
-        let err = create("cuda-but-not-really", &BackendOptions::default()).err().unwrap();
+        let err = create("cuda-but-not-really", &BackendOptions::default())
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("known: cpu"), "{err}");
     }
 }

@@ -23,7 +23,13 @@ impl Builder {
         self.tensors[t].rows
     }
 
-    fn matmul(&mut self, w: WeightId, out_cols: usize, x: TensorId, bias: Option<WeightId>) -> TensorId {
+    fn matmul(
+        &mut self,
+        w: WeightId,
+        out_cols: usize,
+        x: TensorId,
+        bias: Option<WeightId>,
+    ) -> TensorId {
         let out = self.tensor(self.rows(x), out_cols);
         self.ops.push(Op::MatMul { w, x, bias, out });
         out
@@ -31,7 +37,12 @@ impl Builder {
 
     fn rms_norm(&mut self, x: TensorId, weight: WeightId, group: usize) -> TensorId {
         let out = self.tensor(self.rows(x), self.cols(x));
-        self.ops.push(Op::RmsNorm { x, weight, out, group });
+        self.ops.push(Op::RmsNorm {
+            x,
+            weight,
+            out,
+            group,
+        });
         out
     }
 
@@ -48,10 +59,17 @@ impl Builder {
 pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
     let cfg = &model.config;
     let w = &model.weights;
-    let mut b = Builder { n_tokens, tensors: Vec::new(), ops: Vec::new() };
+    let mut b = Builder {
+        n_tokens,
+        tensors: Vec::new(),
+        ops: Vec::new(),
+    };
 
     let mut x = b.tensor(n_tokens, cfg.n_embd);
-    b.ops.push(Op::Embed { table: w.token_embd, out: x });
+    b.ops.push(Op::Embed {
+        table: w.token_embd,
+        out: x,
+    });
     for (layer, lw) in w.layers.iter().enumerate() {
         let h = b.rms_norm(x, lw.attn_norm, cfg.n_embd);
         let mut q = b.matmul(lw.wq, cfg.q_dim(), h, lw.bq);
@@ -61,11 +79,21 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
             q = b.rms_norm(q, qn, cfg.head_dim);
             k = b.rms_norm(k, kn, cfg.head_dim);
         }
-        b.ops.push(Op::Rope { x: q, n_heads: cfg.n_head });
-        b.ops.push(Op::Rope { x: k, n_heads: cfg.n_head_kv });
+        b.ops.push(Op::Rope {
+            x: q,
+            n_heads: cfg.n_head,
+        });
+        b.ops.push(Op::Rope {
+            x: k,
+            n_heads: cfg.n_head_kv,
+        });
         b.ops.push(Op::StoreKv { layer, k, v });
         let attn = b.tensor(n_tokens, cfg.q_dim());
-        b.ops.push(Op::Attention { layer, q, out: attn });
+        b.ops.push(Op::Attention {
+            layer,
+            q,
+            out: attn,
+        });
         let o = b.matmul(lw.wo, cfg.n_embd, attn, None);
         let x_attn = b.add(x, o);
 

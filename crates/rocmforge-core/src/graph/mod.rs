@@ -33,18 +33,44 @@ pub enum Op {
     Embed { table: WeightId, out: TensorId },
     /// RMS normalisation over groups of `group` values (a whole row, or one
     /// head for Qwen3's Q/K norms), times `weight` (of length `group`).
-    RmsNorm { x: TensorId, weight: WeightId, out: TensorId, group: usize },
+    RmsNorm {
+        x: TensorId,
+        weight: WeightId,
+        out: TensorId,
+        group: usize,
+    },
     /// out = x · Wᵀ (+ bias): W has `out.cols` rows of `x.cols` values.
-    MatMul { w: WeightId, x: TensorId, bias: Option<WeightId>, out: TensorId },
+    MatMul {
+        w: WeightId,
+        x: TensorId,
+        bias: Option<WeightId>,
+        out: TensorId,
+    },
     /// Rotary embedding in place; row r is at position `pos0 + r`.
     Rope { x: TensorId, n_heads: usize },
     /// Writes K and V rows into the layer's cache at positions `pos0..`.
-    StoreKv { layer: usize, k: TensorId, v: TensorId },
+    StoreKv {
+        layer: usize,
+        k: TensorId,
+        v: TensorId,
+    },
     /// Causal GQA attention of `q` over the layer's cache positions `0..=pos`.
-    Attention { layer: usize, q: TensorId, out: TensorId },
+    Attention {
+        layer: usize,
+        q: TensorId,
+        out: TensorId,
+    },
     /// silu(gate) * up.
-    SwiGlu { gate: TensorId, up: TensorId, out: TensorId },
-    Add { a: TensorId, b: TensorId, out: TensorId },
+    SwiGlu {
+        gate: TensorId,
+        up: TensorId,
+        out: TensorId,
+    },
+    Add {
+        a: TensorId,
+        b: TensorId,
+        out: TensorId,
+    },
     /// Copies the last row of `x`: decoding needs logits for the last token only.
     LastRow { x: TensorId, out: TensorId },
 }

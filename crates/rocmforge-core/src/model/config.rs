@@ -86,12 +86,17 @@ impl ModelConfig {
             })?;
         let arch = Arch::from_name(arch_name)
             .ok_or_else(|| ModelError::UnsupportedArch(arch_name.to_string()))?;
-        let keys = Keys { file, arch: arch_name };
+        let keys = Keys {
+            file,
+            arch: arch_name,
+        };
 
         let n_embd = keys.required_usize("embedding_length")?;
         let n_layer = keys.required_usize("block_count")?;
         let n_head = keys.required_usize("attention.head_count")?;
-        let n_head_kv = keys.optional_usize("attention.head_count_kv")?.unwrap_or(n_head);
+        let n_head_kv = keys
+            .optional_usize("attention.head_count_kv")?
+            .unwrap_or(n_head);
         if n_head_kv == 0 || n_head % n_head_kv != 0 {
             return Err(ModelError::Contradiction(format!(
                 "{arch_name}.attention.head_count ({n_head}) is not a multiple of head_count_kv ({n_head_kv})"
@@ -113,7 +118,9 @@ impl ModelConfig {
                 )));
             }
         }
-        let n_rot = keys.optional_usize("rope.dimension_count")?.unwrap_or(head_dim);
+        let n_rot = keys
+            .optional_usize("rope.dimension_count")?
+            .unwrap_or(head_dim);
         if n_rot > head_dim || n_rot % 2 != 0 {
             return Err(ModelError::Contradiction(format!(
                 "rope.dimension_count {n_rot} must be even and at most the head size {head_dim}"
@@ -137,7 +144,9 @@ impl ModelConfig {
         };
         let rope_freq_scale = match keys.optional_f32("rope.scaling.factor")? {
             Some(f) if f > 0.0 && keys.rope_scaling_is_linear() => 1.0 / f,
-            _ => keys.optional_f32("rope.scale_linear")?.map_or(1.0, |f| 1.0 / f),
+            _ => keys
+                .optional_f32("rope.scale_linear")?
+                .map_or(1.0, |f| 1.0 / f),
         };
         let cfg = ModelConfig {
             arch,
@@ -149,7 +158,9 @@ impl ModelConfig {
             head_dim,
             n_ff,
             n_ctx_train: keys.optional_usize("context_length")?.unwrap_or(4096),
-            rms_eps: keys.optional_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
+            rms_eps: keys
+                .optional_f32("attention.layer_norm_rms_epsilon")?
+                .unwrap_or(1e-5),
             rope_neox: arch.rope_neox(),
             n_rot,
             rope_freq_base: keys.optional_f32("rope.freq_base")?.unwrap_or(10000.0),
@@ -164,7 +175,9 @@ impl ModelConfig {
             ("n_ff", cfg.n_ff),
         ] {
             if v == 0 || v > 1 << 24 {
-                return Err(ModelError::Contradiction(format!("{name} = {v} is out of range")));
+                return Err(ModelError::Contradiction(format!(
+                    "{name} = {v} is out of range"
+                )));
             }
         }
         Ok(cfg)
@@ -217,6 +230,9 @@ impl Keys<'_> {
     }
 
     fn rope_scaling_is_linear(&self) -> bool {
-        matches!(self.value("rope.scaling.type").1.and_then(|v| v.as_str()), Some("linear"))
+        matches!(
+            self.value("rope.scaling.type").1.and_then(|v| v.as_str()),
+            Some("linear")
+        )
     }
 }

@@ -27,7 +27,11 @@ pub enum ModelError {
     #[error("missing tensor '{0}'")]
     MissingTensor(String),
     #[error("tensor '{tensor}' has shape {actual:?}, expected {expected:?}")]
-    ShapeMismatch { tensor: String, expected: Vec<u64>, actual: Vec<u64> },
+    ShapeMismatch {
+        tensor: String,
+        expected: Vec<u64>,
+        actual: Vec<u64>,
+    },
     #[error("tensor '{tensor}' has type {ty}, which is not supported here")]
     UnsupportedType { tensor: String, ty: QuantType },
 }
@@ -48,14 +52,21 @@ impl Model {
     pub fn from_file(file: GgufFile) -> Result<Model, ModelError> {
         let config = ModelConfig::from_gguf(&file)?;
         let weights = ModelWeights::from_gguf(&file, &config)?;
-        Ok(Model { file: Arc::new(file), config, weights })
+        Ok(Model {
+            file: Arc::new(file),
+            config,
+            weights,
+        })
     }
 
     /// The bytes of one weight, read through the mapping. A lookup by name:
     /// backends resolve these once at load, not per token.
     pub fn weight_bytes(&self, id: WeightId) -> &[u8] {
         let w = self.weights.get(id);
-        let t = self.file.tensor(&w.name).expect("weights were located in this file");
+        let t = self
+            .file
+            .tensor(&w.name)
+            .expect("weights were located in this file");
         self.file.tensor_data(t)
     }
 }

@@ -75,7 +75,11 @@ impl ModelWeights {
     }
 
     pub fn from_gguf(file: &GgufFile, cfg: &ModelConfig) -> Result<ModelWeights, ModelError> {
-        let mut b = Builder { file, table: Vec::new(), region: 0 };
+        let mut b = Builder {
+            file,
+            table: Vec::new(),
+            region: 0,
+        };
         let (e, q, kv, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
         let token_embd = b.matrix("token_embd.weight", e, cfg.n_vocab)?;
         let output_norm = b.vector("output_norm.weight", e)?;
@@ -133,7 +137,11 @@ impl Builder<'_> {
             .file
             .tensor(name)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        let expected: &[u64] = if rows == 1 { &[cols as u64] } else { &[cols as u64, rows as u64] };
+        let expected: &[u64] = if rows == 1 {
+            &[cols as u64]
+        } else {
+            &[cols as u64, rows as u64]
+        };
         let actual: Vec<u64> = t.shape.clone();
         // A vector may be stored as [n, 1]; trailing unit dims don't change the layout.
         let trimmed: Vec<u64> = {
@@ -151,7 +159,10 @@ impl Builder<'_> {
             });
         }
         if !t.ty.is_supported() {
-            return Err(ModelError::UnsupportedType { tensor: name.to_string(), ty: t.ty });
+            return Err(ModelError::UnsupportedType {
+                tensor: name.to_string(),
+                ty: t.ty,
+            });
         }
         let region_offset = self.region.next_multiple_of(WEIGHT_ALIGN);
         self.region = region_offset + t.n_bytes;
@@ -177,7 +188,10 @@ impl Builder<'_> {
         let id = self.push(name, len, 1)?;
         let ty = self.table[id].ty;
         if ty != QuantType::F32 {
-            return Err(ModelError::UnsupportedType { tensor: name.to_string(), ty });
+            return Err(ModelError::UnsupportedType {
+                tensor: name.to_string(),
+                ty,
+            });
         }
         Ok(id)
     }

@@ -68,7 +68,11 @@ impl ArenaPlan {
             placed.push(t);
         }
         let naive_bytes = (0..graph.tensors.len()).map(size).sum();
-        ArenaPlan { offsets, arena_bytes, naive_bytes }
+        ArenaPlan {
+            offsets,
+            arena_bytes,
+            naive_bytes,
+        }
     }
 
     /// Checks that no two tensors alive at the same time overlap; the

@@ -13,7 +13,11 @@ pub struct KvLayout {
 
 impl KvLayout {
     pub fn new(cfg: &ModelConfig, n_ctx: usize) -> KvLayout {
-        KvLayout { n_layer: cfg.n_layer, n_ctx, kv_dim: cfg.kv_dim() }
+        KvLayout {
+            n_layer: cfg.n_layer,
+            n_ctx,
+            kv_dim: cfg.kv_dim(),
+        }
     }
 
     /// Elements in one layer's K (or V) block.

@@ -73,7 +73,10 @@ pub fn attend_head(
         &cache[start..start + len]
     }
 
-    assert!(scratch.len() >= head_dim, "attend_head: scratch shorter than head_dim");
+    assert!(
+        scratch.len() >= head_dim,
+        "attend_head: scratch shorter than head_dim"
+    );
     let q16 = &mut scratch[..head_dim];
     for (d, &s) in q16.iter_mut().zip(q) {
         *d = f16::from_f32(s).to_f32();
@@ -95,7 +98,12 @@ pub fn attend_head(
         } else {
             vs = (s - max).exp();
         }
-        mad_f16(simd, out, row(v_cache, p * kv_stride + kv_off, head_dim), vs);
+        mad_f16(
+            simd,
+            out,
+            row(v_cache, p * kv_stride + kv_off, head_dim),
+            vs,
+        );
         sum = sum * ms + vs;
     }
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
@@ -206,7 +214,11 @@ fn tail_f64(reduced: f32, k: &[f16], q: &[f32]) -> f32 {
 fn mad_f16_scalar(acc: &mut [f32], v: &[f16], w: f32) {
     let body = acc.len() - acc.len() % LANES;
     for (i, (a, x)) in acc.iter_mut().zip(v).enumerate() {
-        *a = if i < body { round_f16(x.to_f32().mul_add(w, *a)) } else { round_f16(*a + x.to_f32() * w) };
+        *a = if i < body {
+            round_f16(x.to_f32().mul_add(w, *a))
+        } else {
+            round_f16(*a + x.to_f32() * w)
+        };
     }
 }
 
@@ -369,7 +381,18 @@ mod tests {
         let k = to_f16(&[1.0, 1.0, 0.0, 0.0]);
         let v = to_f16(&[1.0, 0.0, 0.0, 0.0]);
         let mut out = [0.0f32; 2];
-        attend_head(&q, &k, &v, 2, 0, 2, 2, 4096.0, &mut out, &mut vec![0.0; 4096]);
+        attend_head(
+            &q,
+            &k,
+            &v,
+            2,
+            0,
+            2,
+            2,
+            4096.0,
+            &mut out,
+            &mut vec![0.0; 4096],
+        );
         assert_eq!(out, [0.5, 0.0]);
     }
 
@@ -410,7 +433,10 @@ mod tests {
         // The f16 accumulator rounds (relative 2^-11) at every step that
         // carries weight; a peaked softmax has few such steps.
         let tol = |e: f64| 4e-3 * (1.0 + e.abs());
-        assert!(expect.iter().any(|e| e.abs() > 0.3), "softmax not peaked enough to test");
+        assert!(
+            expect.iter().any(|e| e.abs() > 0.3),
+            "softmax not peaked enough to test"
+        );
         for (i, (o, e)) in out.iter().zip(&expect).enumerate() {
             assert!((f64::from(*o) - e).abs() < tol(*e), "[{i}] {o} vs {e}");
         }

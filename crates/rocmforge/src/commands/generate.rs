@@ -86,12 +86,16 @@ pub fn run(a: Args) -> Result<(), CliError> {
         seed: a.seed,
     };
     let mut sampler = Sampler::new(sampler_cfg)?;
-    let backend = registry::create(&a.backend, &BackendOptions { threads: a.threads, device: a.device })?;
+    let backend = registry::create(
+        &a.backend,
+        &BackendOptions {
+            threads: a.threads,
+            device: a.device,
+        },
+    )?;
 
     let t_load = Instant::now();
-    let model = Arc::new(
-        Model::load(&a.gguf).map_err(|e| format!("{}: {e}", a.gguf.display()))?,
-    );
+    let model = Arc::new(Model::load(&a.gguf).map_err(|e| format!("{}: {e}", a.gguf.display()))?);
     let tok = Tokenizer::from_gguf(&model.file)?;
     let n_ctx = match a.ctx_size {
         0 => model.config.n_ctx_train.min(4096),
@@ -113,12 +117,18 @@ pub fn run(a: Args) -> Result<(), CliError> {
         bar.set_length(total);
         bar.set_position(done);
     };
-    let opts = SessionOptions { n_ctx, ..SessionOptions::default() };
+    let opts = SessionOptions {
+        n_ctx,
+        ..SessionOptions::default()
+    };
     let mut session = Session::new(Arc::clone(&model), backend, opts, &mut progress)?;
     bar.finish_and_clear();
     let load_s = t_load.elapsed().as_secs_f64();
     let info = session.backend().info();
-    eprintln!("backend: {} on {}; model loaded in {:.2} s", info.name, info.device, load_s);
+    eprintln!(
+        "backend: {} on {}; model loaded in {:.2} s",
+        info.name, info.device, load_s
+    );
 
     let mut out = std::io::stdout().lock();
     if !a.ids {

@@ -49,14 +49,29 @@ pub fn run(args: Args) -> Result<(), CliError> {
         writeln!(out, "  {k:<44} {:<14} {}", v.type_name(), show(v))?;
     }
     writeln!(out, "\ntensors ({}):", f.tensors().len())?;
-    writeln!(out, "  {:<40} {:<8} {:<22} {:>12}", "name", "type", "shape", "bytes")?;
+    writeln!(
+        out,
+        "  {:<40} {:<8} {:<22} {:>12}",
+        "name", "type", "shape", "bytes"
+    )?;
     let mut total = 0u64;
     for t in f.tensors() {
         let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
-        writeln!(out, "  {:<40} {:<8} {:<22} {:>12}", t.name, t.ty.name(), shape.join(" x "), t.n_bytes)?;
+        writeln!(
+            out,
+            "  {:<40} {:<8} {:<22} {:>12}",
+            t.name,
+            t.ty.name(),
+            shape.join(" x "),
+            t.n_bytes
+        )?;
         total += t.n_bytes;
     }
     let params: u64 = f.tensors().iter().map(|t| t.n_elements()).sum();
-    writeln!(out, "\n{} parameters, {} bytes of tensor data", params, total)?;
+    writeln!(
+        out,
+        "\n{} parameters, {} bytes of tensor data",
+        params, total
+    )?;
     write_stdout(&mut std::io::stdout().lock(), out.as_bytes())
 }

@@ -27,14 +27,22 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let text = match (&args.file, &args.text) {
-        (Some(f), _) => std::fs::read_to_string(f)
-            .map_err(|e| format!("cannot read {}: {e}", f.display()))?,
+        (Some(f), _) => {
+            std::fs::read_to_string(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?
+        }
         (None, Some(t)) => t.clone(),
         (None, None) => unreachable!("clap requires one of them"),
     };
     let file = open_gguf(&args.gguf)?;
     let tok = Tokenizer::from_gguf(&file)?;
-    let ids = tok.encode(&text, tok.add_bos_default() && !args.no_bos, !args.no_parse_special);
+    let ids = tok.encode(
+        &text,
+        tok.add_bos_default() && !args.no_bos,
+        !args.no_parse_special,
+    );
     let line: Vec<String> = ids.iter().map(u32::to_string).collect();
-    write_stdout(&mut std::io::stdout().lock(), format!("{}\n", line.join(" ")).as_bytes())
+    write_stdout(
+        &mut std::io::stdout().lock(),
+        format!("{}\n", line.join(" ")).as_bytes(),
+    )
 }
