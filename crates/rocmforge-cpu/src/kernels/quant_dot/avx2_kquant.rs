@@ -54,7 +54,19 @@ const LANE_PICK: [[u8; 32]; 8] = {
     t
 };
 
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_i32_128(v: __m128i) -> i32 {
+    let s = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
 /// Q4_K (`FIVE = false`) and Q5_K (`FIVE = true`).
+///
+/// The float steps follow ggml's AVX2 `vec_dot` (per-lane sums; Q4_K's min
+/// term kept in four lanes, Q5_K's summed to a scalar) so results are
+/// bit-identical to it.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q45_k<const FIVE: bool, const T: usize>(
     nb: usize,
@@ -109,17 +121,13 @@ pub(super) unsafe fn q45_k<const FIVE: bool, const T: usize>(
         for t in 0..T {
             let pa = ap[t].add(i * A_BYTES);
             let da = f32_at(pa);
-            acc[t] = fma_i32(acc[t], da * dw, sums[t]);
-            // Each min covers two 16-element bsums. ggml keeps this term in
-            // four lanes for Q4_K but sums it to a scalar for Q5_K; follow
-            // both so the rounding is the same.
+            // Each min covers two 16-element bsums.
             let b = bsums(pa);
             let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
             let prod = _mm_madd_epi16(mins, pairs);
+            acc[t] = fma_i32(acc[t], da * dw, sums[t]);
             if FIVE {
-                let s = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0b01_00_11_10));
-                let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-                let m = _mm_cvtsi128_si32(s) as f32;
+                let m = hsum_i32_128(prod) as f32;
                 min_sums[t] = (-da * dminw).mul_add(m, min_sums[t]);
             } else {
                 let m = _mm_cvtepi32_ps(prod);

@@ -115,7 +115,8 @@ unsafe fn weight_block<const KIND: u8>(p: *const u8) -> (f32, __m256i) {
         Q5_0 => {
             // (nibble | fifth bit << 4) - 16 as i8: set the top four bits
             // where the fifth bit is clear.
-            let clear = _mm256_andnot_si256(bits_to_bytes(p.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+            let clear =
+                _mm256_andnot_si256(bits_to_bytes(p.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
             _mm256_or_si256(nibbles(p.add(6)), clear)
         }
         IQ4_NL => {
@@ -195,13 +196,13 @@ pub(super) unsafe fn with_q8_0<const KIND: u8, const T: usize>(
         i += 1;
     }
     let mut out = [0.0f32; T];
-    for t in 0..T {
+    for (t, o) in out.iter_mut().enumerate() {
         let sum = if two_chains(KIND) {
             hsum(_mm256_add_ps(even.v[t], odd.v[t]))
         } else {
             hsum(even.v[t])
         };
-        out[t] = sum - 8.0 * (even.offset[t] + odd.offset[t]);
+        *o = sum - 8.0 * (even.offset[t] + odd.offset[t]);
     }
     out
 }

@@ -67,43 +67,48 @@ pub(super) mod avx2 {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
     }
 
+    /// `R` weight rows against one activation row, each with a single FMA
+    /// chain over 8-element steps and the same final reduction as
+    /// llama.cpp's tinyBLAS (which serves F32/F16 matmuls there whenever
+    /// `k % 8 == 0`), so each result is bit-identical to it. The rows'
+    /// independent chains hide the FMA latency a single row would expose.
+    ///
     /// # Safety
-    /// AVX2/FMA/F16C available; `w` and `a` hold `k` elements of `e`.
+    /// AVX2/FMA/F16C available; every `w[r]` and `a` hold `k` elements of `e`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in super::super) unsafe fn dot(e: Elem, k: usize, w: &[u8], a: &[u8]) -> f32 {
+    pub(in super::super) unsafe fn dot_rows<const R: usize>(
+        e: Elem,
+        k: usize,
+        w: [&[u8]; R],
+        a: &[u8],
+    ) -> [f32; R] {
         let size = match e {
             Elem::F32 => 4,
             _ => 2,
         };
-        debug_assert!(w.len() >= k * size && a.len() >= k * size);
-        let (wp, ap) = (w.as_ptr(), a.as_ptr());
-        let mut acc = [_mm256_setzero_ps(); 4];
+        debug_assert!(w.iter().all(|r| r.len() >= k * size) && a.len() >= k * size);
+        let (wp, ap) = (w.map(|r| r.as_ptr()), a.as_ptr());
+        let mut acc = [_mm256_setzero_ps(); R];
         let mut i = 0;
-        while i + 32 <= k {
-            for (j, c) in acc.iter_mut().enumerate() {
-                let at = (i + 8 * j) * size;
-                *c = _mm256_fmadd_ps(load8(e, wp.add(at)), load8(e, ap.add(at)), *c);
-            }
-            i += 32;
-        }
         while i + 8 <= k {
-            acc[0] = _mm256_fmadd_ps(
-                load8(e, wp.add(i * size)),
-                load8(e, ap.add(i * size)),
-                acc[0],
-            );
+            let y = load8(e, ap.add(i * size));
+            for r in 0..R {
+                acc[r] = _mm256_fmadd_ps(load8(e, wp[r].add(i * size)), y, acc[r]);
+            }
             i += 8;
         }
-        let total = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        let mut sum = hsum(total);
-        let tail = |b: &[u8]| match e {
+        let value = |b: &[u8]| match e {
             Elem::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
             Elem::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
             Elem::BF16 => f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16),
         };
-        for j in i..k {
-            sum += tail(&w[j * size..]) * tail(&a[j * size..]);
+        let mut out = [0.0f32; R];
+        for r in 0..R {
+            out[r] = hsum(acc[r]);
+            for j in i..k {
+                out[r] += value(&w[r][j * size..]) * value(&a[j * size..]);
+            }
         }
-        sum
+        out
     }
 }

@@ -8,9 +8,14 @@
 //! of the llama.cpp reference the project is tested against.
 //!
 //! Kernels exist in two flavours: portable scalar code for every type, and
-//! AVX2+FMA (+F16C) code for the common ones, picked once at run time. The
-//! integer sums of both are identical; only the float accumulation order
-//! differs.
+//! AVX2+FMA (+F16C) code for every type, picked once at run time. The integer
+//! sums of both are identical; only the float accumulation order differs.
+//! The AVX2 kernels go further and reproduce ggml's float order: the
+//! quantized ones are bit-identical to ggml's AVX2 `vec_dot` (tested against
+//! ggml's own output) except Q4_0, which trades that for speed (llama.cpp
+//! repacks Q4_0 on AVX2 machines, so a row-wise order could not match it
+//! anyway); F16/F32 use tinyBLAS's single FMA chain, which is what llama.cpp
+//! runs for them. Activation quantization is ggml's x86 code bit for bit.
 //!
 //! Lengths are checked at the entry points; a mismatch is a bug in the caller
 //! (the model loader validates shapes and types) and panics before any kernel

@@ -322,10 +322,15 @@ fn avx2_dots_are_ggml_bit_for_bit() {
             wrong.push(format!("{ty}: {got} vs ggml {}", f32::from_bits(bits)));
         }
         // Tokens grouped for prefill go through the same per-token steps.
-        let acts: Vec<u8> = std::iter::repeat_n(a.iter().copied(), 3).flatten().collect();
+        let acts: Vec<u8> = std::iter::repeat_n(a.iter().copied(), 3)
+            .flatten()
+            .collect();
         let mut out = [0.0f32; 3];
         matmul_tile(ty, 4096, &wq, 0..1, &acts, 3, &mut out);
-        assert!(out.iter().all(|v| v.to_bits() == got.to_bits()), "{ty}: {out:?} vs {got}");
+        assert!(
+            out.iter().all(|v| v.to_bits() == got.to_bits()),
+            "{ty}: {out:?} vs {got}"
+        );
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
