@@ -1,0 +1,187 @@
+//! Picks the AVX2 kernel for a weight type and runs it over a tile's rows.
+//!
+//! The row loop is compiled with the kernel inlined into it (one copy per
+//! type and token count), so a decode step pays no per-row call or dispatch.
+
+use std::ops::Range;
+
+use rocmforge_core::quant::QuantType;
+
+use super::avx2_kquant::{q45_k, q6_k};
+use super::avx2_legacy::{offset_q8_1, with_q8_0, IQ4_NL, Q4_0, Q5_0, Q8_0};
+use super::avx2_low_kquant::{iq4_xs, q23_k};
+use super::float_dot::avx2::{dot_rows, Elem};
+use super::tile::TokenGroup;
+
+/// One weight row against `T` (activation row, side information) pairs.
+trait RowKernel<const T: usize> {
+    /// # Safety
+    /// AVX2/FMA/F16C available; `w` holds `nb` blocks, each activation row
+    /// `nb` blocks and each side slice what the kernel reads.
+    unsafe fn dot(nb: usize, w: &[u8], a: [(&[u8], &[f32]); T]) -> [f32; T];
+}
+
+macro_rules! row_kernel {
+    ($name:ident, |$nb:ident, $w:ident, $a:ident| $body:expr) => {
+        struct $name;
+        impl<const T: usize> RowKernel<T> for $name {
+            #[inline(always)]
+            unsafe fn dot($nb: usize, $w: &[u8], $a: [(&[u8], &[f32]); T]) -> [f32; T] {
+                $body
+            }
+        }
+    };
+}
+
+row_kernel!(KQ4_0, |nb, w, a| with_q8_0::<Q4_0, T>(
+    nb,
+    w,
+    a.map(|r| r.0),
+    a.map(|r| r.1)
+));
+row_kernel!(KQ5_0, |nb, w, a| with_q8_0::<Q5_0, T>(
+    nb,
+    w,
+    a.map(|r| r.0),
+    a.map(|r| r.1)
+));
+row_kernel!(KQ8_0, |nb, w, a| with_q8_0::<Q8_0, T>(
+    nb,
+    w,
+    a.map(|r| r.0),
+    a.map(|r| r.1)
+));
+row_kernel!(KIQ4NL, |nb, w, a| with_q8_0::<IQ4_NL, T>(
+    nb,
+    w,
+    a.map(|r| r.0),
+    a.map(|r| r.1)
+));
+row_kernel!(KQ4_1, |nb, w, a| offset_q8_1::<false, T>(
+    nb,
+    w,
+    a.map(|r| r.0)
+));
+row_kernel!(KQ5_1, |nb, w, a| offset_q8_1::<true, T>(
+    nb,
+    w,
+    a.map(|r| r.0)
+));
+row_kernel!(KQ2K, |nb, w, a| q23_k::<false, T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KQ3K, |nb, w, a| q23_k::<true, T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KQ4K, |nb, w, a| q45_k::<false, T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KQ5K, |nb, w, a| q45_k::<true, T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KQ6K, |nb, w, a| q6_k::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KIQ4XS, |nb, w, a| iq4_xs::<T>(nb, w, a.map(|r| r.0)));
+
+/// `dst[i * rows.len() + (r - rows.start)]` = row `r` · `group[i]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn over_rows<K: RowKernel<T>, const T: usize>(
+    nb: usize,
+    wb: usize,
+    w: &[u8],
+    rows: Range<usize>,
+    group: [(&[u8], &[f32]); T],
+    dst: &mut [f32],
+) {
+    let width = rows.len();
+    for (col, r) in rows.enumerate() {
+        let res = K::dot(nb, w.get_unchecked(r * wb..(r + 1) * wb), group);
+        for (i, v) in res.into_iter().enumerate() {
+            *dst.get_unchecked_mut(i * width + col) = v;
+        }
+    }
+}
+
+unsafe fn by_count<K: RowKernel<1> + RowKernel<2> + RowKernel<3> + RowKernel<4>>(
+    nb: usize,
+    wb: usize,
+    w: &[u8],
+    rows: Range<usize>,
+    g: &TokenGroup,
+    dst: &mut [f32],
+) {
+    match g.len() {
+        1 => over_rows::<K, 1>(nb, wb, w, rows, [g[0]], dst),
+        2 => over_rows::<K, 2>(nb, wb, w, rows, [g[0], g[1]], dst),
+        3 => over_rows::<K, 3>(nb, wb, w, rows, [g[0], g[1], g[2]], dst),
+        4 => over_rows::<K, 4>(nb, wb, w, rows, [g[0], g[1], g[2], g[3]], dst),
+        _ => unreachable!("token groups hold one to four rows"),
+    }
+}
+
+/// Float weights: four rows at a time per token (see `dot_rows`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn float_rows(
+    e: Elem,
+    k: usize,
+    wb: usize,
+    w: &[u8],
+    rows: Range<usize>,
+    group: &TokenGroup,
+    dst: &mut [f32],
+) {
+    let width = rows.len();
+    let row = |r: usize| w.get_unchecked(r * wb..(r + 1) * wb);
+    for (i, (a, _)) in group.iter().enumerate() {
+        let out = &mut dst[i * width..(i + 1) * width];
+        let mut r = rows.start;
+        while r + 4 <= rows.end {
+            let v = dot_rows::<4>(e, k, [row(r), row(r + 1), row(r + 2), row(r + 3)], a);
+            out[r - rows.start..r - rows.start + 4].copy_from_slice(&v);
+            r += 4;
+        }
+        while r < rows.end {
+            out[r - rows.start] = dot_rows::<1>(e, k, [row(r)], a)[0];
+            r += 1;
+        }
+    }
+}
+
+/// Runs the AVX2 kernel for `ty`, if there is one (returns whether it ran).
+///
+/// # Safety
+/// AVX2, FMA and F16C available; rows `rows` of `w` (each `wb` bytes) hold
+/// `nb` blocks of `ty`, every activation row of `group` `nb` activation
+/// blocks, every side slice the side information of its row (if the type
+/// uses it), and `dst` at least `group.len() * rows.len()` floats.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn rows_times_group(
+    ty: QuantType,
+    k: usize,
+    nb: usize,
+    wb: usize,
+    w: &[u8],
+    rows: Range<usize>,
+    group: &TokenGroup,
+    dst: &mut [f32],
+) -> bool {
+    use QuantType as Q;
+    let elem = match ty {
+        Q::F32 => Some(Elem::F32),
+        Q::F16 => Some(Elem::F16),
+        Q::BF16 => Some(Elem::BF16),
+        _ => None,
+    };
+    if let Some(e) = elem {
+        float_rows(e, k, wb, w, rows, group, dst);
+        return true;
+    }
+    let run = match ty {
+        Q::Q4_0 => by_count::<KQ4_0>,
+        Q::Q5_0 => by_count::<KQ5_0>,
+        Q::Q8_0 => by_count::<KQ8_0>,
+        Q::IQ4NL => by_count::<KIQ4NL>,
+        Q::Q4_1 => by_count::<KQ4_1>,
+        Q::Q5_1 => by_count::<KQ5_1>,
+        Q::Q2K => by_count::<KQ2K>,
+        Q::Q3K => by_count::<KQ3K>,
+        Q::Q4K => by_count::<KQ4K>,
+        Q::Q5K => by_count::<KQ5K>,
+        Q::Q6K => by_count::<KQ6K>,
+        Q::IQ4XS => by_count::<KIQ4XS>,
+        _ => return false,
+    };
+    run(nb, wb, w, rows, group, dst);
+    true
+}
