@@ -225,11 +225,17 @@ impl Step<'_> {
         let dst = self.tensor(out);
         let bias = bias.map(|b| self.weights[b].f32s());
         let tile_bytes = self.thread_scratch(m);
-        let tile =
-            std::slice::from_raw_parts_mut(tile_bytes.as_mut_ptr() as *mut f32, n * TILE_ROWS);
+        let tile_cap = tile_bytes.len() / 4;
+        let tile = std::slice::from_raw_parts_mut(tile_bytes.as_mut_ptr() as *mut f32, tile_cap);
+        // As many row blocks per kernel call as the thread's scratch holds:
+        // each call re-prepares the activations, so decode (one token) wants
+        // few, long calls, while prefill is bounded by n × rows of output.
+        let blocks_per_call = (tile_cap / (n * TILE_ROWS)).max(1);
         let mine = m.share(n_out.div_ceil(TILE_ROWS));
-        for block in mine {
-            let rows = block * TILE_ROWS..((block + 1) * TILE_ROWS).min(n_out);
+        let mut block = mine.start;
+        while block < mine.end {
+            let block_end = (block + blocks_per_call).min(mine.end);
+            let rows = block * TILE_ROWS..(block_end * TILE_ROWS).min(n_out);
             let width = rows.len();
             quant_dot::matmul_tile(
                 wv.ty,
@@ -247,6 +253,7 @@ impl Step<'_> {
                     activation::add_inplace(o, &b[rows.clone()]);
                 }
             }
+            block = block_end;
         }
     }
 
