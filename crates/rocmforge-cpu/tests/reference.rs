@@ -5,8 +5,8 @@
 //! quantized to Q8_0/Q8_K/F16 as its `vec_dot_type` says, K/V are kept in
 //! f16, Q is rounded to f16 and V accumulated in f16 in attention. Measured
 //! (2026-11, these fixtures): logits are *bit-identical* to the reference
-//! for every position of tiny-qwen3, positions 0-7 of tiny-llama and
-//! position 0 of tiny-qwen2. Where they part, the cause is summation order:
+//! to printed precision for every position of tiny-qwen3 and tiny-qwen2
+//! and positions 0-7 of tiny-llama. Where they part, the cause is summation order:
 //! llama.cpp's batched matmul (llamafile's tinyBLAS for Q8_0/F16 weights)
 //! adds block products in another order, one activation lands on the other
 //! side of a Q8 rounding boundary, and that one quantization step (1/127 of
