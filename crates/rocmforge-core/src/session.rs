@@ -47,7 +47,8 @@ impl Default for SessionOptions {
 pub struct Session {
     model: Arc<Model>,
     backend: Box<dyn Backend>,
-    graphs: HashMap<(usize, bool), GraphId>,
+    /// Recorded graphs by tokens per step (`all_logits` is fixed per session).
+    graphs: HashMap<usize, GraphId>,
     opts: SessionOptions,
     n_past: usize,
     logits: Vec<f32>,
@@ -110,14 +111,13 @@ impl Session {
     }
 
     fn graph(&mut self, n_tokens: usize) -> Result<GraphId, SessionError> {
-        let key = (n_tokens, self.opts.all_logits || n_tokens == 1);
-        if let Some(&id) = self.graphs.get(&key) {
+        if let Some(&id) = self.graphs.get(&n_tokens) {
             return Ok(id);
         }
-        let graph = build_graph(&self.model, key.0, key.1);
+        let graph = build_graph(&self.model, n_tokens, self.opts.all_logits);
         let plan = ArenaPlan::new(&graph);
         let id = self.backend.prepare(&graph, &plan)?;
-        self.graphs.insert(key, id);
+        self.graphs.insert(n_tokens, id);
         Ok(id)
     }
 

@@ -18,8 +18,6 @@
 //!   the fixture tests use a tight tolerance and catch real bugs.
 
 use half::f16;
-#[cfg(target_arch = "x86_64")]
-use std::sync::OnceLock;
 
 /// One query head of one token attending over cache positions `0..n_kv`
 /// (causal masking is the caller choosing `n_kv = pos + 1`).
@@ -112,18 +110,11 @@ pub fn attend_head(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+/// AVX2 with FMA and F16C, as detected for every kernel.
 fn has_simd() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    })
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn has_simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return super::isa::detected_isa() == super::isa::Isa::Avx2;
+    #[cfg(not(target_arch = "x86_64"))]
     false
 }
 
@@ -292,18 +283,7 @@ unsafe fn scale_f16_avx2(acc: &mut [f32], w: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
-    }
+    use crate::kernels::test_noise as noise;
 
     fn to_f16(v: &[f32]) -> Vec<f16> {
         v.iter().map(|&x| f16::from_f32(x)).collect()

@@ -8,9 +8,6 @@
 //! Everything after the sum (mean, `1/sqrt`, the two products) is f32 in
 //! ggml's order: `(x * scale) * weight`.
 
-#[cfg(target_arch = "x86_64")]
-use std::sync::OnceLock;
-
 /// `out = x / sqrt(mean(x²) + eps) * weight`.
 ///
 /// # Panics
@@ -62,8 +59,7 @@ fn sum_squares_scalar(x: &[f32]) -> f64 {
 
 #[cfg(target_arch = "x86_64")]
 fn has_avx2() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| is_x86_feature_detected!("avx2"))
+    super::isa::detected_isa() == super::isa::Isa::Avx2
 }
 
 /// Four lanes of four f64 partial sums. The order differs from the sequential
@@ -102,19 +98,7 @@ unsafe fn sum_squares_avx2(x: &[f32]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Deterministic pseudo-random values in [-scale, scale).
-    fn noise(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-            })
-            .collect()
-    }
+    use crate::kernels::test_noise as noise;
 
     #[test]
     fn known_values() {

@@ -40,36 +40,12 @@ mod tile;
 #[cfg(test)]
 mod tests;
 
-use std::sync::OnceLock;
-
 use rocmforge_core::quant::QuantType;
 
 pub use activation::{quantize_activation, quantize_activation_into};
 pub use tile::matmul_tile;
 
-/// Instruction sets the kernels are written for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Isa {
-    Scalar,
-    /// AVX2 with FMA and F16C (every AVX2 CPU shipped has the other two).
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-}
-
-/// The best instruction set of this CPU, detected once.
-pub(crate) fn detected_isa() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
-            return Isa::Avx2;
-        }
-        Isa::Scalar
-    })
-}
+pub(crate) use super::isa::{detected_isa, Isa};
 
 /// The type an activation row is quantized to before it meets weights of
 /// type `weight` (ggml's `vec_dot_type`). Unsupported weight types map to F32;
