@@ -11,8 +11,8 @@ use crate::memory::SharedMem;
 use crate::team::{Member, SpinBarrier};
 use crate::weights::WeightView;
 
-/// Output rows a thread computes per matmul tile: enough to amortise the
-/// activation reads, few enough that the tile of outputs stays in L1/L2.
+/// Granularity of the output rows threads split a matmul by: whole 8-row
+/// panels of the prefill kernel, and few enough that shares stay even.
 pub const TILE_ROWS: usize = 32;
 
 /// Where each thread's private scratch lives, after the shared region that
@@ -32,12 +32,11 @@ impl ScratchLayout {
                 act_bytes = act_bytes.max(t.rows * activation_row_bytes(weights[w].ty, t.cols));
             }
         }
-        let tile = graph.n_tokens * TILE_ROWS * 4;
         // Attention: the f16-rounded query, then one score per position.
         let scores = (graph.attention.head_dim + n_ctx) * 4;
         ScratchLayout {
             act_bytes: act_bytes.next_multiple_of(64),
-            per_thread_bytes: tile.max(scores).next_multiple_of(64),
+            per_thread_bytes: scores.next_multiple_of(64),
         }
     }
 
@@ -222,38 +221,29 @@ impl Step<'_> {
         }
         barrier.wait();
 
-        let dst = self.tensor(out);
-        let bias = bias.map(|b| self.weights[b].f32s());
-        let tile_bytes = self.thread_scratch(m);
-        let tile_cap = tile_bytes.len() / 4;
-        let tile = std::slice::from_raw_parts_mut(tile_bytes.as_mut_ptr() as *mut f32, tile_cap);
-        // As many row blocks per kernel call as the thread's scratch holds:
-        // each call re-prepares the activations, so decode (one token) wants
-        // few, long calls, while prefill is bounded by n × rows of output.
-        let blocks_per_call = (tile_cap / (n * TILE_ROWS)).max(1);
+        // Each thread computes whole row blocks of the output, for every
+        // token, in one call, writing straight into the tensor.
         let mine = m.share(n_out.div_ceil(TILE_ROWS));
-        let mut block = mine.start;
-        while block < mine.end {
-            let block_end = (block + blocks_per_call).min(mine.end);
-            let rows = block * TILE_ROWS..(block_end * TILE_ROWS).min(n_out);
-            let width = rows.len();
-            quant_dot::matmul_tile(
-                wv.ty,
-                k,
-                wv.bytes(),
-                rows.clone(),
-                acts,
-                n,
-                &mut tile[..n * width],
-            );
+        let rows = (mine.start * TILE_ROWS).min(n_out)..(mine.end * TILE_ROWS).min(n_out);
+        if rows.is_empty() {
+            return;
+        }
+        let dst = self.arena.f32_ptr(self.plan.offsets[out], n * n_out);
+        quant_dot::matmul_rows_strided(
+            wv.ty,
+            k,
+            wv.bytes(),
+            rows.clone(),
+            acts,
+            n,
+            dst.add(rows.start),
+            n_out,
+        );
+        if let Some(b) = bias.map(|b| self.weights[b].f32s()) {
             for t in 0..n {
-                let o = &mut dst[t * n_out + rows.start..t * n_out + rows.end];
-                o.copy_from_slice(&tile[t * width..(t + 1) * width]);
-                if let Some(b) = bias {
-                    activation::add_inplace(o, &b[rows.clone()]);
-                }
+                let o = std::slice::from_raw_parts_mut(dst.add(t * n_out + rows.start), rows.len());
+                activation::add_inplace(o, &b[rows.clone()]);
             }
-            block = block_end;
         }
     }
 

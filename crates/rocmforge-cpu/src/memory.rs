@@ -91,6 +91,14 @@ impl SharedMem {
         std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut f32, n)
     }
 
+    /// The start of `n` f32s at `offset`, for writers that share a range with
+    /// other threads at a finer grain than a slice can (disjoint columns).
+    pub fn f32_ptr(&self, offset: usize, n: usize) -> *mut f32 {
+        assert!(offset + n * 4 <= self.len, "buffer view out of range");
+        assert_eq!(offset % 4, 0, "misaligned f32 view");
+        self.ptr.wrapping_add(offset) as *mut f32
+    }
+
     /// # Safety
     /// As for [`SharedMem::bytes`]; `offset` must be 2-byte aligned.
     pub unsafe fn f16s<'a>(&self, offset: usize, n: usize) -> &'a mut [half::f16] {

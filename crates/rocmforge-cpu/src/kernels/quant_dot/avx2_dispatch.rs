@@ -11,7 +11,7 @@ use super::avx2_kquant::{q45_k, q6_k};
 use super::avx2_legacy::{offset_q8_1, with_q8_0, IQ4_NL, Q4_0, Q5_0, Q8_0};
 use super::avx2_low_kquant::{iq4_xs, q23_k};
 use super::float_dot::avx2::{dot_rows, Elem};
-use super::tile::TokenGroup;
+use super::tile::{OutRows, TokenGroup};
 
 /// One weight row against `T` (activation row, side information) pairs.
 trait RowKernel<const T: usize> {
@@ -74,7 +74,7 @@ row_kernel!(KQ5K, |nb, w, a| q45_k::<true, T>(nb, w, a.map(|r| r.0)));
 row_kernel!(KQ6K, |nb, w, a| q6_k::<T>(nb, w, a.map(|r| r.0)));
 row_kernel!(KIQ4XS, |nb, w, a| iq4_xs::<T>(nb, w, a.map(|r| r.0)));
 
-/// `dst[i * rows.len() + (r - rows.start)]` = row `r` · `group[i]`.
+/// `dst` entry (`i`, `r - rows.start`) = row `r` · `group[i]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn over_rows<K: RowKernel<T>, const T: usize>(
     nb: usize,
@@ -82,13 +82,12 @@ unsafe fn over_rows<K: RowKernel<T>, const T: usize>(
     w: &[u8],
     rows: Range<usize>,
     group: [(&[u8], &[f32]); T],
-    dst: &mut [f32],
+    dst: OutRows,
 ) {
-    let width = rows.len();
     for (col, r) in rows.enumerate() {
         let res = K::dot(nb, w.get_unchecked(r * wb..(r + 1) * wb), group);
         for (i, v) in res.into_iter().enumerate() {
-            *dst.get_unchecked_mut(i * width + col) = v;
+            *dst.at(i, col) = v;
         }
     }
 }
@@ -99,7 +98,7 @@ unsafe fn by_count<K: RowKernel<1> + RowKernel<2> + RowKernel<3> + RowKernel<4>>
     w: &[u8],
     rows: Range<usize>,
     g: &TokenGroup,
-    dst: &mut [f32],
+    dst: OutRows,
 ) {
     match g.len() {
         1 => over_rows::<K, 1>(nb, wb, w, rows, [g[0]], dst),
@@ -119,20 +118,18 @@ unsafe fn float_rows(
     w: &[u8],
     rows: Range<usize>,
     group: &TokenGroup,
-    dst: &mut [f32],
+    dst: OutRows,
 ) {
-    let width = rows.len();
     let row = |r: usize| w.get_unchecked(r * wb..(r + 1) * wb);
     for (i, (a, _)) in group.iter().enumerate() {
-        let out = &mut dst[i * width..(i + 1) * width];
         let mut r = rows.start;
         while r + 4 <= rows.end {
             let v = dot_rows::<4>(e, k, [row(r), row(r + 1), row(r + 2), row(r + 3)], a);
-            out[r - rows.start..r - rows.start + 4].copy_from_slice(&v);
+            std::ptr::copy_nonoverlapping(v.as_ptr(), dst.at(i, r - rows.start), 4);
             r += 4;
         }
         while r < rows.end {
-            out[r - rows.start] = dot_rows::<1>(e, k, [row(r)], a)[0];
+            *dst.at(i, r - rows.start) = dot_rows::<1>(e, k, [row(r)], a)[0];
             r += 1;
         }
     }
@@ -144,7 +141,7 @@ unsafe fn float_rows(
 /// AVX2, FMA and F16C available; rows `rows` of `w` (each `wb` bytes) hold
 /// `nb` blocks of `ty`, every activation row of `group` `nb` activation
 /// blocks, every side slice the side information of its row (if the type
-/// uses it), and `dst` at least `group.len() * rows.len()` floats.
+/// uses it), and `dst` has room for `group.len()` rows of `rows.len()`.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn rows_times_group(
     ty: QuantType,
@@ -154,7 +151,7 @@ pub(super) unsafe fn rows_times_group(
     w: &[u8],
     rows: Range<usize>,
     group: &TokenGroup,
-    dst: &mut [f32],
+    dst: OutRows,
 ) -> bool {
     use QuantType as Q;
     let elem = match ty {

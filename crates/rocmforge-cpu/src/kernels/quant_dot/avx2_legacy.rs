@@ -16,7 +16,7 @@ pub(super) const Q5_0: u8 = 1;
 pub(super) const Q8_0: u8 = 2;
 pub(super) const IQ4_NL: u8 = 3;
 
-const fn block_bytes(kind: u8) -> usize {
+pub(super) const fn block_bytes(kind: u8) -> usize {
     match kind {
         Q4_0 | IQ4_NL => 18,
         Q5_0 => 22,
@@ -108,7 +108,7 @@ pub(super) unsafe fn q8_0_side(nb: usize, a: &[u8], side: &mut [f32]) {
 /// yet subtracted) for Q4_0, signed for the others.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn weight_block<const KIND: u8>(p: *const u8) -> (f32, __m256i) {
+pub(super) unsafe fn weight_block<const KIND: u8>(p: *const u8) -> (f32, __m256i) {
     let d = f16_at(p);
     let q = match KIND {
         Q4_0 => nibbles(p.add(2)),

@@ -32,6 +32,8 @@ mod avx2_kquant;
 mod avx2_legacy;
 #[cfg(target_arch = "x86_64")]
 mod avx2_low_kquant;
+#[cfg(target_arch = "x86_64")]
+mod avx2_panel;
 mod float_dot;
 mod scalar_kquant;
 mod scalar_legacy;
@@ -43,7 +45,7 @@ mod tests;
 use rocmforge_core::quant::QuantType;
 
 pub use activation::{quantize_activation, quantize_activation_into};
-pub use tile::matmul_tile;
+pub use tile::{matmul_rows_strided, matmul_tile};
 
 pub(crate) use super::isa::{detected_isa, Isa};
 
@@ -87,7 +89,19 @@ pub fn vec_dot(weight: QuantType, k: usize, w_row: &[u8], act: &[u8]) -> f32 {
 pub(crate) fn vec_dot_with(isa: Isa, weight: QuantType, k: usize, w_row: &[u8], act: &[u8]) -> f32 {
     let (w_row, act) = checked_rows(weight, k, w_row, act);
     let mut out = [0.0f32; 1];
-    tile::tile_with(isa, weight, k, w_row, 0..1, act, 1, &mut out);
+    // SAFETY: one row of one output.
+    unsafe {
+        tile::tile_with(
+            isa,
+            weight,
+            k,
+            w_row,
+            0..1,
+            act,
+            1,
+            tile::OutRows::new(out.as_mut_ptr(), 1),
+        )
+    };
     out[0]
 }
 

@@ -17,6 +17,9 @@ pub(super) const TOKENS_PER_CALL: usize = 4;
 /// rows it should stay in L2 while every row passes over it.
 const ACT_CHUNK_BYTES: usize = 256 * 1024;
 
+/// Tokens from which packing weight rows into panels pays for itself.
+const PANEL_MIN_TOKENS: usize = 4;
+
 /// A group of at most [`TOKENS_PER_CALL`] activation rows, each with its side
 /// information (empty where the kernel needs none).
 pub(super) type TokenGroup<'a> = [(&'a [u8], &'a [f32])];
@@ -65,13 +68,63 @@ pub fn matmul_tile(
     n_tokens: usize,
     out: &mut [f32],
 ) {
+    check_inputs(weight, k, w, &rows, acts, n_tokens);
+    let width = rows.len();
+    assert!(
+        n_tokens.checked_mul(width).is_some_and(|n| n <= out.len()),
+        "output of {} floats for {n_tokens} x {width}",
+        out.len()
+    );
+    let out = OutRows::new(out.as_mut_ptr(), width);
+    // SAFETY: `out` was checked to hold n_tokens rows of `width` floats.
+    unsafe { tile_with(detected_isa(), weight, k, w, rows, acts, n_tokens, out) };
+}
+
+/// [`matmul_tile`] writing token `t`'s results at `out + t * out_stride`:
+/// straight into a row-major tensor of `out_stride` columns, where several
+/// threads fill disjoint column ranges at once.
+///
+/// # Safety
+/// `out + t * out_stride .. + rows.len()` must be valid for writes, and
+/// written by no one else during the call, for every `t < n_tokens`.
+///
+/// # Panics
+/// As [`matmul_tile`], for the weight and activation lengths.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_rows_strided(
+    weight: QuantType,
+    k: usize,
+    w: &[u8],
+    rows: Range<usize>,
+    acts: &[u8],
+    n_tokens: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    check_inputs(weight, k, w, &rows, acts, n_tokens);
+    assert!(
+        out_stride >= rows.len(),
+        "output stride {out_stride} < {} rows",
+        rows.len()
+    );
+    let out = OutRows::new(out, out_stride);
+    tile_with(detected_isa(), weight, k, w, rows, acts, n_tokens, out);
+}
+
+fn check_inputs(
+    weight: QuantType,
+    k: usize,
+    w: &[u8],
+    rows: &Range<usize>,
+    acts: &[u8],
+    n_tokens: usize,
+) {
     assert!(
         has_kernel(weight),
         "no dot-product kernel for weight type {weight}"
     );
     let wb = row_bytes(weight, k);
     let ab = row_bytes(activation_type(weight), k);
-    let width = rows.len();
     assert!(
         rows.end.checked_mul(wb).is_some_and(|n| n <= w.len()),
         "weight rows up to {} of {wb} bytes need more than the {} given",
@@ -83,17 +136,43 @@ pub fn matmul_tile(
         "{n_tokens} activation rows of {ab} bytes need more than the {} given",
         acts.len()
     );
-    assert!(
-        n_tokens.checked_mul(width).is_some_and(|n| n <= out.len()),
-        "output of {} floats for {n_tokens} x {width}",
-        out.len()
-    );
-    tile_with(detected_isa(), weight, k, w, rows, acts, n_tokens, out);
+}
+
+/// Where a kernel writes: entry (token `t`, column `c`) at `base + t *
+/// stride + c`. A raw pointer because threads write disjoint columns of one
+/// tensor concurrently, which `&mut` slices cannot express.
+#[derive(Clone, Copy)]
+pub(super) struct OutRows {
+    base: *mut f32,
+    stride: usize,
+}
+
+impl OutRows {
+    pub(super) fn new(base: *mut f32, stride: usize) -> OutRows {
+        OutRows { base, stride }
+    }
+
+    /// # Safety
+    /// (`t`, `c`) must be within what the creator of `self` vouched for.
+    #[inline(always)]
+    pub(super) unsafe fn at(self, t: usize, c: usize) -> *mut f32 {
+        self.base.add(t * self.stride + c)
+    }
+
+    fn skip_tokens(self, t: usize) -> OutRows {
+        OutRows {
+            base: self.base.wrapping_add(t * self.stride),
+            ..self
+        }
+    }
 }
 
 /// [`matmul_tile`] on a given instruction set, lengths already checked.
+///
+/// # Safety
+/// `out` has room for `n_tokens` rows of `rows.len()`.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn tile_with(
+pub(super) unsafe fn tile_with(
     isa: Isa,
     weight: QuantType,
     k: usize,
@@ -101,11 +180,13 @@ pub(super) fn tile_with(
     rows: Range<usize>,
     acts: &[u8],
     n_tokens: usize,
-    out: &mut [f32],
+    out: OutRows,
 ) {
     let width = rows.len();
     if k == 0 || width == 0 {
-        out[..n_tokens * width].fill(0.0);
+        for t in 0..n_tokens {
+            std::slice::from_raw_parts_mut(out.at(t, 0), width).fill(0.0);
+        }
         return;
     }
     let ab = row_bytes(activation_type(weight), k);
@@ -125,6 +206,26 @@ pub(super) fn tile_with(
                 fill_side(isa, nb, act_row(t), s);
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(kind) = super::avx2_panel::kind_of(weight)
+            .filter(|_| isa == Isa::Avx2 && t_end - t0 >= PANEL_MIN_TOKENS)
+        {
+            // SAFETY: AVX2/FMA/F16C detected; lengths checked by the entry
+            // points, side filled for every token of the chunk.
+            super::avx2_panel::run(
+                kind,
+                nb,
+                row_bytes(weight, k),
+                w,
+                rows.clone(),
+                &acts[t0 * ab..t_end * ab],
+                ab,
+                &side,
+                t_end - t0,
+                out.skip_tokens(t0),
+            );
+            continue;
+        }
         // Token groups outside, rows inside: a group's activations stay in L1
         // while the tile's weight rows (tens of KiB) come from L2.
         for t in (t0..t_end).step_by(TOKENS_PER_CALL) {
@@ -134,7 +235,7 @@ pub(super) fn tile_with(
                 let at = (t + i - t0) * per_token_side;
                 *g = (act_row(t + i), &side[at..at + per_token_side]);
             }
-            let dst = &mut out[t * width..(t + n) * width];
+            let dst = out.skip_tokens(t);
             rows_times_group(isa, weight, k, w, rows.clone(), &group[..n], dst);
         }
     }
@@ -145,15 +246,18 @@ thread_local! {
     static SIDE_BUFFER: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// `dst[i * rows.len() + (r - rows.start)]` = weight row `r` · `group[i]`.
-fn rows_times_group(
+/// `dst` entry (`i`, `r - rows.start`) = weight row `r` · `group[i]`.
+///
+/// # Safety
+/// `dst` has room for `group.len()` rows of `rows.len()`.
+unsafe fn rows_times_group(
     isa: Isa,
     ty: QuantType,
     k: usize,
     w: &[u8],
     rows: Range<usize>,
     group: &TokenGroup,
-    dst: &mut [f32],
+    dst: OutRows,
 ) {
     let wb = row_bytes(ty, k);
     let nb = k / ty.block_size();
@@ -162,19 +266,17 @@ fn rows_times_group(
         // SAFETY: AVX2/FMA/F16C were detected; rows `rows` of `w` and every
         // activation row hold nb blocks, side slices have side_len floats and
         // `dst` has group.len() * rows.len() entries.
-        let done = unsafe {
-            super::avx2_dispatch::rows_times_group(ty, k, nb, wb, w, rows.clone(), group, dst)
-        };
+        let done =
+            super::avx2_dispatch::rows_times_group(ty, k, nb, wb, w, rows.clone(), group, dst);
         if done {
             return;
         }
     }
     let _ = isa;
-    let width = rows.len();
     for r in rows.clone() {
         let w_row = &w[r * wb..(r + 1) * wb];
         for (i, (a, _)) in group.iter().enumerate() {
-            dst[i * width + r - rows.start] = scalar_dot(ty, k, nb, w_row, a);
+            *dst.at(i, r - rows.start) = scalar_dot(ty, k, nb, w_row, a);
         }
     }
 }
