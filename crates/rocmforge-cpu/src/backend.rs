@@ -196,6 +196,7 @@ impl Backend for CpuBackend {
             scratch_layout: self.scratch_layout,
             tokens,
             pos0,
+            next_chunk: Default::default(),
         };
         run_team(self.n_threads, |m, barrier| step.run(m, barrier));
         // SAFETY: the team has finished; nothing else touches the arena.

@@ -1,6 +1,8 @@
 //! Executes a planned graph: every thread of the team walks the op list and
 //! does its share of each op; a barrier separates ops.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use half::f16;
 use rocmforge_core::graph::{Graph, Op, TensorId};
 use rocmforge_core::plan::{ArenaPlan, KvLayout};
@@ -11,9 +13,17 @@ use crate::memory::SharedMem;
 use crate::team::{Member, SpinBarrier};
 use crate::weights::WeightView;
 
-/// Granularity of the output rows threads split a matmul by: whole 8-row
-/// panels of the prefill kernel, and few enough that shares stay even.
-pub const TILE_ROWS: usize = 32;
+/// Granularity of the output rows threads split a prefill matmul by: whole
+/// 8-row panels of the prefill kernel.
+const TILE_ROWS: usize = 32;
+
+/// Rows per claimed chunk in decode: tens of KiB of weights, so claiming
+/// (one atomic add) is noise while the tail a thread can be left with stays
+/// short.
+const DECODE_CHUNK_ROWS: usize = 64;
+
+/// Chunks per thread in prefill.
+const PREFILL_CHUNKS_PER_THREAD: usize = 4;
 
 /// Where each thread's private scratch lives, after the shared region that
 /// holds quantized activations.
@@ -71,6 +81,8 @@ pub struct Step<'a> {
     pub scratch_layout: ScratchLayout,
     pub tokens: &'a [u32],
     pub pos0: usize,
+    /// The next unclaimed row chunk of the running matmul (see `matmul`).
+    pub next_chunk: AtomicUsize,
 }
 
 impl Step<'_> {
@@ -99,12 +111,65 @@ impl Step<'_> {
 
     /// Runs the whole graph as member `m` of the team.
     pub fn run(&self, m: Member, barrier: &SpinBarrier) {
-        for op in &self.graph.ops {
+        let ops = &self.graph.ops;
+        let mut i = 0;
+        while i < ops.len() {
+            let group = self.matmul_group_len(i);
             // SAFETY: each op partitions its writes by member, and the
             // barrier orders them before the next op's reads.
-            unsafe { self.run_op(op, m, barrier) };
+            unsafe {
+                if group > 0 {
+                    self.matmuls(m, barrier, &ops[i..i + group]);
+                } else {
+                    self.run_op(&ops[i], m, barrier);
+                }
+            }
+            i += group.max(1);
             barrier.wait();
         }
+    }
+
+    /// How many matmuls from op `i` on share their input (and so its
+    /// quantized form) and can run as one phase: Q/K/V, gate/up. 0 if op `i`
+    /// is not a matmul.
+    fn matmul_group_len(&self, i: usize) -> usize {
+        let ops = &self.graph.ops;
+        let Op::MatMul { w, x, .. } = ops[i] else {
+            return 0;
+        };
+        let act = quant_dot::activation_type(self.weights[w].ty);
+        // Running them together is only safe if no output shares arena
+        // bytes with the input or another output (the planner could let a
+        // tensor nobody reads die inside the group).
+        const MAX_GROUP: usize = 8;
+        let mut touched = [(0, 0); MAX_GROUP + 1];
+        touched[0] = self.byte_range(x);
+        let mut len = 0;
+        for op in ops[i..].iter().take(MAX_GROUP) {
+            let Op::MatMul {
+                w: w2, x: x2, out, ..
+            } = *op
+            else {
+                break;
+            };
+            if x2 != x || quant_dot::activation_type(self.weights[w2].ty) != act {
+                break;
+            }
+            let r = self.byte_range(out);
+            if touched[..=len].iter().any(|&(s, e)| s < r.1 && r.0 < e) {
+                break;
+            }
+            len += 1;
+            touched[len] = r;
+        }
+        len
+    }
+
+    /// (start, end) of tensor `t` in the arena.
+    fn byte_range(&self, t: TensorId) -> (usize, usize) {
+        let d = self.graph.tensor(t);
+        let start = self.plan.offsets[t];
+        (start, start + d.rows * d.cols * 4)
     }
 
     unsafe fn run_op(&self, op: &Op, m: Member, barrier: &SpinBarrier) {
@@ -138,7 +203,7 @@ impl Step<'_> {
                     norm::rms_norm(&src[s.clone()], w, eps, &mut dst[s]);
                 }
             }
-            Op::MatMul { w, x, bias, out } => self.matmul(m, barrier, w, x, bias, out),
+            Op::MatMul { .. } => self.matmuls(m, barrier, std::slice::from_ref(op)),
             Op::Rope { x, n_heads } => {
                 let d = self.graph.tensor(x);
                 let head_dim = d.cols / n_heads;
@@ -195,55 +260,85 @@ impl Step<'_> {
         }
     }
 
-    unsafe fn matmul(
-        &self,
-        m: Member,
-        barrier: &SpinBarrier,
-        w: usize,
-        x: TensorId,
-        bias: Option<usize>,
-        out: TensorId,
-    ) {
-        let wv = &self.weights[w];
+    /// Runs `ops`, matmuls of one input (see `matmul_group_len`), as one
+    /// phase: the input is quantized once, then threads claim row chunks of
+    /// all of them until none are left, so one slowed by the memory system
+    /// or the OS does less instead of stalling the other at the next barrier.
+    unsafe fn matmuls(&self, m: Member, barrier: &SpinBarrier, ops: &[Op]) {
+        let parts = ops.iter().map(|op| match *op {
+            Op::MatMul { w, x, bias, out } => (w, x, bias, out),
+            _ => unreachable!("matmul groups hold matmuls only"),
+        });
+        let Some((w0, x, _, _)) = parts.clone().next() else {
+            return;
+        };
+        let w0 = &self.weights[w0];
         let xd = self.graph.tensor(x);
-        let (n, k, n_out) = (xd.rows, xd.cols, wv.rows);
-        let arb = activation_row_bytes(wv.ty, k);
+        let (n, k) = (xd.rows, xd.cols);
+        let arb = activation_row_bytes(w0.ty, k);
         let acts = self.scratch.bytes(0, n * arb);
 
-        // Quantize the activations once; every output row reuses them.
         let src = self.tensor(x);
         for r in m.share(n) {
             quant_dot::quantize_activation_into(
-                wv.ty,
+                w0.ty,
                 &src[r * k..(r + 1) * k],
                 &mut acts[r * arb..(r + 1) * arb],
             );
         }
+        // Nobody claims chunks before the barrier below, and the previous
+        // phase's claims ended at the barrier after it.
+        if m.ith == 0 {
+            self.next_chunk.store(0, Ordering::Relaxed);
+        }
         barrier.wait();
 
-        // Each thread computes whole row blocks of the output, for every
-        // token, in one call, writing straight into the tensor.
-        let mine = m.share(n_out.div_ceil(TILE_ROWS));
-        let rows = (mine.start * TILE_ROWS).min(n_out)..(mine.end * TILE_ROWS).min(n_out);
-        if rows.is_empty() {
-            return;
-        }
-        let dst = self.arena.f32_ptr(self.plan.offsets[out], n * n_out);
-        quant_dot::matmul_rows_strided(
-            wv.ty,
-            k,
-            wv.bytes(),
-            rows.clone(),
-            acts,
-            n,
-            dst.add(rows.start),
-            n_out,
-        );
-        if let Some(b) = bias.map(|b| self.weights[b].f32s()) {
-            for t in 0..n {
-                let o = std::slice::from_raw_parts_mut(dst.add(t * n_out + rows.start), rows.len());
-                activation::add_inplace(o, &b[rows.clone()]);
+        // Decode streams small chunks; prefill takes a few big ones, since
+        // each call prepares its tokens anew.
+        let chunk_rows = |n_out: usize| {
+            if n < 4 {
+                DECODE_CHUNK_ROWS
+            } else {
+                n_out
+                    .div_ceil(m.nth * PREFILL_CHUNKS_PER_THREAD)
+                    .next_multiple_of(TILE_ROWS)
             }
+        };
+        'claim: loop {
+            let mut c = self.next_chunk.fetch_add(1, Ordering::Relaxed);
+            for (w, _, bias, out) in parts.clone() {
+                let wv = &self.weights[w];
+                let n_out = wv.rows;
+                let rows_per = chunk_rows(n_out);
+                let chunks = n_out.div_ceil(rows_per);
+                if c >= chunks {
+                    c -= chunks;
+                    continue;
+                }
+                let rows = c * rows_per..((c + 1) * rows_per).min(n_out);
+                let dst = self.arena.f32_ptr(self.plan.offsets[out], n * n_out);
+                quant_dot::matmul_rows_strided(
+                    wv.ty,
+                    k,
+                    wv.bytes(),
+                    rows.clone(),
+                    acts,
+                    n,
+                    dst.add(rows.start),
+                    n_out,
+                );
+                if let Some(b) = bias.map(|b| self.weights[b].f32s()) {
+                    for t in 0..n {
+                        let o = std::slice::from_raw_parts_mut(
+                            dst.add(t * n_out + rows.start),
+                            rows.len(),
+                        );
+                        activation::add_inplace(o, &b[rows.clone()]);
+                    }
+                }
+                continue 'claim;
+            }
+            break;
         }
     }
 
