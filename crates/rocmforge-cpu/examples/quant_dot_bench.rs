@@ -110,5 +110,6 @@ fn main() {
     for ty in types {
         bench(ty, 4096, 4096);
         bench(ty, 4096, 14336);
+        bench(ty, 896, 151936);
     }
 }

@@ -181,9 +181,13 @@ impl Step<'_> {
                 let dst = self.rows(out, rows.clone());
                 for (i, r) in rows.enumerate() {
                     let id = self.tokens[r] as usize;
+                    let row = &mut dst[i * w.cols..(i + 1) * w.cols];
+                    if w.interleaved {
+                        quant_dot::q4_0x8::dequantize_row(w.bytes(), w.cols, id, row);
+                        continue;
+                    }
                     let src = &w.bytes()[id * w.row_bytes()..(id + 1) * w.row_bytes()];
-                    dequantize(w.ty, src, &mut dst[i * w.cols..(i + 1) * w.cols])
-                        .expect("embedding type checked at load");
+                    dequantize(w.ty, src, row).expect("embedding type checked at load");
                 }
             }
             Op::RmsNorm {
@@ -317,16 +321,31 @@ impl Step<'_> {
                 }
                 let rows = c * rows_per..((c + 1) * rows_per).min(n_out);
                 let dst = self.arena.f32_ptr(self.plan.offsets[out], n * n_out);
-                quant_dot::matmul_rows_strided(
-                    wv.ty,
-                    k,
-                    wv.bytes(),
-                    rows.clone(),
-                    acts,
-                    n,
-                    dst.add(rows.start),
-                    n_out,
-                );
+                let out_rows = dst.add(rows.start);
+                if wv.interleaved {
+                    let w = wv.bytes();
+                    quant_dot::q4_0x8::matmul_rows_strided(
+                        k,
+                        w,
+                        rows.clone(),
+                        acts,
+                        n,
+                        out_rows,
+                        n_out,
+                    );
+                } else {
+                    let (ty, w) = (wv.ty, wv.bytes());
+                    quant_dot::matmul_rows_strided(
+                        ty,
+                        k,
+                        w,
+                        rows.clone(),
+                        acts,
+                        n,
+                        out_rows,
+                        n_out,
+                    );
+                }
                 if let Some(b) = bias.map(|b| self.weights[b].f32s()) {
                     for t in 0..n {
                         let o = std::slice::from_raw_parts_mut(

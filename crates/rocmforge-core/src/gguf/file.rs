@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
@@ -28,6 +28,9 @@ impl Storage {
 
 pub struct GgufFile {
     storage: Storage,
+    /// Where the mapping came from, for backends that map it again (the CPU
+    /// backend maps tensor data copy-on-write to repack it).
+    path: Option<PathBuf>,
     version: u32,
     metadata: Vec<(String, GgufValue)>,
     key_index: HashMap<String, usize>,
@@ -61,12 +64,19 @@ impl GgufFile {
                 source,
             })?)
         };
-        Self::from_storage(storage)
+        let mut file = Self::from_storage(storage)?;
+        file.path = Some(path.to_path_buf());
+        Ok(file)
     }
 
     /// Parses a file held in memory (tests, generated files).
     pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
         Self::from_storage(Storage::Owned(bytes))
+    }
+
+    /// The path the file was opened from; `None` when parsed from memory.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     fn from_storage(storage: Storage) -> Result<GgufFile, GgufError> {
@@ -81,6 +91,7 @@ impl GgufFile {
         } = parse_header(storage.bytes())?;
         Ok(GgufFile {
             storage,
+            path: None,
             version,
             metadata,
             key_index,

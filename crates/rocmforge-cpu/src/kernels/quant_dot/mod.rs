@@ -34,7 +34,10 @@ mod avx2_legacy;
 mod avx2_low_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_panel;
+#[cfg(target_arch = "x86_64")]
+mod avx2_q4_0x8;
 mod float_dot;
+pub mod q4_0x8;
 mod scalar_kquant;
 mod scalar_legacy;
 mod tile;
