@@ -61,6 +61,14 @@ impl CpuBackend {
         self.n_threads
     }
 
+    /// How many weight matrices of the loaded model were repacked into the
+    /// interleaved Q4_0 layout (see `kernels::quant_dot::q4_0x8`).
+    pub fn interleaved_matrices(&self) -> usize {
+        self.loaded.as_ref().map_or(0, |l| {
+            l.weights.views.iter().filter(|v| v.interleaved).count()
+        })
+    }
+
     fn allocate(&mut self, what: &'static str, bytes: usize) -> Result<HostBuffer, BackendError> {
         self.allocations += 1;
         HostBuffer::new(bytes).ok_or(BackendError::OutOfMemory {

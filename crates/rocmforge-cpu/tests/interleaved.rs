@@ -1,0 +1,118 @@
+//! Q4_0 matrices repacked at load (the interleaved layout read through a
+//! copy-on-write mapping) must give the logits of the file-order kernels.
+//!
+//! The tiny-qwen2 fixture is requantized to Q4_0 and written to a file; the
+//! model opened from that path is repacked, the same bytes parsed from memory
+//! are not (there is no file to map privately). Both run the fixture prompt.
+
+use std::sync::Arc;
+
+use rocmforge_core::backend::Backend;
+use rocmforge_core::gguf::{GgufFile, GgufWriter};
+use rocmforge_core::model::Model;
+use rocmforge_core::quant::{dequantize, quantize_to_vec, QuantType};
+use rocmforge_core::session::{Session, SessionOptions};
+use rocmforge_cpu::CpuBackend;
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/reference")
+        .join(name)
+}
+
+/// The fixture with every Q8_0 matrix requantized to Q4_0.
+fn q4_0_model_bytes() -> Vec<u8> {
+    let src = GgufFile::open(&fixture("tiny-qwen2-Q8_0.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in src.metadata() {
+        w.add_metadata(key, value.clone());
+    }
+    for t in src.tensors() {
+        let data = src.tensor_data(t).to_vec();
+        if t.ty == QuantType::Q8_0 {
+            let n = t.shape.iter().product::<u64>() as usize;
+            let mut f = vec![0.0; n];
+            dequantize(QuantType::Q8_0, &data, &mut f).unwrap();
+            let q = quantize_to_vec(QuantType::Q4_0, &f).unwrap();
+            w.add_tensor(&t.name, &t.shape, QuantType::Q4_0, q).unwrap();
+        } else {
+            w.add_tensor(&t.name, &t.shape, t.ty, data).unwrap();
+        }
+    }
+    w.to_bytes().unwrap()
+}
+
+fn prompt() -> Vec<u32> {
+    std::fs::read_to_string(fixture("tiny-qwen2-Q8_0.tokens"))
+        .unwrap()
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect()
+}
+
+/// Logits of the prompt (every position) and of three decode steps.
+fn run(model: Arc<Model>) -> Vec<f32> {
+    let opts = SessionOptions {
+        n_ctx: 64,
+        n_batch: 64,
+        all_logits: true,
+    };
+    let backend = Box::new(CpuBackend::new(2));
+    let mut s = Session::new(model, backend, opts, &mut |_, _| {}).unwrap();
+    let mut out = s.eval(&prompt()).unwrap().to_vec();
+    for t in [17u32, 4000, 99] {
+        out.extend_from_slice(s.eval(&[t]).unwrap());
+    }
+    out
+}
+
+#[test]
+fn repacked_q4_0_gives_the_file_order_logits() {
+    let bytes = q4_0_model_bytes();
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("tiny-qwen2-Q4_0.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let from_file = Arc::new(Model::load(&path).unwrap());
+    let in_memory = Arc::new(Model::from_file(GgufFile::from_bytes(bytes).unwrap()).unwrap());
+
+    let mut probe = CpuBackend::new(1);
+    probe.load(&from_file, 16, &mut |_, _| {}).unwrap();
+    let mut plain = CpuBackend::new(1);
+    plain.load(&in_memory, 16, &mut |_, _| {}).unwrap();
+    assert_eq!(plain.interleaved_matrices(), 0);
+    if probe.interleaved_matrices() == 0 {
+        // No AVX2: nothing is repacked, and there is nothing to compare.
+        return;
+    }
+    // Every Q4_0 matmul weight whose rows fill whole groups of eight,
+    // including the tied output head (read by the embedding lookup too).
+    let w = &from_file.weights;
+    let mut matmul = vec![w.output];
+    for l in &w.layers {
+        matmul.extend([l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]);
+    }
+    let expected = matmul
+        .iter()
+        .filter(|&&id| w.table[id].ty == QuantType::Q4_0 && w.table[id].rows.is_multiple_of(8))
+        .count();
+    assert!(
+        expected > w.layers.len(),
+        "the test model has too few Q4_0 matrices"
+    );
+    assert_eq!(probe.interleaved_matrices(), expected);
+
+    let (a, b) = (run(from_file), run(in_memory));
+    assert_eq!(a.len(), b.len());
+    let n_vocab = 151936;
+    for (row, (ra, rb)) in a.chunks(n_vocab).zip(b.chunks(n_vocab)).enumerate() {
+        let mean = rb.iter().sum::<f32>() / n_vocab as f32;
+        let sd = (rb.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / n_vocab as f32).sqrt();
+        // Same integer block sums; only float summation order may differ
+        // (the decode kernels), an ulp of partial sums per block.
+        let worst = ra
+            .iter()
+            .zip(rb)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
+        assert!(worst <= 1e-3 * sd, "row {row}: max |Δ| {worst} vs σ {sd}");
+    }
+}
