@@ -377,7 +377,10 @@ impl Step<'_> {
         let scores =
             std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut f32, scratch.len() / 4);
         let q_dim = spec.n_head * hd;
-        for item in m.share(n * spec.n_head) {
+        // Strided, not contiguous: with the causal mask a late token costs
+        // more than an early one, and taking every nth (token, head) item
+        // gives each thread the same mix of both.
+        for item in (m.ith..n * spec.n_head).step_by(m.nth) {
             let (t, h) = (item / spec.n_head, item % spec.n_head);
             let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
             attention::attend_head(
