@@ -15,6 +15,10 @@
 //!   "Gelem/s" reads GFLOP/s. One prompt takes 0.1-1 s on one thread, so each
 //!   type costs a few seconds.
 //!
+//! `Q4_0x8` is Q4_0 repacked eight rows at a time, the layout the backend
+//! actually runs Q4_0 matrices in on AVX2 machines (`quant_dot::q4_0x8`);
+//! plain `Q4_0` is the file-order kernel it replaces.
+//!
 //! A decode benchmark passes the whole matrix to one `matmul_tile` call (the
 //! number of rows per call makes no measurable difference there). A prefill
 //! benchmark calls it per [`PREFILL_ROWS_PER_CALL`] rows.
@@ -26,7 +30,7 @@ use criterion::{
 };
 use rocmforge_benches::inputs::{activations, WeightMatrix, KERNEL_TYPES};
 use rocmforge_core::quant::QuantType;
-use rocmforge_cpu::kernels::quant_dot::matmul_tile;
+use rocmforge_cpu::kernels::quant_dot::{matmul_tile, q4_0x8};
 
 /// Row length of every benchmarked matrix (a 7B model's hidden size).
 const K: usize = 4096;
@@ -122,9 +126,76 @@ fn prefill(c: &mut Criterion) {
     group.finish();
 }
 
+/// Q4_0 in the interleaved layout, in the three shapes above.
+fn interleaved_q4_0(c: &mut Criterion) {
+    let ty = QuantType::Q4_0;
+    let packed = |rows: usize| {
+        let mut w = matrix(ty, rows).bytes;
+        q4_0x8::pack_in_place(&mut w, rows, K);
+        w
+    };
+    let run = |w: &[u8], acts: &[u8], n: usize, rows: std::ops::Range<usize>, out: &mut [f32]| {
+        let stride = rows.len();
+        assert!(out.len() >= n * stride);
+        // SAFETY: `out` holds n rows of `stride` floats.
+        unsafe { q4_0x8::matmul_rows_strided(K, w, rows, acts, n, out.as_mut_ptr(), stride) };
+    };
+    if !q4_0x8::can_pack(ty, 8, K) {
+        return;
+    }
+    let act = activations(ty, K, 1);
+    let mut group = c.benchmark_group("cpu/matvec");
+    for rows in MATVEC_ROWS {
+        let bytes = WeightMatrix::byte_len(ty, K, rows).expect("4096 is whole blocks");
+        group.throughput(Throughput::BytesDecimal(bytes));
+        let (mut copies, mut next, mut out) = (None, 0, vec![0.0f32; rows]);
+        group.bench_function(BenchmarkId::new("Q4_0x8", format!("{K}x{rows}")), |b| {
+            let copies: &Vec<Vec<u8>> = copies
+                .get_or_insert_with(|| vec![packed(rows); COLD_BYTES.div_ceil(bytes as usize)]);
+            b.iter(|| {
+                next = (next + 1) % copies.len();
+                run(&copies[next], black_box(&act), 1, 0..rows, &mut out)
+            });
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("cpu/matvec_hot");
+    let rows = 4096;
+    let bytes = WeightMatrix::byte_len(ty, K, rows).expect("4096 is whole blocks");
+    group.throughput(Throughput::BytesDecimal(bytes));
+    let (mut w, mut out) = (None, vec![0.0f32; rows]);
+    group.bench_function(BenchmarkId::new("Q4_0x8", format!("{K}x{rows}")), |b| {
+        let w = w.get_or_insert_with(|| packed(rows));
+        b.iter(|| run(w, black_box(&act), 1, 0..rows, &mut out));
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("cpu/prefill_flop");
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Elements(
+        (2 * K * PREFILL_ROWS * PREFILL_TOKENS) as u64,
+    ));
+    let mut inputs = None;
+    let mut out = vec![0.0f32; PREFILL_TOKENS * PREFILL_ROWS_PER_CALL];
+    let id = BenchmarkId::new("Q4_0x8", format!("{K}x{PREFILL_ROWS}/{PREFILL_TOKENS}tok"));
+    group.bench_function(id, |b| {
+        let (w, acts) = inputs
+            .get_or_insert_with(|| (packed(PREFILL_ROWS), activations(ty, K, PREFILL_TOKENS)));
+        b.iter(|| {
+            for r0 in (0..PREFILL_ROWS).step_by(PREFILL_ROWS_PER_CALL) {
+                let rows = r0..(r0 + PREFILL_ROWS_PER_CALL).min(PREFILL_ROWS);
+                // Each call's output block is its own rows x tokens.
+                run(w, black_box(acts), PREFILL_TOKENS, rows, &mut out);
+            }
+        });
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = rocmforge_benches::criterion();
-    targets = matvec, matvec_hot, prefill
+    targets = matvec, matvec_hot, prefill, interleaved_q4_0
 }
 criterion_main!(benches);

@@ -17,6 +17,10 @@ pub(super) const TOKENS_PER_CALL: usize = 4;
 /// rows it should stay in L2 while every row passes over it.
 const ACT_CHUNK_BYTES: usize = 256 * 1024;
 
+/// Weight bytes of the rows one pass of token groups walks: well inside L2
+/// (512 KiB here), so the rows are read from memory once per token chunk.
+const ROW_BLOCK_BYTES: usize = 128 * 1024;
+
 /// Tokens from which packing weight rows into panels pays for itself.
 const PANEL_MIN_TOKENS: usize = 4;
 
@@ -226,17 +230,21 @@ pub(super) unsafe fn tile_with(
             );
             continue;
         }
-        // Token groups outside, rows inside: a group's activations stay in L1
-        // while the tile's weight rows (tens of KiB) come from L2.
-        for t in (t0..t_end).step_by(TOKENS_PER_CALL) {
-            let n = (t_end - t).min(TOKENS_PER_CALL);
-            let mut group: [(&[u8], &[f32]); TOKENS_PER_CALL] = [(&[], &[]); TOKENS_PER_CALL];
-            for (i, g) in group.iter_mut().take(n).enumerate() {
-                let at = (t + i - t0) * per_token_side;
-                *g = (act_row(t + i), &side[at..at + per_token_side]);
+        // Row blocks outside, token groups inside, rows innermost: a group's
+        // activations stay in L1 while the block's weight rows come from L2.
+        let block_rows = (ROW_BLOCK_BYTES / row_bytes(weight, k)).max(1);
+        for r0 in (rows.start..rows.end).step_by(block_rows) {
+            let block = r0..(r0 + block_rows).min(rows.end);
+            for t in (t0..t_end).step_by(TOKENS_PER_CALL) {
+                let n = (t_end - t).min(TOKENS_PER_CALL);
+                let mut group: [(&[u8], &[f32]); TOKENS_PER_CALL] = [(&[], &[]); TOKENS_PER_CALL];
+                for (i, g) in group.iter_mut().take(n).enumerate() {
+                    let at = (t + i - t0) * per_token_side;
+                    *g = (act_row(t + i), &side[at..at + per_token_side]);
+                }
+                let dst = OutRows::new(out.at(t, r0 - rows.start), out.stride);
+                rows_times_group(isa, weight, k, w, block.clone(), &group[..n], dst);
             }
-            let dst = out.skip_tokens(t);
-            rows_times_group(isa, weight, k, w, rows.clone(), &group[..n], dst);
         }
     }
     SIDE_BUFFER.set(side);
