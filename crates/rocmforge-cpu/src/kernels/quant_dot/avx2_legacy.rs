@@ -174,11 +174,6 @@ pub(super) unsafe fn with_q8_0<const KIND: u8, const T: usize>(
     debug_assert!(a.iter().all(|r| r.len() >= nb * 34));
     debug_assert!(side.iter().all(|s| s.len() >= nb * SIDE_PER_BLOCK));
     let (wp, ap, sp) = (w.as_ptr(), a.map(|r| r.as_ptr()), side.map(|s| s.as_ptr()));
-    if KIND == Q4_0 && T == 1 && *NOSINGLE.get_or_init(|| std::env::var_os("NOSINGLE").is_none()) {
-        let mut out = [0.0f32; T];
-        out[0] = q4_0_single(nb, wp, ap[0], sp[0]);
-        return out;
-    }
     // Two accumulator sets so consecutive blocks do not wait on each other.
     let mut even = Acc {
         v: [_mm256_setzero_ps(); T],
@@ -210,104 +205,6 @@ pub(super) unsafe fn with_q8_0<const KIND: u8, const T: usize>(
         *o = sum - 8.0 * (even.offset[t] + odd.offset[t]);
     }
     out
-}
-
-/// Q4_0 against one token, the decode case: eight blocks at a time, so the
-/// per-block float work (scale conversion, scale product, FMA), which cost
-/// more than the integer dot in the per-block loop, is done once per eight
-/// blocks on vectors. The eight blocks' integer sums are reduced into one
-/// vector by horizontal adds.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0_single(nb: usize, w: *const u8, a: *const u8, side: *const f32) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut offset = _mm256_setzero_ps();
-    let mut b = 0;
-    while b + 8 <= nb {
-        q4_0_eight(
-            w.add(b * 18),
-            a.add(b * 34),
-            side.add(2 * b),
-            8,
-            &mut acc,
-            &mut offset,
-        );
-        b += 8;
-    }
-    if b < nb {
-        // The last few blocks: their side pairs padded with zeros, missing
-        // blocks contribute zero sums and zero scales.
-        let live = nb - b;
-        let mut padded = [0.0f32; 16];
-        std::ptr::copy_nonoverlapping(side.add(2 * b), padded.as_mut_ptr(), 2 * live);
-        q4_0_eight(
-            w.add(b * 18),
-            a.add(b * 34),
-            padded.as_ptr(),
-            live,
-            &mut acc,
-            &mut offset,
-        );
-    }
-    hsum(acc) - 8.0 * hsum(offset)
-}
-
-/// Adds `live` (at most eight) Q4_0 blocks at `w` against the Q8_0 blocks at
-/// `a`, whose side pairs start at `side` (sixteen readable floats), to the
-/// scaled-sum and offset accumulators.
-#[inline(always)]
-unsafe fn q4_0_eight(
-    w: *const u8,
-    a: *const u8,
-    side: *const f32,
-    live: usize,
-    acc: &mut __m256,
-    offset: &mut __m256,
-) {
-    let ones = _mm256_set1_epi16(1);
-    let block = |j: usize| {
-        if j >= live {
-            return _mm256_setzero_si256();
-        }
-        let x = nibbles(w.add(j * 18 + 2));
-        let y = load256(a.add(j * 34 + 2));
-        _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), ones)
-    };
-    let h01 = _mm256_hadd_epi32(block(0), block(1));
-    let h23 = _mm256_hadd_epi32(block(2), block(3));
-    let h45 = _mm256_hadd_epi32(block(4), block(5));
-    let h67 = _mm256_hadd_epi32(block(6), block(7));
-    let h0123 = _mm256_hadd_epi32(h01, h23);
-    let h4567 = _mm256_hadd_epi32(h45, h67);
-    let sums = _mm256_add_epi32(
-        _mm256_permute2x128_si256(h0123, h4567, 0x20),
-        _mm256_permute2x128_si256(h0123, h4567, 0x31),
-    );
-    let bits = |j: usize| {
-        if j < live {
-            (w.add(j * 18) as *const i16).read_unaligned()
-        } else {
-            0
-        }
-    };
-    let dw = _mm256_cvtph_ps(_mm_setr_epi16(
-        bits(0),
-        bits(1),
-        bits(2),
-        bits(3),
-        bits(4),
-        bits(5),
-        bits(6),
-        bits(7),
-    ));
-    // side holds (d, d Σy) pairs; split them into two vectors in block order.
-    let s0 = _mm256_loadu_ps(side);
-    let s1 = _mm256_loadu_ps(side.add(8));
-    let in_order =
-        |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0b11_01_10_00));
-    let da = in_order(_mm256_shuffle_ps(s0, s1, 0b10_00_10_00));
-    let dsum = in_order(_mm256_shuffle_ps(s0, s1, 0b11_01_11_01));
-    *acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(sums), *acc);
-    *offset = _mm256_fmadd_ps(dw, dsum, *offset);
 }
 
 /// Q4_1 / Q5_1 (unsigned quants plus an offset) against Q8_1 rows, whose
@@ -347,4 +244,3 @@ pub(super) unsafe fn offset_q8_1<const FIVE: bool, const T: usize>(
     }
     out
 }
-static NOSINGLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
