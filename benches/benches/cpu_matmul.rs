@@ -130,9 +130,10 @@ fn prefill(c: &mut Criterion) {
 fn interleaved_q4_0(c: &mut Criterion) {
     let ty = QuantType::Q4_0;
     let packed = |rows: usize| {
-        let mut w = matrix(ty, rows).bytes;
-        q4_0x8::pack_in_place(&mut w, rows, K);
-        w
+        let w = matrix(ty, rows).bytes;
+        let mut out = vec![0; w.len()];
+        q4_0x8::pack(&w, rows, K, &mut out);
+        out
     };
     let run = |w: &[u8], acts: &[u8], n: usize, rows: std::ops::Range<usize>, out: &mut [f32]| {
         let stride = rows.len();

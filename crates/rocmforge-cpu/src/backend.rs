@@ -24,16 +24,19 @@ struct Prepared {
     rope: RopeTable,
 }
 
-/// Allocations per model load: the weight mapping, the KV cache, the
-/// activation arena and one scratch buffer (quantized activations and
-/// per-thread tiles). The arena and scratch grow only if a graph larger than
-/// every earlier one is prepared.
+/// Allocations per model load: the weight mapping, the region of repacked
+/// weights (Q4_0 models on AVX2 machines), the KV cache, and one work buffer
+/// holding the activation arena followed by the scratch (quantized
+/// activations, per-thread attention scores). The work buffer grows only if
+/// a graph larger than every earlier one is prepared.
 pub struct CpuBackend {
     n_threads: usize,
+    repack: bool,
     loaded: Option<Loaded>,
     graphs: Vec<Prepared>,
-    arena: HostBuffer,
-    scratch: HostBuffer,
+    work: HostBuffer,
+    /// Bytes of `work` reserved for the arena; the scratch follows.
+    arena_bytes: usize,
     scratch_layout: ScratchLayout,
     allocations: usize,
 }
@@ -48,13 +51,21 @@ impl CpuBackend {
         };
         CpuBackend {
             n_threads,
+            repack: true,
             loaded: None,
             graphs: Vec::new(),
-            arena: HostBuffer::new(0).expect("empty buffer"),
-            scratch: HostBuffer::new(0).expect("empty buffer"),
+            work: HostBuffer::new(0).expect("empty buffer"),
+            arena_bytes: 0,
             scratch_layout: ScratchLayout::default(),
             allocations: 0,
         }
+    }
+
+    /// Keeps every weight in file order, read from the mapping (no
+    /// repacking at load); for comparisons and memory-tight hosts.
+    pub fn without_repacking(mut self) -> CpuBackend {
+        self.repack = false;
+        self
     }
 
     pub fn n_threads(&self) -> usize {
@@ -106,9 +117,9 @@ impl Backend for CpuBackend {
     ) -> Result<(), BackendError> {
         self.graphs.clear();
         self.loaded = None;
-        self.allocations = 1; // the mapping is the weight region
-        let weights = MappedWeights::new(model)?;
-        weights.prefault(progress);
+        let weights = MappedWeights::load(model, self.repack, progress)?;
+        // The mapping is the weight region; repacked weights are a second.
+        self.allocations = 1 + usize::from(weights.has_repacked_region());
         let kv_layout = KvLayout::new(&model.config, n_ctx);
         let kv = self.allocate("KV cache", kv_layout.bytes())?;
         self.loaded = Some(Loaded {
@@ -137,12 +148,12 @@ impl Backend for CpuBackend {
         .map_err(|e| BackendError::Device(format!("rope parameters: {e}")))?;
         let layout =
             ScratchLayout::for_graph(graph, views, loaded.kv_layout.n_ctx).max(self.scratch_layout);
-        if plan.arena_bytes > self.arena.len() {
-            self.arena = self.allocate("activation arena", plan.arena_bytes)?;
+        let arena_bytes = plan.arena_bytes.max(self.arena_bytes).next_multiple_of(64);
+        let needed = arena_bytes + layout.total(self.n_threads);
+        if needed > self.work.len() {
+            self.work = self.allocate("activation arena and scratch", needed)?;
         }
-        if layout.total(self.n_threads) > self.scratch.len() {
-            self.scratch = self.allocate("scratch", layout.total(self.n_threads))?;
-        }
+        self.arena_bytes = arena_bytes;
         self.scratch_layout = layout;
         self.graphs.push(Prepared {
             graph: graph.clone(),
@@ -199,8 +210,11 @@ impl Backend for CpuBackend {
             weights: &loaded.weights.views,
             kv_layout: loaded.kv_layout,
             kv: loaded.kv.shared(),
-            arena: self.arena.shared(),
-            scratch: self.scratch.shared(),
+            arena: self.work.shared().sub(0, self.arena_bytes),
+            scratch: self
+                .work
+                .shared()
+                .sub(self.arena_bytes, self.scratch_layout.total(self.n_threads)),
             scratch_layout: self.scratch_layout,
             tokens,
             pos0,
@@ -218,8 +232,8 @@ impl Backend for CpuBackend {
             device_allocations: self.allocations,
             weight_bytes: self.loaded.as_ref().map_or(0, |l| l.weights.bytes),
             kv_bytes: self.loaded.as_ref().map_or(0, |l| l.kv.len() as u64),
-            arena_bytes: self.arena.len() as u64,
-            scratch_bytes: self.scratch.len() as u64,
+            arena_bytes: self.arena_bytes as u64,
+            scratch_bytes: (self.work.len() - self.arena_bytes) as u64,
         }
     }
 }

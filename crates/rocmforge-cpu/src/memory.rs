@@ -91,6 +91,15 @@ impl SharedMem {
         std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut f32, n)
     }
 
+    /// The `len` bytes at `offset`, as a view of their own.
+    pub fn sub(self, offset: usize, len: usize) -> SharedMem {
+        assert!(offset + len <= self.len, "buffer view out of range");
+        SharedMem {
+            ptr: self.ptr.wrapping_add(offset),
+            len,
+        }
+    }
+
     /// The start of `n` f32s at `offset`, for writers that share a range with
     /// other threads at a finer grain than a slice can (disjoint columns).
     pub fn f32_ptr(&self, offset: usize, n: usize) -> *mut f32 {

@@ -1,16 +1,15 @@
 //! Weights as views into the mapped GGUF file: the CPU backend's "upload" is
 //! resolving each weight to a pointer once.
 //!
-//! On CPUs with the interleaved Q4_0 kernels, the file is mapped a second
-//! time copy-on-write and the Q4_0 matrices are rewritten in place into the
-//! eight-row layout of `quant_dot::q4_0x8`: the pages of those matrices
-//! become private copies of the same size (resident memory stays the file
-//! size) and every other weight is still read straight from the file.
+//! On CPUs with the interleaved Q4_0 kernels, Q4_0 matrices are copied once
+//! into one anonymous region (huge pages where the OS gives them) in the
+//! eight-row layout of `quant_dot::q4_0x8`, and their pages of the file
+//! mapping are released: resident memory stays the file size. Every other
+//! weight is read straight from the file.
 
-use std::fs::File;
 use std::sync::Arc;
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::{Advice, MmapMut};
 use rocmforge_core::backend::BackendError;
 use rocmforge_core::gguf::GgufFile;
 use rocmforge_core::model::{Model, WeightId};
@@ -51,23 +50,51 @@ impl WeightView {
     }
 }
 
-/// The mapped file and a view per weight id.
+/// The mapped file, the repacked region and a view per weight id.
 pub struct MappedWeights {
     _file: Arc<GgufFile>,
-    /// The copy-on-write mapping holding interleaved matrices, if any.
-    _private: Option<MmapMut>,
+    /// Interleaved copies of the Q4_0 matrices, if any.
+    repacked: Option<MmapMut>,
     pub views: Vec<WeightView>,
     pub bytes: u64,
 }
 
 impl MappedWeights {
-    pub fn new(model: &Model) -> Result<MappedWeights, BackendError> {
-        let packable = packable_weights(model);
-        let mut private = match (packable.iter().any(|&p| p), model.file.path()) {
-            (true, Some(path)) => Some(map_private(path, model.file.file_size())?),
-            _ => None,
+    /// Views of every weight; with `repack`, Q4_0 matrices in the
+    /// interleaved layout. Every page is touched before this returns, so the
+    /// first token doesn't pay for page faults and the load time printed is
+    /// the real one; `progress(done, total)` follows the bytes.
+    pub fn load(
+        model: &Model,
+        repack: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<MappedWeights, BackendError> {
+        let packable = if repack {
+            packable_weights(model)
+        } else {
+            vec![false; model.weights.table.len()]
         };
-        let base = model.file.as_bytes().as_ptr();
+        let packed_bytes: usize = (0..packable.len())
+            .filter(|&id| packable[id])
+            .map(|id| model.weight_bytes(id).len().next_multiple_of(64))
+            .sum();
+        let mut repacked = (packed_bytes > 0)
+            .then(|| {
+                let map =
+                    MmapMut::map_anon(packed_bytes).map_err(|_| BackendError::OutOfMemory {
+                        what: "repacked weights",
+                        bytes: packed_bytes as u64,
+                    })?;
+                // Fewer page faults while filling it, fewer TLB misses after;
+                // only advice.
+                let _ = map.advise(Advice::HugePage);
+                Ok::<_, BackendError>(map)
+            })
+            .transpose()?;
+        let file_start = model.file.as_bytes().as_ptr() as usize;
+        let total = model.weights.table.iter().map(|w| w.n_bytes).sum();
+        let mut done = 0;
+        let mut at = 0;
         let mut views = Vec::with_capacity(model.weights.table.len());
         for (id, w) in model.weights.table.iter().enumerate() {
             let data = model.weight_bytes(id);
@@ -85,41 +112,45 @@ impl MappedWeights {
                 ptr: data.as_ptr(),
                 len: data.len(),
             };
-            if let (true, Some(map)) = (packable[id], private.as_mut()) {
-                // The same bytes at the same offset in the private mapping.
-                let at = data.as_ptr() as usize - base as usize;
-                let bytes = &mut map[at..at + data.len()];
-                q4_0x8::pack_in_place(bytes, w.rows, w.cols);
-                view.ptr = bytes.as_ptr();
+            if let (true, Some(map)) = (packable[id], repacked.as_mut()) {
+                let dst = &mut map[at..at + data.len()];
+                q4_0x8::pack(data, w.rows, w.cols, dst);
+                view.ptr = dst.as_ptr();
                 view.interleaved = true;
+                at += data.len().next_multiple_of(64);
+                let offset = (data.as_ptr() as usize - file_start) as u64;
+                model.file.release_pages(offset..offset + data.len() as u64);
+            } else {
+                prefault(data);
             }
             views.push(view);
+            done += data.len() as u64;
+            progress(done, total);
         }
         Ok(MappedWeights {
             _file: Arc::clone(&model.file),
-            _private: private,
+            repacked,
             views,
-            bytes: model.weights.table.iter().map(|w| w.n_bytes).sum(),
+            bytes: total,
         })
     }
 
-    /// Touches every page of the weights so the first token doesn't pay for
-    /// page faults and the load time printed is the real one.
-    pub fn prefault(&self, progress: &mut dyn FnMut(u64, u64)) {
-        const PAGE: usize = 4096;
-        let mut done = 0u64;
-        let mut sink = 0u8;
-        for v in &self.views {
-            let bytes = v.bytes();
-            for i in (0..bytes.len()).step_by(PAGE) {
-                // SAFETY: in bounds; volatile so the read isn't optimised away.
-                sink ^= unsafe { std::ptr::read_volatile(bytes.as_ptr().add(i)) };
-            }
-            done += bytes.len() as u64;
-            progress(done, self.bytes);
-        }
-        std::hint::black_box(sink);
+    /// Whether some weights live in a region of their own (a second
+    /// allocation besides the file mapping).
+    pub fn has_repacked_region(&self) -> bool {
+        self.repacked.is_some()
     }
+}
+
+/// Touches every page of `data`.
+fn prefault(data: &[u8]) {
+    const PAGE: usize = 4096;
+    let mut sink = 0u8;
+    for i in (0..data.len()).step_by(PAGE) {
+        // SAFETY: in bounds; volatile so the read isn't optimised away.
+        sink ^= unsafe { std::ptr::read_volatile(data.as_ptr().add(i)) };
+    }
+    std::hint::black_box(sink);
 }
 
 /// Which weights get the interleaved layout: Q4_0 matrices that only ever
@@ -137,21 +168,4 @@ fn packable_weights(model: &Model) -> Vec<bool> {
         packable[id] = q4_0x8::can_pack(r.ty, r.rows, r.cols);
     }
     packable
-}
-
-fn map_private(path: &std::path::Path, size: u64) -> Result<MmapMut, BackendError> {
-    let err =
-        |e: String| BackendError::Device(format!("mapping {} copy-on-write: {e}", path.display()));
-    let file = File::open(path).map_err(|e| err(e.to_string()))?;
-    // SAFETY: a private mapping: our writes never reach the file. As with
-    // the read-only mapping, another process changing the file while it is
-    // mapped could change the weights we read.
-    let map = unsafe { MmapOptions::new().map_copy(&file) }.map_err(|e| err(e.to_string()))?;
-    if map.len() as u64 != size {
-        return Err(err(format!(
-            "the file changed size since it was opened ({} bytes, was {size})",
-            map.len()
-        )));
-    }
-    Ok(map)
 }

@@ -1,9 +1,8 @@
-//! Q4_0 matrices repacked at load (the interleaved layout read through a
-//! copy-on-write mapping) must give the logits of the file-order kernels.
+//! Q4_0 matrices repacked at load (the interleaved layout) must give the
+//! logits of the file-order kernels.
 //!
-//! The tiny-qwen2 fixture is requantized to Q4_0 and written to a file; the
-//! model opened from that path is repacked, the same bytes parsed from memory
-//! are not (there is no file to map privately). Both run the fixture prompt.
+//! The tiny-qwen2 fixture is requantized to Q4_0 and written to a file, then
+//! run by a backend that repacks and one that does not.
 
 use std::sync::Arc;
 
@@ -51,13 +50,13 @@ fn prompt() -> Vec<u32> {
 }
 
 /// Logits of the prompt (every position) and of three decode steps.
-fn run(model: Arc<Model>) -> Vec<f32> {
+fn run(model: Arc<Model>, backend: CpuBackend) -> Vec<f32> {
     let opts = SessionOptions {
         n_ctx: 64,
         n_batch: 64,
         all_logits: true,
     };
-    let backend = Box::new(CpuBackend::new(2));
+    let backend = Box::new(backend);
     let mut s = Session::new(model, backend, opts, &mut |_, _| {}).unwrap();
     let mut out = s.eval(&prompt()).unwrap().to_vec();
     for t in [17u32, 4000, 99] {
@@ -72,12 +71,11 @@ fn repacked_q4_0_gives_the_file_order_logits() {
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("tiny-qwen2-Q4_0.gguf");
     std::fs::write(&path, &bytes).unwrap();
     let from_file = Arc::new(Model::load(&path).unwrap());
-    let in_memory = Arc::new(Model::from_file(GgufFile::from_bytes(bytes).unwrap()).unwrap());
 
     let mut probe = CpuBackend::new(1);
     probe.load(&from_file, 16, &mut |_, _| {}).unwrap();
-    let mut plain = CpuBackend::new(1);
-    plain.load(&in_memory, 16, &mut |_, _| {}).unwrap();
+    let mut plain = CpuBackend::new(1).without_repacking();
+    plain.load(&from_file, 16, &mut |_, _| {}).unwrap();
     assert_eq!(plain.interleaved_matrices(), 0);
     if probe.interleaved_matrices() == 0 {
         // No AVX2: nothing is repacked, and there is nothing to compare.
@@ -100,7 +98,14 @@ fn repacked_q4_0_gives_the_file_order_logits() {
     );
     assert_eq!(probe.interleaved_matrices(), expected);
 
-    let (a, b) = (run(from_file), run(in_memory));
+    // The repacked weights are a region of their own: one more allocation.
+    let count = |b: &CpuBackend| b.allocations().device_allocations;
+    assert_eq!(count(&probe), count(&plain) + 1);
+
+    let (a, b) = (
+        run(Arc::clone(&from_file), CpuBackend::new(2)),
+        run(from_file, CpuBackend::new(2).without_repacking()),
+    );
     assert_eq!(a.len(), b.len());
     let n_vocab = 151936;
     for (row, (ra, rb)) in a.chunks(n_vocab).zip(b.chunks(n_vocab)).enumerate() {

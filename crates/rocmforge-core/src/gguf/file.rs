@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::ops::Range;
+use std::path::Path;
 
 use memmap2::Mmap;
 
@@ -28,9 +29,6 @@ impl Storage {
 
 pub struct GgufFile {
     storage: Storage,
-    /// Where the mapping came from, for backends that map it again (the CPU
-    /// backend maps tensor data copy-on-write to repack it).
-    path: Option<PathBuf>,
     version: u32,
     metadata: Vec<(String, GgufValue)>,
     key_index: HashMap<String, usize>,
@@ -64,9 +62,7 @@ impl GgufFile {
                 source,
             })?)
         };
-        let mut file = Self::from_storage(storage)?;
-        file.path = Some(path.to_path_buf());
-        Ok(file)
+        Self::from_storage(storage)
     }
 
     /// Parses a file held in memory (tests, generated files).
@@ -74,9 +70,30 @@ impl GgufFile {
         Self::from_storage(Storage::Owned(bytes))
     }
 
-    /// The path the file was opened from; `None` when parsed from memory.
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+    /// Tells the OS that the mapped pages wholly inside `range` (byte
+    /// offsets in the file) are not needed now: they leave the process's
+    /// resident set and are read from the file again if touched. A backend
+    /// that copied a tensor elsewhere (the CPU backend's repacked Q4_0) calls
+    /// this so the copy does not count twice. A no-op for in-memory files
+    /// and where the OS declines.
+    pub fn release_pages(&self, range: Range<u64>) {
+        let Storage::Mapped(map) = &self.storage else {
+            return;
+        };
+        const PAGE: u64 = 4096;
+        let end = range.end.min(map.len() as u64) / PAGE * PAGE;
+        let start = range.start.next_multiple_of(PAGE);
+        if start < end {
+            // SAFETY: the mapping is shared and read-only, so dropping its
+            // pages loses nothing: the next read maps the file's bytes again.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start as usize,
+                    (end - start) as usize,
+                )
+            };
+        }
     }
 
     fn from_storage(storage: Storage) -> Result<GgufFile, GgufError> {
@@ -91,7 +108,6 @@ impl GgufFile {
         } = parse_header(storage.bytes())?;
         Ok(GgufFile {
             storage,
-            path: None,
             version,
             metadata,
             key_index,

@@ -9,7 +9,7 @@
 //! `4c..4c + 4`. One broadcast of four activation quants then multiplies
 //! eight rows at once and the scales apply with one FMA (see
 //! `avx2_q4_0x8`). The group is exactly the eight blocks it replaces, so a
-//! matrix is repacked in place and keeps its size.
+//! repacked matrix keeps its size.
 
 use std::ops::Range;
 
@@ -33,30 +33,29 @@ pub fn can_pack(ty: QuantType, rows: usize, k: usize) -> bool {
         && super::detected_isa() != super::Isa::Scalar
 }
 
-/// Rewrites a Q4_0 matrix of `rows` × `k` (`data` in file order) into the
-/// interleaved layout, eight rows at a time through a small buffer.
+/// Writes the Q4_0 matrix `src` (`rows` × `k`, file order) into `dst` (the
+/// same size) in the interleaved layout.
 ///
 /// # Panics
-/// If `data` is not exactly `rows` rows or `rows`/`k` cannot be packed.
-pub fn pack_in_place(data: &mut [u8], rows: usize, k: usize) {
+/// If the sizes disagree or `rows`/`k` cannot be packed.
+pub fn pack(src: &[u8], rows: usize, k: usize, dst: &mut [u8]) {
     let nb = k / 32;
     let row_bytes = nb * Q4_0_BLOCK;
     assert!(rows.is_multiple_of(ROWS) && k.is_multiple_of(32));
-    assert_eq!(data.len(), rows * row_bytes, "Q4_0 matrix size");
-    let mut group = vec![0u8; ROWS * row_bytes];
-    for rows8 in data.chunks_exact_mut(ROWS * row_bytes) {
-        for b in 0..nb {
-            let dst = &mut group[b * GROUP_BYTES..(b + 1) * GROUP_BYTES];
+    assert_eq!(src.len(), rows * row_bytes, "Q4_0 matrix size");
+    assert_eq!(dst.len(), src.len(), "interleaved matrix size");
+    let groups = src.chunks_exact(ROWS * row_bytes);
+    for (rows8, out) in groups.zip(dst.chunks_exact_mut(ROWS * row_bytes)) {
+        for (b, grp) in out.chunks_exact_mut(GROUP_BYTES).enumerate() {
             for i in 0..ROWS {
-                let src = &rows8[i * row_bytes + b * Q4_0_BLOCK..][..Q4_0_BLOCK];
-                dst[2 * i..2 * i + 2].copy_from_slice(&src[..2]);
+                let blk = &rows8[i * row_bytes + b * Q4_0_BLOCK..][..Q4_0_BLOCK];
+                grp[2 * i..2 * i + 2].copy_from_slice(&blk[..2]);
                 for c in 0..4 {
                     let at = 16 + 32 * c + 4 * i;
-                    dst[at..at + 4].copy_from_slice(&src[2 + 4 * c..6 + 4 * c]);
+                    grp[at..at + 4].copy_from_slice(&blk[2 + 4 * c..6 + 4 * c]);
                 }
             }
         }
-        rows8.copy_from_slice(&group);
     }
 }
 
@@ -134,8 +133,8 @@ mod tests {
         let (rows, k) = (16, 96);
         let x = crate::kernels::test_noise(rows * k, 7, 2.0);
         let plain = quantize_to_vec(QuantType::Q4_0, &x).unwrap();
-        let mut packed = plain.clone();
-        pack_in_place(&mut packed, rows, k);
+        let mut packed = vec![0; plain.len()];
+        pack(&plain, rows, k, &mut packed);
         assert_ne!(packed, plain, "packing moved nothing");
         let rb = plain.len() / rows;
         for r in 0..rows {
@@ -156,8 +155,8 @@ mod tests {
             let rows = 24;
             let x = crate::kernels::test_noise(rows * k, k as u64, 1.5);
             let plain = quantize_to_vec(QuantType::Q4_0, &x).unwrap();
-            let mut packed = plain.clone();
-            pack_in_place(&mut packed, rows, k);
+            let mut packed = vec![0; plain.len()];
+            pack(&plain, rows, k, &mut packed);
             let rb = plain.len() / rows;
             for n in [1, 2, 3, 4, 5, 9] {
                 let mut acts = Vec::new();
