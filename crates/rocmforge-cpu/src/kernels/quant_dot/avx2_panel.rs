@@ -181,7 +181,7 @@ unsafe fn pack<const KIND: u8>(
 /// Transposes an 8 × 8 matrix of 32-bit elements held one row per vector.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn transpose_u32(r: [__m256i; 8]) -> [__m256i; 8] {
+pub(super) unsafe fn transpose_u32(r: [__m256i; 8]) -> [__m256i; 8] {
     // Pairs of rows interleaved, then pairs of pairs, then 128-bit halves
     // swapped into place.
     let t = [

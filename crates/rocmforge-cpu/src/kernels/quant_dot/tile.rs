@@ -211,6 +211,20 @@ pub(super) unsafe fn tile_with(
             }
         }
         #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2 && weight == QuantType::Q4K && t_end - t0 >= PANEL_MIN_TOKENS {
+            // SAFETY: AVX2/FMA/F16C detected; lengths checked by the entry
+            // points.
+            super::avx2_panel_q4k::rows_times_tokens(
+                nb,
+                w,
+                rows.clone(),
+                &acts[t0 * ab..t_end * ab],
+                t_end - t0,
+                out.skip_tokens(t0),
+            );
+            continue;
+        }
+        #[cfg(target_arch = "x86_64")]
         if let Some(kind) = super::avx2_panel::kind_of(weight)
             .filter(|_| isa == Isa::Avx2 && t_end - t0 >= PANEL_MIN_TOKENS)
         {
