@@ -35,6 +35,8 @@ mod avx2_low_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_panel;
 #[cfg(target_arch = "x86_64")]
+mod avx2_panel_kquant;
+#[cfg(target_arch = "x86_64")]
 mod avx2_panel_q4k;
 #[cfg(target_arch = "x86_64")]
 mod avx2_q4_0x8;

@@ -214,7 +214,7 @@ pub(super) unsafe fn tile_with(
         if isa == Isa::Avx2 && weight == QuantType::Q4K && t_end - t0 >= PANEL_MIN_TOKENS {
             // SAFETY: AVX2/FMA/F16C detected; lengths checked by the entry
             // points.
-            super::avx2_panel_q4k::rows_times_tokens(
+            super::avx2_panel_kquant::rows_times_tokens::<super::avx2_panel_q4k::Q4K>(
                 nb,
                 w,
                 rows.clone(),
