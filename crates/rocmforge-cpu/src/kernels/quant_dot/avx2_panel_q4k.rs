@@ -105,15 +105,22 @@ impl PanelFormat for Q4K {
             let dmin = _mm256_loadu_ps(pb.dmin.as_ptr());
             for t in 0..PASS_TOKENS {
                 let blk = a[t].add(b * A_BYTES);
-                // Each min covers two 16-element activation sums.
-                let bsum =
-                    |k: usize| (blk.add(A_BSUMS + 2 * k) as *const i16).read_unaligned() as i32;
+                // Each min covers two 16-element activation sums: adjacent
+                // sums added give the eight sub-block sums, and 32-bit lane
+                // p of that holds sub-blocks 2p and 2p + 1 as an i16 pair.
+                let bs = _mm256_loadu_si256(blk.add(A_BSUMS) as *const __m256i);
+                let lo = _mm256_castsi256_si128(bs);
+                let sub = _mm_hadd_epi16(lo, _mm256_extracti128_si256(bs, 1));
+                let pairs = [
+                    sub,
+                    _mm_shuffle_epi32::<0b01>(sub),
+                    _mm_shuffle_epi32::<0b10>(sub),
+                    _mm_shuffle_epi32::<0b11>(sub),
+                ];
                 let mut m = _mm256_setzero_si256();
-                for p in 0..4 {
-                    let lo = bsum(4 * p) + bsum(4 * p + 1);
-                    let hi = bsum(4 * p + 2) + bsum(4 * p + 3);
-                    let pair = _mm256_set1_epi32((lo & 0xFFFF) | (hi << 16));
-                    m = _mm256_add_epi32(m, _mm256_madd_epi16(pb.mins[p], pair));
+                for (mins, pair) in pb.mins.iter().zip(pairs) {
+                    let pair = _mm256_broadcastd_epi32(pair);
+                    m = _mm256_add_epi32(m, _mm256_madd_epi16(*mins, pair));
                 }
                 let da = _mm256_set1_ps((blk as *const f32).read_unaligned());
                 acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(sums[t]), acc[t]);

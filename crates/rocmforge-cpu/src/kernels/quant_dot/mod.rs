@@ -39,6 +39,8 @@ mod avx2_panel_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_panel_q4k;
 #[cfg(target_arch = "x86_64")]
+mod avx2_panel_q6k;
+#[cfg(target_arch = "x86_64")]
 mod avx2_q4_0x8;
 mod float_dot;
 pub mod q4_0x8;

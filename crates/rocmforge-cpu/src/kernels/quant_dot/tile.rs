@@ -211,18 +211,21 @@ pub(super) unsafe fn tile_with(
             }
         }
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx2 && weight == QuantType::Q4K && t_end - t0 >= PANEL_MIN_TOKENS {
-            // SAFETY: AVX2/FMA/F16C detected; lengths checked by the entry
-            // points.
-            super::avx2_panel_kquant::rows_times_tokens::<super::avx2_panel_q4k::Q4K>(
-                nb,
-                w,
-                rows.clone(),
-                &acts[t0 * ab..t_end * ab],
-                t_end - t0,
-                out.skip_tokens(t0),
-            );
-            continue;
+        if isa == Isa::Avx2 && t_end - t0 >= PANEL_MIN_TOKENS {
+            use super::avx2_panel_kquant::rows_times_tokens as panels;
+            use super::{avx2_panel_q4k::Q4K, avx2_panel_q6k::Q6K};
+            let run = match weight {
+                QuantType::Q4K => Some(panels::<Q4K> as unsafe fn(_, _, _, _, _, _)),
+                QuantType::Q6K => Some(panels::<Q6K> as unsafe fn(_, _, _, _, _, _)),
+                _ => None,
+            };
+            if let Some(run) = run {
+                // SAFETY: AVX2/FMA/F16C detected; lengths checked by the
+                // entry points.
+                let chunk = &acts[t0 * ab..t_end * ab];
+                run(nb, w, rows.clone(), chunk, t_end - t0, out.skip_tokens(t0));
+                continue;
+            }
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(kind) = super::avx2_panel::kind_of(weight)
