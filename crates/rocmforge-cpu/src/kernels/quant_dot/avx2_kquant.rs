@@ -151,36 +151,17 @@ pub(super) unsafe fn q6_k<const T: usize>(nb: usize, w: &[u8], a: [&[u8]; T]) ->
     debug_assert!(w.len() >= nb * 210);
     debug_assert!(a.iter().all(|r| r.len() >= nb * A_BYTES));
     let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m3 = _mm256_set1_epi8(0x30);
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..nb {
         let pw = wp.add(i * 210);
         let dw = f16_at(pw.add(208));
         let scales = load128(pw.add(192));
         let mut sums = [_mm256_setzero_si256(); T];
-        for h in 0..2 {
-            let ql0 = load256(pw.add(64 * h));
-            let ql1 = load256(pw.add(64 * h + 32));
-            let qh = load256(pw.add(128 + 32 * h));
-            // Run s of this half: low nibble from ql0/ql1, top bits from qh
-            // bits 2s..2s+2, moved to bits 4..6 of each byte.
-            let runs = [
-                (_mm256_and_si256(ql0, m4), _mm256_slli_epi16(qh, 4)),
-                (_mm256_and_si256(ql1, m4), _mm256_slli_epi16(qh, 2)),
-                (_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), qh),
-                (
-                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                    _mm256_srli_epi16(qh, 2),
-                ),
-            ];
-            for (s, (low, high)) in runs.into_iter().enumerate() {
-                let q = _mm256_or_si256(low, _mm256_and_si256(high, m3));
-                let sc = run_scales(scales, 4 * h + s);
-                for t in 0..T {
-                    let pa = ap[t].add(i * A_BYTES + A_QS + 128 * h + 32 * s);
-                    sums[t] = _mm256_add_epi32(sums[t], dot_scaled(q, load256(pa), sc));
-                }
+        for (r, q) in q6_k_runs(pw).into_iter().enumerate() {
+            let sc = run_scales(scales, r);
+            for t in 0..T {
+                let pa = ap[t].add(i * A_BYTES + A_QS + 32 * r);
+                sums[t] = _mm256_add_epi32(sums[t], dot_scaled(q, load256(pa), sc));
             }
         }
         // Quants are stored +32: subtract 32 * Σ scale * bsum.
@@ -195,6 +176,36 @@ pub(super) unsafe fn q6_k<const T: usize>(nb: usize, w: &[u8], a: [&[u8]; T]) ->
     let mut out = [0.0f32; T];
     for t in 0..T {
         out[t] = hsum(acc[t]);
+    }
+    out
+}
+
+/// The eight 32-element runs of one Q6_K super-block at `p`, in element
+/// order, as bytes 0..63.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6_k_runs(p: *const u8) -> [__m256i; 8] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(0x30);
+    let mut out = [_mm256_setzero_si256(); 8];
+    for h in 0..2 {
+        let ql0 = load256(p.add(64 * h));
+        let ql1 = load256(p.add(64 * h + 32));
+        let qh = load256(p.add(128 + 32 * h));
+        // Run s of this half: low nibble from ql0/ql1, top bits from qh bits
+        // 2s..2s + 2, moved to bits 4..6 of each byte.
+        let parts = [
+            (_mm256_and_si256(ql0, m4), _mm256_slli_epi16(qh, 4)),
+            (_mm256_and_si256(ql1, m4), _mm256_slli_epi16(qh, 2)),
+            (_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), qh),
+            (
+                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                _mm256_srli_epi16(qh, 2),
+            ),
+        ];
+        for (s, (low, high)) in parts.into_iter().enumerate() {
+            out[4 * h + s] = _mm256_or_si256(low, _mm256_and_si256(high, m3));
+        }
     }
     out
 }

@@ -26,6 +26,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::avx2_panel_kquant::store_lanes;
 use super::tile::OutRows;
 
 use super::avx2_legacy::{block_bytes, weight_block, IQ4_NL, Q4_0, Q5_0, Q8_0, SIDE_PER_BLOCK};
@@ -137,14 +138,7 @@ unsafe fn rows_times_tokens<const KIND: u8>(
             let s = [0, 1, 2, 3].map(|i| side.as_ptr().add(pick(i) * nb * SIDE_PER_BLOCK));
             let res = panel_pass::<KIND>(nb, &quants, &scales, a, s);
             for (i, v) in res.iter().enumerate().take(n - t) {
-                let dst = out.at(t + i, r0 - rows.start);
-                if live == PANEL_ROWS {
-                    _mm256_storeu_ps(dst, *v);
-                } else {
-                    let mut lanes = [0.0f32; PANEL_ROWS];
-                    _mm256_storeu_ps(lanes.as_mut_ptr(), *v);
-                    std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, live);
-                }
+                store_lanes(*v, out.at(t + i, r0 - rows.start), live);
             }
             t += PASS_TOKENS;
         }

@@ -91,18 +91,27 @@ pub(super) unsafe fn rows_times_tokens<F: PanelFormat>(
             let a = [0, 1, 2, 3].map(|i| acts.as_ptr().add((t + i).min(n - 1) * ab));
             let res = F::pass(panel, a);
             for (i, v) in res.iter().enumerate().take(n - t) {
-                let dst = out.at(t + i, r0 - rows.start);
-                if live == ROWS {
-                    _mm256_storeu_ps(dst, *v);
-                } else {
-                    let mut lanes = [0.0f32; ROWS];
-                    _mm256_storeu_ps(lanes.as_mut_ptr(), *v);
-                    std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, live);
-                }
+                store_lanes(*v, out.at(t + i, r0 - rows.start), live);
             }
             t += PASS_TOKENS;
         }
         r0 += live;
     }
     PANEL.set(bytes);
+}
+
+/// Stores the first `live` lanes of `v` (all eight with one store).
+///
+/// # Safety
+/// `dst` must be valid for `live` writes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn store_lanes(v: __m256, dst: *mut f32, live: usize) {
+    if live == ROWS {
+        _mm256_storeu_ps(dst, v);
+    } else {
+        let mut lanes = [0.0f32; ROWS];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+        std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, live);
+    }
 }

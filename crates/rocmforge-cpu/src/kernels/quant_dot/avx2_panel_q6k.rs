@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use super::avx2_common::load256;
+use super::avx2_kquant::q6_k_runs;
 use super::avx2_panel::transpose_u32;
 use super::avx2_panel_kquant::{PanelFormat, A_BSUMS, A_BYTES, A_QS, PASS_TOKENS, ROWS};
 
@@ -31,36 +31,6 @@ pub(super) struct Q6KBlock {
 /// f16 d.
 const W_BYTES: usize = 210;
 
-/// The eight 32-element runs of one Q6_K super-block at `p`, in element
-/// order, as bytes 0..63.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn runs(p: *const u8) -> [__m256i; 8] {
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m3 = _mm256_set1_epi8(0x30);
-    let mut out = [_mm256_setzero_si256(); 8];
-    for h in 0..2 {
-        let ql0 = load256(p.add(64 * h));
-        let ql1 = load256(p.add(64 * h + 32));
-        let qh = load256(p.add(128 + 32 * h));
-        // Run s of this half: low nibble from ql0/ql1, top bits from qh bits
-        // 2s..2s + 2, moved to bits 4..6 of each byte.
-        let parts = [
-            (_mm256_and_si256(ql0, m4), _mm256_slli_epi16(qh, 4)),
-            (_mm256_and_si256(ql1, m4), _mm256_slli_epi16(qh, 2)),
-            (_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), qh),
-            (
-                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                _mm256_srli_epi16(qh, 2),
-            ),
-        ];
-        for (s, (low, high)) in parts.into_iter().enumerate() {
-            out[4 * h + s] = _mm256_or_si256(low, _mm256_and_si256(high, m3));
-        }
-    }
-    out
-}
-
 impl PanelFormat for Q6K {
     type Block = Q6KBlock;
     const W_BYTES: usize = W_BYTES;
@@ -74,7 +44,7 @@ impl PanelFormat for Q6K {
             let mut d = [0.0f32; ROWS];
             for i in 0..live {
                 let p = w.add(i * wb + b * W_BYTES);
-                row_runs[i] = runs(p);
+                row_runs[i] = q6_k_runs(p);
                 d[i] = f16::from_bits((p.add(208) as *const u16).read_unaligned()).to_f32();
                 for j in 0..16 {
                     let s = *p.add(192 + j) as i8 as i16;
