@@ -86,15 +86,31 @@ pub struct Step<'a> {
 }
 
 impl Step<'_> {
+    /// The whole of tensor `t`, read-only.
+    ///
     /// # Safety
-    /// Caller follows the executor's partitioning rules (see `SharedMem`).
-    unsafe fn tensor<'b>(&self, t: TensorId) -> &'b mut [f32] {
+    /// Nobody writes `t` during the current op (it is an input).
+    unsafe fn input<'b>(&self, t: TensorId) -> &'b [f32] {
         let d = self.graph.tensor(t);
-        self.arena.f32s(self.plan.offsets[t], d.rows * d.cols)
+        self.arena.f32s_ref(self.plan.offsets[t], d.rows * d.cols)
+    }
+
+    /// Elements `elems` of tensor `t`, to write.
+    ///
+    /// # Safety
+    /// No other thread touches these elements during the current op.
+    unsafe fn output<'b>(&self, t: TensorId, elems: std::ops::Range<usize>) -> &'b mut [f32] {
+        let d = self.graph.tensor(t);
+        assert!(
+            elems.end <= d.rows * d.cols,
+            "output range outside the tensor"
+        );
+        self.arena
+            .f32s(self.plan.offsets[t] + elems.start * 4, elems.len())
     }
 
     /// # Safety
-    /// As for `tensor`; the row range must be this thread's.
+    /// As for `output`: the row range must be this thread's.
     unsafe fn rows<'b>(&self, t: TensorId, rows: std::ops::Range<usize>) -> &'b mut [f32] {
         let d = self.graph.tensor(t);
         self.arena.f32s(
@@ -199,12 +215,11 @@ impl Step<'_> {
                 let d = self.graph.tensor(x);
                 let n_groups = d.rows * d.cols / group;
                 let range = m.share(n_groups);
-                let src = self.tensor(x);
-                let dst = self.tensor(out);
+                let src = self.input(x);
                 let w = self.weights[weight].f32s();
                 for g in range {
                     let s = g * group..(g + 1) * group;
-                    norm::rms_norm(&src[s.clone()], w, eps, &mut dst[s]);
+                    norm::rms_norm(&src[s.clone()], w, eps, self.output(out, s));
                 }
             }
             Op::MatMul { .. } => self.matmuls(m, barrier, std::slice::from_ref(op)),
@@ -222,7 +237,7 @@ impl Step<'_> {
                 let d = self.graph.tensor(k);
                 let l = self.kv_layout;
                 let rows = m.share(d.rows);
-                let (k_src, v_src) = (self.tensor(k), self.tensor(v));
+                let (k_src, v_src) = (self.input(k), self.input(v));
                 for r in rows {
                     let pos = self.pos0 + r;
                     let kd = self
@@ -244,21 +259,23 @@ impl Step<'_> {
             Op::SwiGlu { gate, up, out } => {
                 let n = self.graph.tensor(out);
                 let range = m.share(n.rows * n.cols);
-                let (g, u, o) = (self.tensor(gate), self.tensor(up), self.tensor(out));
-                activation::silu_mul(&g[range.clone()], &u[range.clone()], &mut o[range]);
+                let (g, u) = (self.input(gate), self.input(up));
+                let o = self.output(out, range.clone());
+                activation::silu_mul(&g[range.clone()], &u[range], o);
             }
             Op::Add { a, b, out } => {
                 let n = self.graph.tensor(out);
                 let range = m.share(n.rows * n.cols);
-                let (a, b, o) = (self.tensor(a), self.tensor(b), self.tensor(out));
-                o[range.clone()].copy_from_slice(&a[range.clone()]);
-                activation::add_inplace(&mut o[range.clone()], &b[range]);
+                let (a, b) = (self.input(a), self.input(b));
+                let o = self.output(out, range.clone());
+                o.copy_from_slice(&a[range.clone()]);
+                activation::add_inplace(o, &b[range]);
             }
             Op::LastRow { x, out } => {
                 if m.ith == 0 {
                     let d = self.graph.tensor(x);
-                    let src = self.rows(x, d.rows - 1..d.rows);
-                    self.tensor(out).copy_from_slice(src);
+                    let src = &self.input(x)[(d.rows - 1) * d.cols..];
+                    self.output(out, 0..d.cols).copy_from_slice(src);
                 }
             }
         }
@@ -280,15 +297,10 @@ impl Step<'_> {
         let xd = self.graph.tensor(x);
         let (n, k) = (xd.rows, xd.cols);
         let arb = activation_row_bytes(w0.ty, k);
-        let acts = self.scratch.bytes(0, n * arb);
-
-        let src = self.tensor(x);
+        let src = self.input(x);
         for r in m.share(n) {
-            quant_dot::quantize_activation_into(
-                w0.ty,
-                &src[r * k..(r + 1) * k],
-                &mut acts[r * arb..(r + 1) * arb],
-            );
+            let row = self.scratch.bytes(r * arb, arb);
+            quant_dot::quantize_activation_into(w0.ty, &src[r * k..(r + 1) * k], row);
         }
         // Nobody claims chunks before the barrier below, and the previous
         // phase's claims ended at the barrier after it.
@@ -296,6 +308,7 @@ impl Step<'_> {
             self.next_chunk.store(0, Ordering::Relaxed);
         }
         barrier.wait();
+        let acts = self.scratch.bytes_ref(0, n * arb);
 
         // Decode streams small chunks; prefill takes a few big ones, since
         // each call prepares its tokens anew.
@@ -369,10 +382,9 @@ impl Step<'_> {
         let n = self.graph.tensor(q).rows;
         // The whole cache block of the layer; only positions < n_kv are read,
         // and this op writes none of it.
-        let k_cache: &[f16] = self.kv.f16s(l.k_offset(layer) * 2, l.block_elems());
-        let v_cache: &[f16] = self.kv.f16s(l.v_offset(layer) * 2, l.block_elems());
-        let qs = self.tensor(q);
-        let outs = self.tensor(out);
+        let k_cache = self.kv.f16s_ref(l.k_offset(layer) * 2, l.block_elems());
+        let v_cache = self.kv.f16s_ref(l.v_offset(layer) * 2, l.block_elems());
+        let qs = self.input(q);
         let scratch = self.thread_scratch(m);
         let scores =
             std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut f32, scratch.len() / 4);
@@ -392,7 +404,7 @@ impl Step<'_> {
                 self.pos0 + t + 1,
                 hd,
                 spec.scale,
-                &mut outs[span],
+                self.output(out, span),
                 scores,
             );
         }

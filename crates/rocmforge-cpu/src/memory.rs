@@ -108,6 +108,35 @@ impl SharedMem {
         self.ptr.wrapping_add(offset) as *mut f32
     }
 
+    /// A read-only view of bytes: other threads may read the range too.
+    ///
+    /// # Safety
+    /// No thread may write the range while the slice lives.
+    pub unsafe fn bytes_ref<'a>(&self, offset: usize, len: usize) -> &'a [u8] {
+        assert!(offset + len <= self.len, "buffer view out of range");
+        std::slice::from_raw_parts(self.ptr.add(offset), len)
+    }
+
+    /// A read-only view: other threads may read the range too.
+    ///
+    /// # Safety
+    /// No thread may write the range while the slice lives; `offset` must
+    /// be 4-byte aligned.
+    pub unsafe fn f32s_ref<'a>(&self, offset: usize, n: usize) -> &'a [f32] {
+        self.f32_ptr(offset, n);
+        std::slice::from_raw_parts(self.ptr.add(offset) as *const f32, n)
+    }
+
+    /// As [`SharedMem::f32s_ref`], for f16 (`offset` 2-byte aligned).
+    ///
+    /// # Safety
+    /// As for [`SharedMem::f32s_ref`].
+    pub unsafe fn f16s_ref<'a>(&self, offset: usize, n: usize) -> &'a [half::f16] {
+        assert!(offset + n * 2 <= self.len, "buffer view out of range");
+        assert_eq!(offset % 2, 0, "misaligned f16 view");
+        std::slice::from_raw_parts(self.ptr.add(offset) as *const half::f16, n)
+    }
+
     /// # Safety
     /// As for [`SharedMem::bytes`]; `offset` must be 2-byte aligned.
     pub unsafe fn f16s<'a>(&self, offset: usize, n: usize) -> &'a mut [half::f16] {
