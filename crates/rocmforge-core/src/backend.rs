@@ -5,6 +5,8 @@
 //! graphs. It never sees op-by-op calls from the host, so a GPU backend can
 //! record a graph once and replay it every token.
 
+use std::time::Duration;
+
 use crate::graph::Graph;
 use crate::model::Model;
 use crate::plan::ArenaPlan;
@@ -33,37 +35,76 @@ pub struct AllocationStats {
     pub scratch_bytes: u64,
 }
 
+/// One step's runtime inputs. The backend writes them into the plan's
+/// step-input region (see [`crate::plan::StepInputLayout`]) before replaying
+/// the graph; nothing else about a step changes between replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepInputs<'a> {
+    pub tokens: &'a [u32],
+    /// Cache position of `tokens[0]`.
+    pub pos0: usize,
+}
+
+/// Errors a caller cannot prevent (device and driver failures, memory), plus
+/// misuse that breaks a backend's own contract. Input checks (token ids,
+/// context overflow, buffer sizes) are [`crate::session::Session`]'s, made
+/// once for every backend.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("backend not available: {0}")]
     Unavailable(String),
     #[error("no model loaded")]
     NoModel,
+    #[error("reserve() must be called once after load() and before prepare()")]
+    NotReserved,
     #[error("unknown graph handle {0:?}")]
     UnknownGraph(GraphId),
-    #[error("step has {got} tokens, the graph was built for {expected}")]
-    TokenCount { expected: usize, got: usize },
-    #[error("token id {id} is outside the vocabulary (size {n_vocab})")]
-    TokenOutOfRange { id: u32, n_vocab: usize },
-    #[error("positions {pos0}..{end} exceed the context size {n_ctx}")]
-    ContextOverflow {
-        pos0: usize,
-        end: usize,
-        n_ctx: usize,
+    #[error("{what} needs {needed} bytes but {reserved} were reserved; reserve for the largest graph first")]
+    ExceedsReservation {
+        what: &'static str,
+        needed: u64,
+        reserved: u64,
     },
-    #[error("logits buffer holds {got} values, {expected} needed")]
-    LogitsBuffer { expected: usize, got: usize },
     #[error("unsupported weight type {ty} for tensor '{tensor}' on this backend")]
     UnsupportedWeight {
         tensor: String,
         ty: crate::quant::QuantType,
     },
+    #[error("rope parameters: {0}")]
+    Rope(#[from] crate::graph::RopeError),
+    #[error("tensor '{tensor}' is not aligned for this device: {reason}")]
+    Alignment { tensor: String, reason: String },
     #[error("out of memory allocating {bytes} bytes for {what}")]
     OutOfMemory { what: &'static str, bytes: u64 },
+    /// A bounded wait on the device expired. The backend is unusable
+    /// afterwards ([`BackendError::Unusable`]); the process is not.
+    #[error("device did not finish {what} within {:.1} s; the backend is stopped", waited.as_secs_f64())]
+    Timeout { what: String, waited: Duration },
+    /// The driver reported the device lost (reset, hang recovery, unplug).
+    #[error("device lost: {0}")]
+    DeviceLost(String),
+    /// An earlier timeout or device loss stopped this backend.
+    #[error("the backend stopped after an earlier device failure ({0})")]
+    Unusable(String),
     #[error("device error: {0}")]
     Device(String),
 }
 
+impl BackendError {
+    /// True for errors after which the backend must not be used again
+    /// (a fallback to another backend is the way on).
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            BackendError::Timeout { .. } | BackendError::DeviceLost(_) | BackendError::Unusable(_)
+        )
+    }
+}
+
+/// A compute backend: a few device buffers plus whole-graph execution.
+///
+/// The call order is `load`, `reserve`, then any number of `prepare`, then
+/// any number of `execute`. [`crate::session::Session`] keeps to it.
 pub trait Backend {
     fn info(&self) -> BackendInfo;
 
@@ -77,18 +118,28 @@ pub trait Backend {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError>;
 
-    /// Records a planned graph for replay. Prepare the largest graph first: the
-    /// arena is sized by the largest plan seen, and growing it costs an
-    /// allocation.
+    /// Sizes the activation arena (`arena_bytes`, the largest plan of the
+    /// session) and the backend's scratch (from `largest`, the graph with
+    /// the most tokens) once. Graphs recorded later never reallocate, so
+    /// addresses frozen into recorded command buffers stay valid.
+    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError>;
+
+    /// Records a planned graph for replay. A graph that needs more than was
+    /// reserved is [`BackendError::ExceedsReservation`].
     fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError>;
 
-    /// Runs a recorded graph for `tokens` at positions `pos0..pos0+len` and
-    /// writes its logits (rows × n_vocab, row-major) into `logits`.
+    /// Writes `inputs` into the step-input region, replays the graph, and
+    /// copies its logits (rows × n_vocab, row-major) into `logits`.
+    ///
+    /// The caller guarantees (Session checks it): `inputs.tokens.len()` is
+    /// the graph's `n_tokens`, every id is below the vocabulary size,
+    /// `pos0 + n_tokens <= n_ctx`, and `logits` has the logits tensor's
+    /// size. A backend may panic on a violation but must stay memory-safe
+    /// (device kernels clamp what they index with).
     fn execute(
         &mut self,
         graph: GraphId,
-        tokens: &[u32],
-        pos0: usize,
+        inputs: &StepInputs,
         logits: &mut [f32],
     ) -> Result<(), BackendError>;
 

@@ -1,11 +1,27 @@
 //! A generation session: one model on one backend, its KV cache position, and
-//! the graphs recorded for each step shape.
+//! the graphs recorded for each step size.
+//!
+//! Step sizes. A recorded graph has a fixed number of tokens, so a prompt of
+//! any length is cut into steps of a few fixed sizes: as many full `n_batch`
+//! steps as fit, then the remainder as a sum of distinct powers of two
+//! (binary decomposition: 14 = 8 + 4 + 2). A session therefore records at
+//! most the `n_batch` graph plus one per power of two below it, at most
+//! ⌊log2(n_batch)⌋ + 2 graphs, whatever the prompts. We chose this over
+//! padding the tail to the next size and masking the extra rows because
+//! every row computed is real (no kernel needs a mask, the KV cache is never
+//! written past the prompt, and a padded step can cost up to twice the
+//! compute), at the price of up to ⌊log2(n_batch)⌋ extra submits for the
+//! tail, a few tens of microseconds each on a GPU.
+//!
+//! Input checks live here, once for every backend: token ids against the
+//! vocabulary, positions against the context, and the logits buffer against
+//! the graph.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, GraphId};
-use crate::graph::build_graph;
+use crate::backend::{Backend, BackendError, GraphId, StepInputs};
+use crate::graph::{build_graph, Graph};
 use crate::model::Model;
 use crate::plan::ArenaPlan;
 
@@ -17,6 +33,8 @@ pub enum SessionError {
     EmptyPrompt,
     #[error("context full: {needed} positions needed, context size is {n_ctx}")]
     ContextFull { needed: usize, n_ctx: usize },
+    #[error("token id {id} is outside the vocabulary (size {n_vocab})")]
+    TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("invalid option: {0}")]
     Option(String),
 }
@@ -44,20 +62,56 @@ impl Default for SessionOptions {
     }
 }
 
+/// The step sizes a session uses: `n_batch`, then every power of two below
+/// it, largest first.
+pub fn step_sizes(n_batch: usize) -> Vec<usize> {
+    let mut sizes = vec![n_batch];
+    let mut p = if n_batch.is_power_of_two() {
+        n_batch / 2
+    } else {
+        n_batch.next_power_of_two() / 2
+    };
+    while p >= 1 {
+        sizes.push(p);
+        p /= 2;
+    }
+    sizes
+}
+
+/// Cuts `n` tokens into steps: full `n_batch` steps, then the remainder's
+/// binary decomposition, largest first.
+pub fn split_steps(n: usize, n_batch: usize) -> Vec<usize> {
+    let mut steps = vec![n_batch; n / n_batch];
+    let rest = n % n_batch;
+    for bit in (0..usize::BITS).rev() {
+        if rest & (1 << bit) != 0 {
+            steps.push(1 << bit);
+        }
+    }
+    steps
+}
+
+struct StepGraph {
+    graph: Graph,
+    plan: ArenaPlan,
+    id: Option<GraphId>,
+}
+
 pub struct Session {
     model: Arc<Model>,
     backend: Box<dyn Backend>,
-    /// Recorded graphs by tokens per step (`all_logits` is fixed per session).
-    graphs: HashMap<usize, GraphId>,
+    /// Planned graphs by tokens per step; recorded on first use.
+    graphs: HashMap<usize, StepGraph>,
     opts: SessionOptions,
     n_past: usize,
     logits: Vec<f32>,
 }
 
 impl Session {
-    /// Loads the model into the backend and records the two graphs every
-    /// generation needs — a full batch and a single-token decode — largest
-    /// first, so the arena is allocated once.
+    /// Loads the model into the backend, plans the graph of every step size,
+    /// reserves the arena and scratch once for the largest, and records the
+    /// two graphs every generation needs (a full batch and a single-token
+    /// decode); the others are recorded when a prompt first needs them.
     pub fn new(
         model: Arc<Model>,
         mut backend: Box<dyn Backend>,
@@ -69,15 +123,36 @@ impl Session {
                 "context and batch sizes must be positive".into(),
             ));
         }
+        if u32::try_from(opts.n_ctx).is_err() {
+            return Err(SessionError::Option(format!(
+                "context size {} does not fit 32-bit positions",
+                opts.n_ctx
+            )));
+        }
         let opts = SessionOptions {
             n_batch: opts.n_batch.min(opts.n_ctx),
             ..opts
         };
         backend.load(&model, opts.n_ctx, progress)?;
+        let mut graphs = HashMap::new();
+        for n in step_sizes(opts.n_batch) {
+            let graph = build_graph(&model, n, opts.all_logits);
+            let plan = ArenaPlan::new(&graph);
+            graphs.insert(
+                n,
+                StepGraph {
+                    graph,
+                    plan,
+                    id: None,
+                },
+            );
+        }
+        let arena_bytes = graphs.values().map(|g| g.plan.arena_bytes).max();
+        backend.reserve(&graphs[&opts.n_batch].graph, arena_bytes.unwrap_or(0))?;
         let mut s = Session {
             model,
             backend,
-            graphs: HashMap::new(),
+            graphs,
             opts,
             n_past: 0,
             logits: Vec::new(),
@@ -104,6 +179,11 @@ impl Session {
         self.opts.n_ctx
     }
 
+    /// Graphs recorded so far (at most ⌊log2(n_batch)⌋ + 2).
+    pub fn recorded_graphs(&self) -> usize {
+        self.graphs.values().filter(|g| g.id.is_some()).count()
+    }
+
     /// Forgets the cached positions (the cache contents are overwritten as
     /// the next prompt is evaluated).
     pub fn reset(&mut self) {
@@ -111,18 +191,20 @@ impl Session {
     }
 
     fn graph(&mut self, n_tokens: usize) -> Result<GraphId, SessionError> {
-        if let Some(&id) = self.graphs.get(&n_tokens) {
+        let g = self
+            .graphs
+            .get_mut(&n_tokens)
+            .expect("steps are cut into planned sizes");
+        if let Some(id) = g.id {
             return Ok(id);
         }
-        let graph = build_graph(&self.model, n_tokens, self.opts.all_logits);
-        let plan = ArenaPlan::new(&graph);
-        let id = self.backend.prepare(&graph, &plan)?;
-        self.graphs.insert(n_tokens, id);
+        let id = self.backend.prepare(&g.graph, &g.plan)?;
+        g.id = Some(id);
         Ok(id)
     }
 
-    /// Evaluates `tokens` after the cached positions, in batches of at most
-    /// `n_batch`. Returns the logits of every token (with
+    /// Evaluates `tokens` after the cached positions, in steps of the
+    /// planned sizes. Returns the logits of every token (with
     /// [`SessionOptions::all_logits`], row-major tokens × vocab) or of the
     /// last token only.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<&[f32], SessionError> {
@@ -138,23 +220,64 @@ impl Session {
             });
         }
         let n_vocab = self.model.config.n_vocab;
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(SessionError::TokenOutOfRange { id, n_vocab });
+        }
         let mut out = std::mem::take(&mut self.logits);
         out.clear();
         let mut step = Vec::new();
-        for chunk in tokens.chunks(self.opts.n_batch) {
-            let id = self.graph(chunk.len())?;
-            let rows = if all_logits { chunk.len() } else { 1 };
-            step.resize(rows * n_vocab, 0.0);
-            self.backend.execute(id, chunk, self.n_past, &mut step)?;
-            self.n_past += chunk.len();
-            if all_logits {
-                out.extend_from_slice(&step);
-            } else {
+        let mut start = 0;
+        for n in split_steps(tokens.len(), self.opts.n_batch) {
+            let chunk = &tokens[start..start + n];
+            start += n;
+            let id = self.graph(n)?;
+            let g = &self.graphs[&n].graph;
+            let logits = g.tensor(g.logits);
+            step.resize(logits.rows * logits.cols, 0.0);
+            debug_assert_eq!(logits.cols, n_vocab);
+            let inputs = StepInputs {
+                tokens: chunk,
+                pos0: self.n_past,
+            };
+            self.backend.execute(id, &inputs, &mut step)?;
+            self.n_past += n;
+            if !all_logits {
                 out.clear();
-                out.extend_from_slice(&step);
             }
+            out.extend_from_slice(&step);
         }
         self.logits = out;
         Ok(&self.logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_sizes_are_the_batch_and_powers_of_two_below() {
+        assert_eq!(step_sizes(512).len(), 10);
+        assert_eq!(step_sizes(8), vec![8, 4, 2, 1]);
+        assert_eq!(step_sizes(100), vec![100, 64, 32, 16, 8, 4, 2, 1]);
+        assert_eq!(step_sizes(1), vec![1]);
+        for nb in 1..300usize {
+            assert!(step_sizes(nb).len() <= nb.ilog2() as usize + 2);
+        }
+    }
+
+    #[test]
+    fn steps_cover_the_prompt_with_planned_sizes() {
+        assert_eq!(split_steps(14, 512), vec![8, 4, 2]);
+        assert_eq!(split_steps(1030, 512), vec![512, 512, 4, 2]);
+        assert_eq!(split_steps(250, 100), vec![100, 100, 32, 16, 2]);
+        for nb in [1, 3, 16, 100] {
+            let sizes = step_sizes(nb);
+            for n in 1..400 {
+                let steps = split_steps(n, nb);
+                assert_eq!(steps.iter().sum::<usize>(), n);
+                assert!(steps.iter().all(|s| sizes.contains(s)), "{n} {nb}");
+            }
+        }
     }
 }

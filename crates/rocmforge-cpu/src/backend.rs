@@ -1,9 +1,12 @@
 //! `CpuBackend`: the [`Backend`] implementation over host memory.
 
-use rocmforge_core::backend::{AllocationStats, Backend, BackendError, BackendInfo, GraphId};
+use rocmforge_core::backend::{
+    AllocationStats, Backend, BackendError, BackendInfo, GraphId, StepInputs,
+};
+use rocmforge_core::graph::fusion::matmul_groups;
 use rocmforge_core::graph::Graph;
 use rocmforge_core::model::Model;
-use rocmforge_core::plan::{ArenaPlan, KvLayout};
+use rocmforge_core::plan::{ArenaPlan, KvLayout, StepInputLayout};
 
 use crate::exec::{ScratchLayout, Step};
 use crate::kernels::rope::{RopeMode, RopeTable};
@@ -15,29 +18,39 @@ struct Loaded {
     weights: MappedWeights,
     kv_layout: KvLayout,
     kv: HostBuffer,
-    n_vocab: usize,
 }
 
 struct Prepared {
     graph: Graph,
     plan: ArenaPlan,
     rope: RopeTable,
+    /// Op ranges of matmuls that run as one phase (core's fusion groups).
+    groups: Vec<std::ops::Range<usize>>,
+}
+
+/// What `reserve` fixed: the work buffer's split into arena, scratch and the
+/// step-input words.
+#[derive(Clone, Copy, Debug, Default)]
+struct Reservation {
+    arena_bytes: usize,
+    scratch_layout: ScratchLayout,
+    /// Byte offset of the step-input region in the work buffer.
+    step_offset: usize,
+    step_words: usize,
 }
 
 /// Allocations per model load: the weight mapping, the region of repacked
 /// weights (Q4_0 models on AVX2 machines), the KV cache, and one work buffer
-/// holding the activation arena followed by the scratch (quantized
-/// activations, per-thread attention scores). The work buffer grows only if
-/// a graph larger than every earlier one is prepared.
+/// holding the activation arena, the scratch (quantized activations,
+/// per-thread attention scores) and the step-input region, sized once by
+/// `reserve`.
 pub struct CpuBackend {
     n_threads: usize,
     repack: bool,
     loaded: Option<Loaded>,
     graphs: Vec<Prepared>,
     work: HostBuffer,
-    /// Bytes of `work` reserved for the arena; the scratch follows.
-    arena_bytes: usize,
-    scratch_layout: ScratchLayout,
+    reserved: Option<Reservation>,
     allocations: usize,
 }
 
@@ -55,8 +68,7 @@ impl CpuBackend {
             loaded: None,
             graphs: Vec::new(),
             work: HostBuffer::new(0).expect("empty buffer"),
-            arena_bytes: 0,
-            scratch_layout: ScratchLayout::default(),
+            reserved: None,
             allocations: 0,
         }
     }
@@ -117,6 +129,8 @@ impl Backend for CpuBackend {
     ) -> Result<(), BackendError> {
         self.graphs.clear();
         self.loaded = None;
+        self.reserved = None;
+        self.work = HostBuffer::new(0).expect("empty buffer");
         let weights = MappedWeights::load(model, self.repack, progress)?;
         // The mapping is the weight region; repacked weights are a second.
         self.allocations = 1 + usize::from(weights.has_repacked_region());
@@ -126,15 +140,37 @@ impl Backend for CpuBackend {
             weights,
             kv_layout,
             kv,
-            n_vocab: model.config.n_vocab,
+        });
+        Ok(())
+    }
+
+    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
+        let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
+        let scratch_layout =
+            ScratchLayout::for_graph(largest, &loaded.weights.views, loaded.kv_layout.n_ctx);
+        let arena_bytes = arena_bytes.next_multiple_of(64);
+        let step_offset = arena_bytes + scratch_layout.total(self.n_threads);
+        let step_words = StepInputLayout {
+            n_tokens: largest.n_tokens,
+        }
+        .words();
+        self.work = self.allocate("activation arena and scratch", step_offset + step_words * 4)?;
+        self.reserved = Some(Reservation {
+            arena_bytes,
+            scratch_layout,
+            step_offset,
+            step_words,
         });
         Ok(())
     }
 
     fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
         let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
+        let r = self.reserved.ok_or(BackendError::NotReserved)?;
         let views = &loaded.weights.views;
-        let rope = RopeTable::try_new(
+        let freq_factors = graph.rope.freq_factors.map(|id| views[id].f32s());
+        graph.rope.check(graph.attention.head_dim, freq_factors)?;
+        let rope = RopeTable::new(
             if graph.rope.neox {
                 RopeMode::NeoX
             } else {
@@ -143,22 +179,32 @@ impl Backend for CpuBackend {
             graph.rope.n_rot,
             graph.rope.freq_base,
             graph.rope.freq_scale,
-            graph.rope.freq_factors.map(|id| views[id].f32s()),
-        )
-        .map_err(|e| BackendError::Device(format!("rope parameters: {e}")))?;
-        let layout =
-            ScratchLayout::for_graph(graph, views, loaded.kv_layout.n_ctx).max(self.scratch_layout);
-        let arena_bytes = plan.arena_bytes.max(self.arena_bytes).next_multiple_of(64);
-        let needed = arena_bytes + layout.total(self.n_threads);
-        if needed > self.work.len() {
-            self.work = self.allocate("activation arena and scratch", needed)?;
-        }
-        self.arena_bytes = arena_bytes;
-        self.scratch_layout = layout;
+            freq_factors,
+        );
+        let needed = ScratchLayout::for_graph(graph, views, loaded.kv_layout.n_ctx);
+        let fits = |need: usize, have: usize, what| {
+            if need > have {
+                Err(BackendError::ExceedsReservation {
+                    what,
+                    needed: need as u64,
+                    reserved: have as u64,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        fits(plan.arena_bytes, r.arena_bytes, "activation arena")?;
+        fits(
+            needed.total(self.n_threads),
+            r.scratch_layout.total(self.n_threads),
+            "scratch",
+        )?;
+        fits(plan.step_inputs.words(), r.step_words, "step inputs")?;
         self.graphs.push(Prepared {
             graph: graph.clone(),
             plan: plan.clone(),
             rope,
+            groups: matmul_groups(graph, plan),
         });
         Ok(GraphId(self.graphs.len() - 1))
     }
@@ -166,61 +212,38 @@ impl Backend for CpuBackend {
     fn execute(
         &mut self,
         id: GraphId,
-        tokens: &[u32],
-        pos0: usize,
+        inputs: &StepInputs,
         logits: &mut [f32],
     ) -> Result<(), BackendError> {
         let loaded = self.loaded.as_mut().ok_or(BackendError::NoModel)?;
+        let r = self.reserved.ok_or(BackendError::NotReserved)?;
         let p = self
             .graphs
             .get(id.0)
             .ok_or(BackendError::UnknownGraph(id))?;
         let g = &p.graph;
-        if tokens.len() != g.n_tokens {
-            return Err(BackendError::TokenCount {
-                expected: g.n_tokens,
-                got: tokens.len(),
-            });
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= loaded.n_vocab) {
-            return Err(BackendError::TokenOutOfRange {
-                id: bad,
-                n_vocab: loaded.n_vocab,
-            });
-        }
-        let end = pos0 + tokens.len();
-        if end > loaded.kv_layout.n_ctx {
-            return Err(BackendError::ContextOverflow {
-                pos0,
-                end,
-                n_ctx: loaded.kv_layout.n_ctx,
-            });
-        }
-        let out = g.tensor(g.logits);
-        if logits.len() != out.rows * out.cols {
-            return Err(BackendError::LogitsBuffer {
-                expected: out.rows * out.cols,
-                got: logits.len(),
-            });
-        }
+        let work = self.work.shared();
+        // SAFETY: no team is running; the region is this backend's own and
+        // `reserve` sized it for the largest graph.
+        let region = unsafe { work.u32s(r.step_offset, p.plan.step_inputs.words()) };
+        p.plan.step_inputs.encode(inputs, region);
         let step = Step {
             graph: g,
             plan: &p.plan,
             rope: &p.rope,
+            groups: &p.groups,
             weights: &loaded.weights.views,
             kv_layout: loaded.kv_layout,
             kv: loaded.kv.shared(),
-            arena: self.work.shared().sub(0, self.arena_bytes),
-            scratch: self
-                .work
-                .shared()
-                .sub(self.arena_bytes, self.scratch_layout.total(self.n_threads)),
-            scratch_layout: self.scratch_layout,
-            tokens,
-            pos0,
+            arena: work.sub(0, r.arena_bytes),
+            scratch: work.sub(r.arena_bytes, r.scratch_layout.total(self.n_threads)),
+            scratch_layout: r.scratch_layout,
+            step_inputs: work.sub(r.step_offset, r.step_words * 4),
             next_chunk: Default::default(),
         };
         run_team(self.n_threads, |m, barrier| step.run(m, barrier));
+        let out = g.tensor(g.logits);
+        assert_eq!(logits.len(), out.rows * out.cols, "logits buffer size");
         // SAFETY: the team has finished; nothing else touches the arena.
         let src = unsafe { step.arena.f32s(p.plan.offsets[g.logits], logits.len()) };
         logits.copy_from_slice(src);
@@ -232,8 +255,10 @@ impl Backend for CpuBackend {
             device_allocations: self.allocations,
             weight_bytes: self.loaded.as_ref().map_or(0, |l| l.weights.bytes),
             kv_bytes: self.loaded.as_ref().map_or(0, |l| l.kv.len() as u64),
-            arena_bytes: self.arena_bytes as u64,
-            scratch_bytes: (self.work.len() - self.arena_bytes) as u64,
+            arena_bytes: self.reserved.map_or(0, |r| r.arena_bytes as u64),
+            scratch_bytes: self
+                .reserved
+                .map_or(0, |r| (self.work.len() - r.arena_bytes) as u64),
         }
     }
 }

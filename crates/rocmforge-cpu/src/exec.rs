@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use half::f16;
+use rocmforge_core::graph::fusion::group_starting_at;
 use rocmforge_core::graph::{Graph, Op, TensorId};
 use rocmforge_core::plan::{ArenaPlan, KvLayout};
 use rocmforge_core::quant::{dequantize, QuantType};
@@ -53,14 +54,6 @@ impl ScratchLayout {
     pub fn total(&self, nth: usize) -> usize {
         self.act_bytes + nth * self.per_thread_bytes
     }
-
-    /// The larger of two layouts, field by field.
-    pub fn max(self, other: ScratchLayout) -> ScratchLayout {
-        ScratchLayout {
-            act_bytes: self.act_bytes.max(other.act_bytes),
-            per_thread_bytes: self.per_thread_bytes.max(other.per_thread_bytes),
-        }
-    }
 }
 
 fn activation_row_bytes(weight: QuantType, k: usize) -> usize {
@@ -79,13 +72,25 @@ pub struct Step<'a> {
     pub arena: SharedMem,
     pub scratch: SharedMem,
     pub scratch_layout: ScratchLayout,
-    pub tokens: &'a [u32],
-    pub pos0: usize,
+    /// Core's fusion groups of this graph (see `matmuls`).
+    pub groups: &'a [std::ops::Range<usize>],
+    /// The step-input region (positions and token ids), read-only here.
+    pub step_inputs: SharedMem,
     /// The next unclaimed row chunk of the running matmul (see `matmul`).
     pub next_chunk: AtomicUsize,
 }
 
 impl Step<'_> {
+    /// The step's first position and token ids, read from the step-input
+    /// region as a GPU kernel would.
+    fn inputs(&self) -> (usize, &[u32]) {
+        let layout = self.plan.step_inputs;
+        // SAFETY: the region is written before the team starts and only
+        // read while it runs.
+        let words = unsafe { self.step_inputs.u32s_ref(0, layout.words()) };
+        layout.decode(words)
+    }
+
     /// The whole of tensor `t`, read-only.
     ///
     /// # Safety
@@ -145,47 +150,25 @@ impl Step<'_> {
         }
     }
 
-    /// How many matmuls from op `i` on share their input (and so its
-    /// quantized form) and can run as one phase: Q/K/V, gate/up. 0 if op `i`
-    /// is not a matmul.
+    /// How many matmuls from op `i` on run as one phase: core's fusion
+    /// group starting there (Q/K/V, gate/up), cut where the activation type
+    /// changes since the phase shares one quantized input. 0 if op `i` is
+    /// not a matmul.
     fn matmul_group_len(&self, i: usize) -> usize {
         let ops = &self.graph.ops;
-        let Op::MatMul { w, x, .. } = ops[i] else {
+        let Op::MatMul { w, .. } = ops[i] else {
             return 0;
         };
+        let Some(group) = group_starting_at(self.groups, i) else {
+            return 1;
+        };
         let act = quant_dot::activation_type(self.weights[w].ty);
-        // Running them together is only safe if no output shares arena
-        // bytes with the input or another output (the planner could let a
-        // tensor nobody reads die inside the group).
-        const MAX_GROUP: usize = 8;
-        let mut touched = [(0, 0); MAX_GROUP + 1];
-        touched[0] = self.byte_range(x);
-        let mut len = 0;
-        for op in ops[i..].iter().take(MAX_GROUP) {
-            let Op::MatMul {
-                w: w2, x: x2, out, ..
-            } = *op
-            else {
-                break;
-            };
-            if x2 != x || quant_dot::activation_type(self.weights[w2].ty) != act {
-                break;
-            }
-            let r = self.byte_range(out);
-            if touched[..=len].iter().any(|&(s, e)| s < r.1 && r.0 < e) {
-                break;
-            }
-            len += 1;
-            touched[len] = r;
-        }
-        len
-    }
-
-    /// (start, end) of tensor `t` in the arena.
-    fn byte_range(&self, t: TensorId) -> (usize, usize) {
-        let d = self.graph.tensor(t);
-        let start = self.plan.offsets[t];
-        (start, start + d.rows * d.cols * 4)
+        ops[group]
+            .iter()
+            .take_while(|op| {
+                matches!(op, Op::MatMul { w, .. } if quant_dot::activation_type(self.weights[*w].ty) == act)
+            })
+            .count()
     }
 
     unsafe fn run_op(&self, op: &Op, m: Member, barrier: &SpinBarrier) {
@@ -193,10 +176,11 @@ impl Step<'_> {
         match *op {
             Op::Embed { table, out } => {
                 let w = &self.weights[table];
-                let rows = m.share(self.tokens.len());
+                let (_, tokens) = self.inputs();
+                let rows = m.share(tokens.len());
                 let dst = self.rows(out, rows.clone());
                 for (i, r) in rows.enumerate() {
-                    let id = self.tokens[r] as usize;
+                    let id = (tokens[r] as usize).min(w.rows - 1);
                     let row = &mut dst[i * w.cols..(i + 1) * w.cols];
                     if w.interleaved {
                         quant_dot::q4_0x8::dequantize_row(w.bytes(), w.cols, id, row);
@@ -230,7 +214,7 @@ impl Step<'_> {
                 let data = self.rows(x, rows.clone());
                 for (i, r) in rows.enumerate() {
                     let row = &mut data[i * d.cols..(i + 1) * d.cols];
-                    self.rope.apply(row, n_heads, head_dim, self.pos0 + r);
+                    self.rope.apply(row, n_heads, head_dim, self.inputs().0 + r);
                 }
             }
             Op::StoreKv { layer, k, v } => {
@@ -239,7 +223,7 @@ impl Step<'_> {
                 let rows = m.share(d.rows);
                 let (k_src, v_src) = (self.input(k), self.input(v));
                 for r in rows {
-                    let pos = self.pos0 + r;
+                    let pos = self.inputs().0 + r;
                     let kd = self
                         .kv
                         .f16s((l.k_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
@@ -401,7 +385,7 @@ impl Step<'_> {
                 v_cache,
                 l.kv_dim,
                 (h / group) * hd,
-                self.pos0 + t + 1,
+                self.inputs().0 + t + 1,
                 hd,
                 spec.scale,
                 self.output(out, span),

@@ -91,6 +91,16 @@ impl SharedMem {
         std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut f32, n)
     }
 
+    /// # Safety
+    /// As for `f32s`: nobody else accesses these words meanwhile.
+    pub unsafe fn u32s<'a>(&self, offset: usize, n: usize) -> &'a mut [u32] {
+        assert!(offset + n * 4 <= self.len, "buffer view out of range");
+        assert_eq!(offset % 4, 0, "misaligned u32 view");
+        // SAFETY: in range and aligned (checked above); exclusivity is the
+        // caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut u32, n) }
+    }
+
     /// The `len` bytes at `offset`, as a view of their own.
     pub fn sub(self, offset: usize, len: usize) -> SharedMem {
         assert!(offset + len <= self.len, "buffer view out of range");
@@ -115,6 +125,16 @@ impl SharedMem {
     pub unsafe fn bytes_ref<'a>(&self, offset: usize, len: usize) -> &'a [u8] {
         assert!(offset + len <= self.len, "buffer view out of range");
         std::slice::from_raw_parts(self.ptr.add(offset), len)
+    }
+
+    /// # Safety
+    /// Nobody writes these words while the view is alive.
+    pub unsafe fn u32s_ref<'a>(&self, offset: usize, n: usize) -> &'a [u32] {
+        assert!(offset + n * 4 <= self.len, "buffer view out of range");
+        assert_eq!(offset % 4, 0, "misaligned u32 view");
+        // SAFETY: in range and aligned (checked above); no writer is the
+        // caller's promise.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(offset) as *const u32, n) }
     }
 
     /// A read-only view: other threads may read the range too.

@@ -3,12 +3,16 @@
 //!
 //! Activations are row-major f32 matrices with one row per token. Weights are
 //! referenced by [`WeightId`]; the KV cache by layer. The runtime inputs of a
-//! step are only the token ids and the position of the first one, so a backend
-//! can record the graph once and replay it.
+//! step are only the token ids and the position of the first one, and they
+//! reach kernels as data (the plan's step-input region), never as recorded
+//! arguments, so a backend can record the graph once and replay it.
 
 mod build;
+pub mod fusion;
+mod rope;
 
 pub use build::build_graph;
+pub use rope::{check_rope, RopeError};
 
 use crate::model::WeightId;
 

@@ -1,6 +1,7 @@
 //! Activation arena: every intermediate tensor is an offset into one buffer,
 //! chosen from tensor lifetimes so dead tensors' space is reused.
 
+use super::StepInputLayout;
 use crate::graph::{Graph, TensorId};
 
 /// Offsets are aligned for vector loads on every backend.
@@ -14,6 +15,9 @@ pub struct ArenaPlan {
     pub arena_bytes: usize,
     /// Bytes a planner without reuse would need: the sum of all tensors.
     pub naive_bytes: usize,
+    /// The step's token ids and positions, in a region of their own that
+    /// the backend writes before each replay (host-visible on a GPU).
+    pub step_inputs: StepInputLayout,
 }
 
 /// First op that writes and last op that reads each tensor.
@@ -72,6 +76,9 @@ impl ArenaPlan {
             offsets,
             arena_bytes,
             naive_bytes,
+            step_inputs: StepInputLayout {
+                n_tokens: graph.n_tokens,
+            },
         }
     }
 

@@ -5,6 +5,10 @@
 
 mod arena;
 mod kv;
+mod regions;
+mod step;
 
 pub use arena::{ArenaPlan, ARENA_ALIGN};
 pub use kv::KvLayout;
+pub use regions::{split_regions, RegionAssignment, RegionError, RegionSplit};
+pub use step::{word as step_word, StepInputLayout};

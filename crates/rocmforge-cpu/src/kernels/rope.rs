@@ -9,7 +9,7 @@
 //! Then `theta / freq_factor` (a division, as in ggml), times `freq_scale`,
 //! and libm `cosf`/`sinf` (plain YaRN-free case: ext_factor 0, mscale 1).
 
-use thiserror::Error;
+use rocmforge_core::graph::check_rope;
 
 /// Which dimensions form the rotated pairs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,18 +20,7 @@ pub enum RopeMode {
     NeoX,
 }
 
-/// Parameters that cannot describe a rotation.
-#[derive(Debug, Error, PartialEq)]
-pub enum RopeError {
-    #[error("rotated dimension count {0} must be even and non-zero")]
-    OddOrZeroDims(usize),
-    #[error("rope frequency factors: expected {expected} values (n_rot/2), got {got}")]
-    FreqFactorsLength { expected: usize, got: usize },
-    #[error("rope frequency factor {index} is {value}, must be finite and positive")]
-    BadFreqFactor { index: usize, value: f32 },
-    #[error("rope base {base} / scale {scale} must be finite and positive")]
-    BadBaseOrScale { base: f32, scale: f32 },
-}
+pub use rocmforge_core::graph::RopeError;
 
 /// Per-model rotation parameters; [`RopeTable::apply`] derives each
 /// position's angles from them.
@@ -77,32 +66,8 @@ impl RopeTable {
         freq_scale: f32,
         freq_factors: Option<&[f32]>,
     ) -> Result<RopeTable, RopeError> {
-        if n_rot == 0 || !n_rot.is_multiple_of(2) {
-            return Err(RopeError::OddOrZeroDims(n_rot));
-        }
-        let positive = |v: f32| v.is_finite() && v > 0.0;
-        if !positive(freq_base) || !positive(freq_scale) {
-            return Err(RopeError::BadBaseOrScale {
-                base: freq_base,
-                scale: freq_scale,
-            });
-        }
-        let half = n_rot / 2;
-        let freq_factors = match freq_factors {
-            None => vec![1.0; half],
-            Some(ff) if ff.len() != half => {
-                return Err(RopeError::FreqFactorsLength {
-                    expected: half,
-                    got: ff.len(),
-                })
-            }
-            Some(ff) => {
-                if let Some((index, &value)) = ff.iter().enumerate().find(|(_, &v)| !positive(v)) {
-                    return Err(RopeError::BadFreqFactor { index, value });
-                }
-                ff.to_vec()
-            }
-        };
+        check_rope(n_rot, freq_base, freq_scale, freq_factors)?;
+        let freq_factors = freq_factors.map_or_else(|| vec![1.0; n_rot / 2], <[f32]>::to_vec);
         // ggml: powf(freq_base, -2.0f/n_dims), all in f32.
         let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
         Ok(RopeTable {

@@ -1,0 +1,130 @@
+//! RoPE parameters every backend must reject the same way, checked once here
+//! before any backend builds tables or kernels from them.
+
+use thiserror::Error;
+
+use super::RopeSpec;
+
+/// Parameters that cannot describe a rotation.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum RopeError {
+    #[error("rotated dimension count {0} must be even and non-zero")]
+    OddOrZeroDims(usize),
+    #[error("rotated dimension count {n_rot} exceeds the head dimension {head_dim}")]
+    TooManyDims { n_rot: usize, head_dim: usize },
+    #[error("rope frequency factors: expected {expected} values (n_rot/2), got {got}")]
+    FreqFactorsLength { expected: usize, got: usize },
+    #[error("rope frequency factor {index} is {value}, must be finite and positive")]
+    BadFreqFactor { index: usize, value: f32 },
+    #[error("rope base {base} / scale {scale} must be finite and positive")]
+    BadBaseOrScale { base: f32, scale: f32 },
+}
+
+/// Checks rotation parameters: `n_rot` even and non-zero, base and scale
+/// finite and positive, and, when given, one finite positive frequency factor
+/// per rotated pair.
+pub fn check_rope(
+    n_rot: usize,
+    freq_base: f32,
+    freq_scale: f32,
+    freq_factors: Option<&[f32]>,
+) -> Result<(), RopeError> {
+    if n_rot == 0 || !n_rot.is_multiple_of(2) {
+        return Err(RopeError::OddOrZeroDims(n_rot));
+    }
+    let positive = |v: f32| v.is_finite() && v > 0.0;
+    if !positive(freq_base) || !positive(freq_scale) {
+        return Err(RopeError::BadBaseOrScale {
+            base: freq_base,
+            scale: freq_scale,
+        });
+    }
+    if let Some(ff) = freq_factors {
+        if ff.len() != n_rot / 2 {
+            return Err(RopeError::FreqFactorsLength {
+                expected: n_rot / 2,
+                got: ff.len(),
+            });
+        }
+        if let Some((index, &value)) = ff.iter().enumerate().find(|(_, &v)| !positive(v)) {
+            return Err(RopeError::BadFreqFactor { index, value });
+        }
+    }
+    Ok(())
+}
+
+impl RopeSpec {
+    /// Checks the graph's rotation against its head size; `freq_factors` are
+    /// the values of [`RopeSpec::freq_factors`], read by the caller from
+    /// wherever its weights live.
+    pub fn check(&self, head_dim: usize, freq_factors: Option<&[f32]>) -> Result<(), RopeError> {
+        check_rope(self.n_rot, self.freq_base, self.freq_scale, freq_factors)?;
+        if self.n_rot > head_dim {
+            return Err(RopeError::TooManyDims {
+                n_rot: self.n_rot,
+                head_dim,
+            });
+        }
+        Ok(())
+    }
+
+    /// `freq_base^(-2/n_rot)` in f32, the per-pair multiplier of ggml's angle
+    /// chain (`theta_i = pos * theta_scale^i`, as `i` successive products).
+    pub fn theta_scale(&self) -> f32 {
+        self.freq_base.powf(-2.0 / self.n_rot as f32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_parameters_are_errors() {
+        let mk = |n, b, s, ff| check_rope(n, b, s, ff).err();
+        assert_eq!(mk(3, 1e4, 1.0, None), Some(RopeError::OddOrZeroDims(3)));
+        assert_eq!(mk(0, 1e4, 1.0, None), Some(RopeError::OddOrZeroDims(0)));
+        assert!(matches!(
+            mk(4, f32::NAN, 1.0, None),
+            Some(RopeError::BadBaseOrScale { .. })
+        ));
+        assert!(matches!(
+            mk(4, 1e4, 0.0, None),
+            Some(RopeError::BadBaseOrScale { .. })
+        ));
+        assert_eq!(
+            mk(4, 1e4, 1.0, Some(&[1.0])),
+            Some(RopeError::FreqFactorsLength {
+                expected: 2,
+                got: 1
+            })
+        );
+        assert_eq!(
+            mk(4, 1e4, 1.0, Some(&[1.0, -2.0])),
+            Some(RopeError::BadFreqFactor {
+                index: 1,
+                value: -2.0
+            })
+        );
+        assert_eq!(mk(4, 1e4, 1.0, Some(&[1.0, 2.0])), None);
+    }
+
+    #[test]
+    fn n_rot_beyond_head_is_an_error() {
+        let spec = RopeSpec {
+            neox: false,
+            n_rot: 128,
+            freq_base: 1e4,
+            freq_scale: 1.0,
+            freq_factors: None,
+        };
+        assert_eq!(
+            spec.check(64, None),
+            Err(RopeError::TooManyDims {
+                n_rot: 128,
+                head_dim: 64
+            })
+        );
+        assert_eq!(spec.check(128, None), Ok(()));
+    }
+}
