@@ -18,9 +18,9 @@ use rocmforge::registry::BackendOptions;
 use rocmforge_core::model::Model;
 use rocmforge_core::quant::QuantType;
 
-use crate::presets::{self, Preset};
 use backends::{BackendChoice, Resolved, Target};
 use report::{BackendResult, OutputFormat, Report};
+use rocmforge_genmodel::presets::{self, Preset};
 
 #[derive(Debug, clap::Args)]
 // A later -p/-n/-r replaces an earlier one, so scripts can append overrides.
@@ -61,9 +61,13 @@ pub struct BenchArgs {
     /// CPU threads (0 = one per core).
     #[arg(short = 't', long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
-    /// Device index for GPU backends.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub device: usize,
+    /// Device index for GPU backends (default: the backend's choice,
+    /// discrete GPUs first; naming a software device selects it).
+    #[arg(long, value_name = "N")]
+    pub device: Option<usize>,
+    /// Seconds any wait for the GPU may take.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub gpu_timeout: u64,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Md)]
     pub output: OutputFormat,
@@ -78,7 +82,7 @@ pub enum BenchError {
     #[error("nothing to measure: -p and -n are both 0")]
     NoTests,
     #[error("generating the model: {0}")]
-    Generate(#[from] crate::gen_model::GenError),
+    Generate(#[from] rocmforge_genmodel::GenError),
     #[error("cannot create {}: {source}", path.display())]
     ModelDir {
         path: PathBuf,
@@ -149,6 +153,8 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
     let opts = BackendOptions {
         threads: args.threads,
         device: args.device,
+        allow_software_devices: false,
+        gpu_timeout: Some(std::time::Duration::from_secs(args.gpu_timeout.max(1))),
     };
 
     let mut results = Vec::new();

@@ -1,31 +1,14 @@
-//! `cargo xtask gen-model`: random-weight GGUF files with the exact tensor
-//! layout, metadata and tokenizer of real llama.cpp-converted models, for tests
-//! and benchmarks on machines that cannot download a model.
+//! `cargo xtask gen-model`: the command line over `rocmforge-genmodel`.
 
-mod layout;
-mod metadata;
-mod rope_scaling;
-mod weights;
-
-#[cfg(test)]
-mod tests;
-
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use rocmforge_core::gguf::{GgufError, GgufValue, GgufWriter};
-use rocmforge_core::quant::{QuantError, QuantType};
+use rocmforge_core::quant::QuantType;
+use rocmforge_genmodel::model::{layout, tokenizer_dir, write_file, ModelPlan};
+use rocmforge_genmodel::presets::{self, Preset};
 
-use crate::presets::{self, Preset};
-use layout::TensorSpec;
-
-/// The seed when `--seed` is not given, so that files made on different
-/// machines or days are byte-identical.
-pub const DEFAULT_SEED: u64 = 0x5eed_0001;
+pub use rocmforge_genmodel::model::{GenError, DEFAULT_SEED};
 
 #[derive(Debug, clap::Args)]
 pub struct GenModelArgs {
@@ -47,166 +30,9 @@ pub struct GenModelArgs {
     pub seed: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum GenError {
-    #[error("cannot read tokenizer vocab {}: {source}", path.display())]
-    Vocab {
-        path: PathBuf,
-        #[source]
-        source: GgufError,
-    },
-    #[error("tokenizer vocab {}: {what}", path.display())]
-    VocabContent { path: PathBuf, what: String },
-    #[error("cannot {action} {}: {source}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("GGUF writer: {0}")]
-    Gguf(#[from] GgufError),
-    #[error("encoding {tensor} as {ty}: {source}")]
-    Quant {
-        tensor: String,
-        ty: QuantType,
-        #[source]
-        source: QuantError,
-    },
-}
-
-/// Everything that goes into the file, before any weight is generated.
-#[derive(Debug)]
-pub struct ModelPlan {
-    pub metadata: Vec<(String, GgufValue)>,
-    pub tensors: Vec<TensorSpec>,
-}
-
-impl ModelPlan {
-    pub fn new(preset: &Preset, ty: QuantType, tokenizer_dir: &Path) -> Result<Self, GenError> {
-        let mut metadata = metadata::model_metadata(preset, ty);
-        // The converter writes the tokenizer after the hyper-parameters and
-        // llama-quantize moves the general.* bookkeeping keys last.
-        let split = metadata
-            .iter()
-            .position(|(k, _)| k == "general.quantization_version")
-            .unwrap_or(metadata.len());
-        let tail = metadata.split_off(split);
-        metadata.extend(metadata::tokenizer_metadata(preset, tokenizer_dir)?);
-        metadata.extend(tail);
-        Ok(ModelPlan {
-            metadata,
-            tensors: layout::tensors(preset, ty),
-        })
-    }
-
-    pub fn tensor_bytes(&self) -> u64 {
-        self.tensors.iter().map(TensorSpec::n_bytes).sum()
-    }
-
-    /// One line per kind of fallback, e.g. "F16 instead of Q8_0 for 3 tensors
-    /// (blk.*.ffn_down.weight): rows of 176 are not whole Q8_0 blocks of 32".
-    pub fn fallback_notes(&self) -> Vec<String> {
-        let mut groups: BTreeMap<(&str, &str, u64), (usize, Vec<String>)> = BTreeMap::new();
-        for t in &self.tensors {
-            let Some(from) = t.fallback_from else {
-                continue;
-            };
-            let group = groups
-                .entry((t.ty.name(), from.name(), t.row_len()))
-                .or_default();
-            group.0 += 1;
-            let pattern = layer_pattern(&t.name);
-            if !group.1.contains(&pattern) {
-                group.1.push(pattern);
-            }
-        }
-        groups
-            .into_iter()
-            .map(|((to, from, row_len), (count, names))| {
-                let block = QuantType::from_name(from).map_or(0, QuantType::block_size);
-                format!(
-                    "{to} instead of {from} for {count} tensor{} ({}): rows of {row_len} are not whole {from} blocks of {block}",
-                    if count == 1 { "" } else { "s" },
-                    names.join(", ")
-                )
-            })
-            .collect()
-    }
-}
-
-/// `blk.12.attn_q.weight` → `blk.*.attn_q.weight`.
-fn layer_pattern(name: &str) -> String {
-    match name
-        .strip_prefix("blk.")
-        .and_then(|rest| rest.split_once('.'))
-    {
-        Some((layer, rest)) if layer.bytes().all(|b| b.is_ascii_digit()) => {
-            format!("blk.*.{rest}")
-        }
-        _ => name.to_string(),
-    }
-}
-
-/// The repository's `testdata/tokenizer/`, fixed at build time.
-pub fn tokenizer_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/tokenizer")
-}
-
-/// Streams the whole model into `out`: header first, then each tensor as soon
-/// as it is generated, so memory holds at most one tensor.
-pub fn write_model<W: Write>(
-    plan: &ModelPlan,
-    seed: u64,
-    threads: usize,
-    out: W,
-    progress: &ProgressBar,
-) -> Result<W, GenError> {
-    let mut writer = GgufWriter::new();
-    for (key, value) in &plan.metadata {
-        writer.add_metadata(key, value.clone());
-    }
-    for t in &plan.tensors {
-        writer.declare_tensor(&t.name, &t.shape, t.ty)?;
-    }
-    let mut stream = writer.stream_to(out)?;
-    for (index, t) in plan.tensors.iter().enumerate() {
-        progress.set_message(t.name.clone());
-        let bytes = weights::encode_tensor(t, index as u64, seed, threads, &|n| progress.inc(n))
-            .map_err(|source| GenError::Quant {
-                tensor: t.name.clone(),
-                ty: t.ty,
-                source,
-            })?;
-        stream.write_tensor(&bytes)?;
-    }
-    Ok(stream.finish()?)
-}
-
-/// The `gen-model` command: write `PATH.tmp`, rename it to `PATH` once
-/// complete, and delete it on failure.
+/// The `gen-model` command, with a progress bar and a summary line.
 pub fn run(args: &GenModelArgs) -> Result<(), GenError> {
     let start = Instant::now();
-    let tmp = tmp_path(&args.out);
-    // Opened first so that an unwritable path fails before any work.
-    let file = File::create(&tmp).map_err(io_error("create", &tmp))?;
-    if let Err(e) = generate(args, file, &tmp) {
-        // Best effort: the error being reported matters more than a leftover.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    std::fs::rename(&tmp, &args.out).map_err(io_error("rename to final path", &tmp))?;
-    let size = std::fs::metadata(&args.out).map_or(0, |m| m.len());
-    eprintln!(
-        "wrote {}: {} in {:.1} s",
-        args.out.display(),
-        mib(size),
-        start.elapsed().as_secs_f64()
-    );
-    Ok(())
-}
-
-fn generate(args: &GenModelArgs, file: File, path: &Path) -> Result<(), GenError> {
     let plan = ModelPlan::new(args.preset, args.ty, &tokenizer_dir())?;
     let total = plan.tensor_bytes();
     eprintln!(
@@ -228,31 +54,17 @@ fn generate(args: &GenModelArgs, file: File, path: &Path) -> Result<(), GenError
         )
         .expect("the template is valid"),
     );
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let out = BufWriter::with_capacity(8 << 20, file);
-    let written = write_model(&plan, args.seed, threads, out, &progress);
+    let written = write_file(args.preset, args.ty, args.seed, &args.out, &progress);
     progress.finish_and_clear();
-    written?
-        .into_inner()
-        .map_err(|e| io_error("write", path)(e.into_error()))?;
+    written?;
+    let size = std::fs::metadata(&args.out).map_or(0, |m| m.len());
+    eprintln!(
+        "wrote {}: {} in {:.1} s",
+        args.out.display(),
+        mib(size),
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
-}
-
-fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> GenError {
-    let path = path.to_path_buf();
-    move |source| GenError::Io {
-        action,
-        path,
-        source,
-    }
-}
-
-/// `model.gguf` → `model.gguf.tmp`, next to it so the rename stays on one
-/// filesystem and is atomic.
-fn tmp_path(out: &Path) -> PathBuf {
-    let mut s = out.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
 }
 
 fn mib(bytes: u64) -> String {

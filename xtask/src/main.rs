@@ -3,7 +3,6 @@
 
 mod bench;
 mod gen_model;
-mod presets;
 
 use std::process::ExitCode;
 

@@ -7,8 +7,15 @@ use rocmforge_core::backend::{Backend, BackendError};
 pub struct BackendOptions {
     /// CPU threads (0 = one per core).
     pub threads: usize,
-    /// Device index for GPU backends.
-    pub device: usize,
+    /// Device index for GPU backends (`--device N`); None lets the backend
+    /// choose (discrete GPUs first). Naming a software device selects it.
+    pub device: Option<usize>,
+    /// Let GPU backends pick software devices (lavapipe) on their own;
+    /// otherwise only a `--device` index names one. Tests and CI set it.
+    pub allow_software_devices: bool,
+    /// Bound on every wait for the device (None: the backend's default,
+    /// 60 s).
+    pub gpu_timeout: Option<std::time::Duration>,
 }
 
 pub struct BackendEntry {
@@ -24,12 +31,32 @@ fn create_cpu(opts: &BackendOptions) -> Result<Box<dyn Backend>, BackendError> {
     Ok(Box::new(rocmforge_cpu::CpuBackend::new(opts.threads)))
 }
 
-const BACKENDS: &[BackendEntry] = &[BackendEntry {
-    name: "cpu",
-    aliases: &[],
-    description: "reference CPU backend (AVX2/portable)",
-    create: create_cpu,
-}];
+fn create_vulkan(opts: &BackendOptions) -> Result<Box<dyn Backend>, BackendError> {
+    let env = rocmforge_vulkan::VulkanOptions::from_env();
+    Ok(Box::new(rocmforge_vulkan::VulkanBackend::new(
+        rocmforge_vulkan::VulkanOptions {
+            device: opts.device,
+            allow_cpu: opts.allow_software_devices || env.allow_cpu,
+            timeout: opts.gpu_timeout.unwrap_or(env.timeout),
+            ..env
+        },
+    )?))
+}
+
+const BACKENDS: &[BackendEntry] = &[
+    BackendEntry {
+        name: "cpu",
+        aliases: &[],
+        description: "reference CPU backend (AVX2/portable)",
+        create: create_cpu,
+    },
+    BackendEntry {
+        name: "vulkan",
+        aliases: &["vk"],
+        description: "Vulkan compute (buffer device addresses, recorded command buffers)",
+        create: create_vulkan,
+    },
+];
 
 /// Every backend compiled into this build, available here or not.
 pub fn backends() -> &'static [BackendEntry] {

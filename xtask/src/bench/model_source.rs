@@ -7,7 +7,7 @@ use rocmforge_core::quant::QuantType;
 
 use super::BenchError;
 use crate::gen_model::{self, GenModelArgs, DEFAULT_SEED};
-use crate::presets::Preset;
+use rocmforge_genmodel::presets::Preset;
 
 /// `$CARGO_TARGET_DIR`, or the workspace's `target/`.
 pub fn target_dir() -> PathBuf {

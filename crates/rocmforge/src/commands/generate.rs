@@ -31,9 +31,13 @@ pub struct Args {
     /// CPU threads (0 = one per core).
     #[arg(long, short = 't', default_value_t = 0)]
     threads: usize,
-    /// GPU device index.
-    #[arg(long, default_value_t = 0)]
-    device: usize,
+    /// GPU device index (default: the backend's choice, discrete GPUs first).
+    #[arg(long)]
+    device: Option<usize>,
+    /// Seconds any wait for the GPU may take before the run stops with an
+    /// error naming the work in flight.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    gpu_timeout: f64,
     /// Context size in tokens (0 = the model's training context, capped at 4096).
     #[arg(long, short = 'c', default_value_t = 0)]
     ctx_size: usize,
@@ -91,6 +95,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
         &BackendOptions {
             threads: a.threads,
             device: a.device,
+            allow_software_devices: false,
+            gpu_timeout: Some(gpu_timeout(a.gpu_timeout)?),
         },
     )?;
 
@@ -183,4 +189,15 @@ pub fn run(a: Args) -> Result<(), CliError> {
         stop_reason
     );
     Ok(())
+}
+
+/// `--gpu-timeout` as a duration: positive and finite.
+fn gpu_timeout(secs: f64) -> Result<std::time::Duration, String> {
+    if secs.is_finite() && secs > 0.0 && secs < 1e9 {
+        Ok(std::time::Duration::from_secs_f64(secs))
+    } else {
+        Err(format!(
+            "--gpu-timeout must be a positive number of seconds, got {secs}"
+        ))
+    }
 }

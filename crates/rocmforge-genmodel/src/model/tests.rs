@@ -20,7 +20,7 @@ fn generate(plan: &ModelPlan, seed: u64) -> GgufFile {
 
 fn reference(name: &str) -> GgufFile {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../testdata/reference")
+        .join("../../testdata/reference")
         .join(name);
     GgufFile::open(&path).unwrap()
 }

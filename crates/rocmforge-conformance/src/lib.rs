@@ -1,0 +1,299 @@
+//! rocmforge-conformance: one suite, every backend.
+//!
+//! A backend is correct when it computes what the CPU backend computes, and
+//! the CPU backend is correct when it computes what llama.cpp computes
+//! (`crates/rocmforge-cpu/tests/reference.rs`). So this suite takes each
+//! backend from the registry — the same door the CLI uses — and runs whole
+//! models through [`Session`]: the llama.cpp fixtures, and generated models
+//! of every weight type in several shapes. Comparing whole models rather
+//! than single kernels catches what kernel tests miss (step inputs, graph
+//! replay, KV positions, fusion) and needs no per-backend test hooks.
+//!
+//! A backend that cannot run here (no device) is skipped with a printed
+//! reason, unless `ROCMFORGE_REQUIRE_BACKENDS` names it: CI names the ones
+//! its machine must run (cpu, and vulkan on lavapipe), so a backend that
+//! silently stopped initialising fails instead of passing by skipping.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rocmforge::registry::{self, BackendOptions, RegistryError};
+use rocmforge_core::backend::Backend;
+use rocmforge_core::model::Model;
+use rocmforge_core::quant::QuantType;
+use rocmforge_core::session::{Session, SessionOptions};
+
+/// Environment variable naming backends that must run (comma-separated).
+pub const REQUIRE_ENV: &str = "ROCMFORGE_REQUIRE_BACKENDS";
+
+/// Options for every backend under test: software Vulkan devices (lavapipe)
+/// are allowed, since CI has no other.
+pub fn backend_options() -> BackendOptions {
+    BackendOptions {
+        threads: 2,
+        allow_software_devices: true,
+        ..BackendOptions::default()
+    }
+}
+
+fn required() -> Vec<String> {
+    std::env::var(REQUIRE_ENV)
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The registry's backends that can run here, by name. Prints why any other
+/// is skipped; panics if a required one cannot run.
+pub fn backends_under_test() -> Vec<&'static str> {
+    let required = required();
+    let mut names = Vec::new();
+    for entry in registry::backends() {
+        match registry::create(entry.name, &backend_options()) {
+            Ok(_) => names.push(entry.name),
+            Err(RegistryError::Unavailable { source, .. })
+                if !required.iter().any(|r| r == entry.name) =>
+            {
+                eprintln!("conformance: skipping {}: {source}", entry.name);
+            }
+            Err(e) => panic!("required backend {} cannot run: {e}", entry.name),
+        }
+    }
+    for r in &required {
+        assert!(
+            names.contains(&r.as_str()),
+            "{REQUIRE_ENV} names '{r}', which this build does not know"
+        );
+    }
+    names
+}
+
+pub fn create(name: &str) -> Box<dyn Backend> {
+    registry::create(name, &backend_options()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn session(model: &Arc<Model>, backend: &str, opts: SessionOptions) -> Session {
+    Session::new(Arc::clone(model), create(backend), opts, &mut |_, _| {})
+        .unwrap_or_else(|e| panic!("{backend}: session: {e}"))
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn fixture_path(name: &str) -> PathBuf {
+    repo_root().join("testdata/reference").join(name)
+}
+
+/// A generated model of `preset` with `ty` weights, written once per build
+/// tree under `target/conformance-models/` and shared by every test.
+pub fn generated_model(preset: &str, ty: QuantType) -> Arc<Model> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let dir = repo_root().join("target/conformance-models");
+    let path = dir.join(format!("{preset}-{}.gguf", ty.name()));
+    {
+        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        if !path.exists() {
+            std::fs::create_dir_all(&dir).expect("create target/conformance-models");
+            let p = rocmforge_genmodel::find(preset).expect("known preset");
+            let progress = indicatif::ProgressBar::hidden();
+            rocmforge_genmodel::write_file(
+                p,
+                ty,
+                rocmforge_genmodel::DEFAULT_SEED,
+                &path,
+                &progress,
+            )
+            .unwrap_or_else(|e| panic!("generate {}: {e}", path.display()));
+        }
+    }
+    Arc::new(Model::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+}
+
+/// Every weight type the core supports.
+pub const WEIGHT_TYPES: &[QuantType] = &[
+    QuantType::F32,
+    QuantType::F16,
+    QuantType::BF16,
+    QuantType::Q4_0,
+    QuantType::Q4_1,
+    QuantType::Q5_0,
+    QuantType::Q5_1,
+    QuantType::Q8_0,
+    QuantType::Q2K,
+    QuantType::Q3K,
+    QuantType::Q4K,
+    QuantType::Q5K,
+    QuantType::Q6K,
+    QuantType::IQ4NL,
+    QuantType::IQ4XS,
+];
+
+/// Error of a logits row relative to the reference row's standard
+/// deviation: (max |Δ|/σ, mean |Δ|/σ).
+pub fn row_error(ours: &[f32], reference: &[f32]) -> (f32, f32) {
+    assert_eq!(ours.len(), reference.len());
+    let n = reference.len() as f32;
+    let mean = reference.iter().sum::<f32>() / n;
+    let sd = (reference.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / n).sqrt();
+    let (max, sum) = ours
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| {
+            if a.is_finite() {
+                (a - b).abs()
+            } else {
+                f32::INFINITY
+            }
+        })
+        .fold((0f32, 0f32), |(m, s), d| (m.max(d), s + d));
+    (max / sd, sum / n / sd)
+}
+
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Top-1 minus top-2 logit.
+pub fn margin(x: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in x {
+        if v > a {
+            b = a;
+            a = v;
+        } else if v > b {
+            b = v;
+        }
+    }
+    a - b
+}
+
+/// Tolerances of a backend against the CPU backend, in σ of the CPU's row.
+///
+/// The CPU quantizes activations to Q8 as ggml does; a GPU backend may keep
+/// them in f32 or f16, which moves each logit by a few hundredths of σ on
+/// these random-weight models (measured: docs/vulkan.md). A real bug is far
+/// outside: dropping RoPE gives 0.31σ max / 0.054σ mean already at position
+/// 1, a wrong dequantizer or a stale KV position more.
+#[derive(Clone, Copy, Debug)]
+pub struct Tolerance {
+    pub max: f32,
+    pub mean: f32,
+}
+
+pub const VS_CPU: Tolerance = Tolerance {
+    max: 0.25,
+    mean: 0.03,
+};
+
+/// A deterministic token sequence below `n_vocab` (xorshift), so prompts are
+/// random but reproducible.
+pub fn random_tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n_vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// The steps a comparison runs: prompts of these lengths, each in a fresh
+/// sequence, cover graphs of 1..16 tokens and positions past a batch.
+pub const PROMPT_LENGTHS: &[usize] = &[1, 7, 23];
+
+/// Session options of every comparison: a small batch so a 23-token prompt
+/// takes 16 + 4 + 2 + 1, four graph sizes.
+pub fn compare_options(all_logits: bool) -> SessionOptions {
+    SessionOptions {
+        n_ctx: 128,
+        n_batch: 16,
+        all_logits,
+    }
+}
+
+/// Runs `model` through `backend` and the CPU backend: each prompt length
+/// with all logits kept, then greedy decoding, and checks every row within
+/// `tol`. Greedy tokens must agree wherever the CPU's top-1/top-2 margin
+/// exceeds twice the largest logit difference seen on that row (closer calls
+/// are rounding's to make). Returns the worst (max, mean) error seen.
+pub fn compare_with_cpu(
+    model: &Arc<Model>,
+    backend: &str,
+    what: &str,
+    tol: Tolerance,
+) -> (f32, f32) {
+    let n_vocab = model.config.n_vocab;
+    let mut worst = (0f32, 0f32);
+    let mut check = |label: String, ours: &[f32], cpu: &[f32]| {
+        assert_eq!(ours.len(), cpu.len(), "{label}: logits size");
+        for (row, (a, b)) in ours.chunks(n_vocab).zip(cpu.chunks(n_vocab)).enumerate() {
+            let (max, mean) = row_error(a, b);
+            worst = (worst.0.max(max), worst.1.max(mean));
+            assert!(
+                max <= tol.max && mean <= tol.mean,
+                "{backend} vs cpu, {what}, {label} row {row}: max {max:.4}σ mean {mean:.4}σ (allowed {:?})",
+                tol
+            );
+        }
+    };
+    let mut ours_s = session(model, backend, compare_options(true));
+    let mut cpu_s = session(model, "cpu", compare_options(true));
+    for (i, &n) in PROMPT_LENGTHS.iter().enumerate() {
+        ours_s.reset();
+        cpu_s.reset();
+        let prompt = random_tokens(n, n_vocab, 1 + i as u64);
+        let ours = ours_s.eval(&prompt).unwrap().to_vec();
+        let cpu = cpu_s.eval(&prompt).unwrap().to_vec();
+        check(format!("prompt of {n}"), &ours, &cpu);
+    }
+    // Greedy, free-running, continuing the last prompt.
+    let (mut ours, mut cpu) = (
+        ours_s.eval(&[1]).unwrap().to_vec(),
+        cpu_s.eval(&[1]).unwrap().to_vec(),
+    );
+    let mut agreed = 0;
+    for step in 0..8 {
+        check(format!("decode step {step}"), &ours, &cpu);
+        let (t_ours, t_cpu) = (argmax(&ours), argmax(&cpu));
+        let max_diff = ours
+            .iter()
+            .zip(&cpu)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        if margin(&cpu) <= 2.0 * max_diff {
+            break;
+        }
+        assert_eq!(
+            t_ours, t_cpu,
+            "{backend} vs cpu, {what}: greedy token {step}"
+        );
+        agreed += 1;
+        ours = ours_s.eval(&[t_ours]).unwrap().to_vec();
+        cpu = cpu_s.eval(&[t_cpu]).unwrap().to_vec();
+    }
+    eprintln!(
+        "{backend} vs cpu, {what}: worst max {:.4}σ mean {:.4}σ, {agreed} greedy tokens agreed",
+        worst.0, worst.1
+    );
+    worst
+}
+
+/// Serialises tests that use a GPU device: lavapipe and small GPUs are
+/// happier with one session at a time, and timings in the log stay readable.
+pub fn device_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
+    LOCK.get_or_init(|| Mutex::new(()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,35 @@
+//! Every weight type the core supports, on every backend, against the CPU
+//! backend: generated models in two shapes — tiny-llama (rows of 256 and
+//! 768: whole K-quant blocks) and tiny-qwen2 (rows of 64 and 176: K-quants
+//! fall back as llama-quantize does, ffn_down to F16, and no dimension is a
+//! multiple of a typical workgroup tile).
+
+use rocmforge_conformance::*;
+
+fn check_preset(preset: &str) {
+    let backends: Vec<_> = backends_under_test()
+        .into_iter()
+        .filter(|&b| b != "cpu")
+        .collect();
+    if backends.is_empty() {
+        eprintln!("weight types on {preset}: no backend but the reference (cpu) here");
+        return;
+    }
+    for &ty in WEIGHT_TYPES {
+        let model = generated_model(preset, ty);
+        for &backend in &backends {
+            let _device = device_lock();
+            compare_with_cpu(&model, backend, &format!("{preset} {ty}"), VS_CPU);
+        }
+    }
+}
+
+#[test]
+fn every_weight_type_on_tiny_llama() {
+    check_preset("tiny-llama");
+}
+
+#[test]
+fn every_weight_type_on_ragged_tiny_qwen2() {
+    check_preset("tiny-qwen2");
+}

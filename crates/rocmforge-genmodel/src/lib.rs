@@ -1,0 +1,18 @@
+//! rocmforge-genmodel: GGUF files of real models' exact shapes, filled with
+//! seeded random weights.
+//!
+//! Nothing can be downloaded on the machines this project is built and
+//! tested on, yet speed depends only on shapes and types, and agreement
+//! between backends only on both computing the same function. So tests,
+//! the conformance suite and benchmarks all run on files this crate writes:
+//! the tensor names, shapes, metadata and tokenizers of llama.cpp-converted
+//! models, with weights drawn per row from a seeded generator, so the same
+//! seed gives the same bytes on any machine. A library rather than only the
+//! `cargo xtask gen-model` command, because test suites generate their
+//! models themselves.
+
+pub mod model;
+pub mod presets;
+
+pub use model::{write_file, GenError, DEFAULT_SEED};
+pub use presets::{find, Preset};

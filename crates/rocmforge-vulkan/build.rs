@@ -1,0 +1,200 @@
+//! Compiles the GLSL compute kernels in `shaders/` to SPIR-V with glslang
+//! (built from source by the `glslang` crate, so nothing but the Rust
+//! toolchain and a C++ compiler is needed) and writes `shaders.rs` into
+//! OUT_DIR: one `(name, bytes)` entry per variant, embedded with
+//! `include_bytes!`.
+//!
+//! A variant is a kernel file plus defines. Kernels that read weights are
+//! compiled once per weight type (`-DWEIGHT_<TYPE>`); a type whose
+//! `shaders/quant/<type>.glsl` does not exist yet is left out with a warning
+//! (the backend then reports it as unsupported), while a file that exists
+//! and fails to compile fails the build.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use glslang::include::{IncludeHandler, IncludeResult, IncludeType};
+use glslang::{
+    Compiler, CompilerOptions, ShaderInput, ShaderSource, ShaderStage, SourceLanguage,
+    SpirvVersion, Target, VulkanVersion,
+};
+
+/// Weight types: (name used in variant names and quant/<name>.glsl, define).
+const WEIGHT_TYPES: &[(&str, &str)] = &[
+    ("f32", "WEIGHT_F32"),
+    ("f16", "WEIGHT_F16"),
+    ("bf16", "WEIGHT_BF16"),
+    ("q4_0", "WEIGHT_Q4_0"),
+    ("q4_1", "WEIGHT_Q4_1"),
+    ("q5_0", "WEIGHT_Q5_0"),
+    ("q5_1", "WEIGHT_Q5_1"),
+    ("q8_0", "WEIGHT_Q8_0"),
+    ("q2_k", "WEIGHT_Q2_K"),
+    ("q3_k", "WEIGHT_Q3_K"),
+    ("q4_k", "WEIGHT_Q4_K"),
+    ("q5_k", "WEIGHT_Q5_K"),
+    ("q6_k", "WEIGHT_Q6_K"),
+    ("iq4_nl", "WEIGHT_IQ4_NL"),
+    ("iq4_xs", "WEIGHT_IQ4_XS"),
+];
+
+/// Kernel families compiled once per weight type: (variant prefix, file,
+/// extra defines).
+const WEIGHT_KERNELS: &[(&str, &str, &[(&str, &str)])] = &[
+    ("embed", "embed.comp", &[("WG_SIZE", "64")]),
+    ("matvec", "matvec.comp", &[("WG_SIZE", "64")]),
+    ("matmul", "matmul.comp", &[]),
+];
+
+/// Kernels independent of the weight type: (variant name, file, defines).
+const KERNELS: &[(&str, &str, &[(&str, &str)])] = &[
+    ("rmsnorm", "rmsnorm.comp", &[("WG_SIZE", "64")]),
+    ("rope", "rope.comp", &[]),
+    ("store_kv", "store_kv.comp", &[]),
+    ("attention", "attention.comp", &[("WG_SIZE", "64")]),
+    ("add", "eltwise.comp", &[("OP_ADD", "1")]),
+    ("swiglu", "eltwise.comp", &[("OP_SWIGLU", "1")]),
+    ("copy", "eltwise.comp", &[("OP_COPY", "1")]),
+    ("spin", "spin.comp", &[]),
+];
+
+/// Resolves `#include "x"` relative to the including file, then to the
+/// shader root.
+struct Includes {
+    root: PathBuf,
+}
+
+impl IncludeHandler for Includes {
+    fn include(
+        &mut self,
+        _ty: IncludeType,
+        header: &str,
+        includer: &str,
+        _depth: usize,
+    ) -> Option<IncludeResult> {
+        let beside = Path::new(includer)
+            .parent()
+            .map(|d| d.join(header))
+            .filter(|p| p.is_file());
+        let path = beside.unwrap_or_else(|| self.root.join(header));
+        let data = std::fs::read_to_string(&path).ok()?;
+        Some(IncludeResult {
+            name: path.to_string_lossy().into_owned(),
+            data,
+        })
+    }
+}
+
+fn compile(
+    compiler: &Compiler,
+    root: &Path,
+    file: &str,
+    defines: &[(&str, &str)],
+) -> Result<Vec<u32>, String> {
+    let path = root.join(file);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let source = ShaderSource::from(text);
+    let opts = CompilerOptions {
+        source_language: SourceLanguage::GLSL,
+        target: Target::Vulkan {
+            version: VulkanVersion::Vulkan1_2,
+            spirv_version: SpirvVersion::SPIRV1_5,
+        },
+        version_profile: None,
+        ..CompilerOptions::default()
+    };
+    let defines: Vec<(&str, Option<&str>)> = defines.iter().map(|&(k, v)| (k, Some(v))).collect();
+    let mut includes = Includes {
+        root: root.to_path_buf(),
+    };
+    let input = ShaderInput::new(
+        &source,
+        ShaderStage::Compute,
+        &opts,
+        Some(&defines),
+        Some(&mut includes),
+    )
+    .map_err(|e| format!("{file}: {e}"))?;
+    let shader = compiler
+        .create_shader(input)
+        .map_err(|e| format!("{file} {defines:?}: {e}"))?;
+    shader
+        .compile()
+        .map_err(|e| format!("{file} {defines:?}: {e}"))
+}
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest.join("../../shaders").canonicalize().unwrap();
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    println!("cargo:rerun-if-changed={}", root.display());
+    for entry in walk(&root) {
+        println!("cargo:rerun-if-changed={}", entry.display());
+    }
+
+    let compiler = Compiler::acquire().expect("glslang initialises");
+    let mut variants: Vec<(String, String, Vec<(&str, &str)>)> = Vec::new();
+    let mut types = Vec::new();
+    for &(ty, define) in WEIGHT_TYPES {
+        if !root.join("quant").join(format!("{ty}.glsl")).is_file() {
+            println!("cargo:warning=shaders/quant/{ty}.glsl is missing: {ty} weights will be unsupported");
+            continue;
+        }
+        types.push(ty);
+        for &(prefix, file, defs) in WEIGHT_KERNELS {
+            let mut d = defs.to_vec();
+            d.push((define, "1"));
+            variants.push((format!("{prefix}_{ty}"), file.to_string(), d));
+        }
+    }
+    for &(name, file, defs) in KERNELS {
+        variants.push((name.to_string(), file.to_string(), defs.to_vec()));
+    }
+
+    let mut table = String::from(
+        "/// Compiled kernels: (variant name, SPIR-V bytes).\npub static SHADERS: &[(&str, &[u8])] = &[\n",
+    );
+    let mut seen = HashMap::new();
+    let mut errors = Vec::new();
+    for (name, file, defs) in &variants {
+        match compile(compiler, &root, file, defs) {
+            Ok(words) => {
+                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                let path = out.join(format!("{name}.spv"));
+                std::fs::write(&path, bytes).unwrap();
+                seen.insert(name.clone(), ());
+                let _ = writeln!(
+                    table,
+                    "    ({name:?}, include_bytes!({:?})),",
+                    path.display().to_string()
+                );
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    table.push_str("];\n\n/// Weight types with dequantizers, by quant/ file name.\npub static WEIGHT_TYPES: &[&str] = &[\n");
+    for ty in types {
+        let _ = writeln!(table, "    {ty:?},");
+    }
+    table.push_str("];\n");
+    if !errors.is_empty() {
+        panic!("shader compilation failed:\n{}", errors.join("\n"));
+    }
+    std::fs::write(out.join("shaders.rs"), table).unwrap();
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                files.extend(walk(&p));
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    files
+}

@@ -1,0 +1,743 @@
+//! `VulkanBackend`: the [`Backend`] implementation.
+//!
+//! Allocations per model: the weight region(s), the KV cache, the arena, and
+//! one host-visible buffer holding the step inputs, the breadcrumb word and
+//! the logits readback. On discrete GPUs that host buffer is made at load
+//! (64 MiB at least) and first serves as the staging buffer the weights are
+//! uploaded through. Nothing else is allocated per graph or per token.
+
+use std::time::Duration;
+
+use ash::vk;
+use rocmforge_core::backend::{
+    AllocationStats, Backend, BackendError, BackendInfo, GraphId, StepInputs,
+};
+use rocmforge_core::graph::Graph;
+use rocmforge_core::model::{Model, WEIGHT_ALIGN};
+use rocmforge_core::plan::{split_regions, ArenaPlan, KvLayout, StepInputLayout};
+use rocmforge_core::quant::QuantType;
+
+use crate::commands::{Commands, Crumbs, Recorder, WaitError};
+use crate::device::{DeviceChoice, Gpu};
+use crate::error::Check;
+use crate::kernels::{self, DeviceWeight, GraphAddresses, SpinPush};
+use crate::memory::{allocate, Allocation, Placement};
+use crate::pipelines::Pipelines;
+
+/// Default bound on one step's fence wait.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bytes of the staging buffer discrete GPUs upload weights through.
+const STAGING_BYTES: u64 = 64 << 20;
+
+/// How to open the backend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VulkanOptions {
+    /// Device index in the driver's list; `None` picks the best GPU.
+    pub device: Option<usize>,
+    /// Allow automatic choice of a CPU implementation (lavapipe).
+    pub allow_cpu: bool,
+    /// Bound on each step's wait for the device.
+    pub timeout: Duration,
+    /// Upload weights through the staging buffer even on UMA devices (tests
+    /// the discrete-GPU path on any device).
+    pub force_staging: bool,
+    /// Cap on one weight region, below the device's own (tests splitting).
+    pub max_region: Option<u64>,
+}
+
+impl Default for VulkanOptions {
+    fn default() -> Self {
+        VulkanOptions {
+            device: None,
+            allow_cpu: false,
+            timeout: DEFAULT_TIMEOUT,
+            force_staging: false,
+            max_region: None,
+        }
+    }
+}
+
+impl VulkanOptions {
+    /// Defaults, then the environment: `ROCMFORGE_VULKAN_ALLOW_CPU=1`,
+    /// `ROCMFORGE_GPU_TIMEOUT` (seconds), `ROCMFORGE_VULKAN_STAGING=1`,
+    /// `ROCMFORGE_VULKAN_MAX_REGION` (bytes).
+    pub fn from_env() -> VulkanOptions {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let flag = |k: &str| var(k).is_some_and(|v| v != "0");
+        let timeout = var("ROCMFORGE_GPU_TIMEOUT")
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
+        VulkanOptions {
+            device: None,
+            allow_cpu: flag("ROCMFORGE_VULKAN_ALLOW_CPU"),
+            timeout,
+            force_staging: flag("ROCMFORGE_VULKAN_STAGING"),
+            max_region: var("ROCMFORGE_VULKAN_MAX_REGION").and_then(|v| v.parse().ok()),
+        }
+    }
+}
+
+struct Loaded {
+    weights: Vec<DeviceWeight>,
+    regions: Vec<Allocation>,
+    kv: Allocation,
+    kv_layout: KvLayout,
+    n_vocab: usize,
+    weight_bytes: u64,
+    /// Host copy of the rope frequency factors, for the parameter check.
+    rope_freqs: Option<(usize, Vec<f32>)>,
+}
+
+/// The arena and the layout of the host-visible buffer: step inputs, then
+/// the breadcrumb word, then the logits.
+struct Reserved {
+    arena: Allocation,
+    max_tokens: usize,
+    crumb_offset: u64,
+    logits_offset: u64,
+    logits_bytes: u64,
+}
+
+struct Recorded {
+    cb: vk::CommandBuffer,
+    labels: Vec<String>,
+    step: StepInputLayout,
+    logits_bytes: usize,
+    n_tokens: usize,
+}
+
+pub struct VulkanBackend {
+    gpu: Gpu,
+    pipes: Pipelines,
+    cmds: Commands,
+    opts: VulkanOptions,
+    loaded: Option<Loaded>,
+    reserved: Option<Reserved>,
+    /// Host-visible: staging at load (discrete GPUs), then step inputs,
+    /// breadcrumb and logits readback.
+    host: Option<Allocation>,
+    graphs: Vec<Recorded>,
+    allocations: usize,
+    /// Set by a timeout or device loss: every later call fails with it.
+    stopped: Option<String>,
+}
+
+impl VulkanBackend {
+    pub fn new(opts: VulkanOptions) -> Result<VulkanBackend, BackendError> {
+        let mut gpu = Gpu::open(DeviceChoice {
+            index: opts.device,
+            allow_cpu: opts.allow_cpu,
+        })?;
+        let pipes = match Pipelines::new(&gpu.device) {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: nothing was created on the device.
+                unsafe { gpu.destroy() };
+                return Err(e);
+            }
+        };
+        let cmds = Commands::new(&gpu.device, gpu.queue_family);
+        let cmds = match cmds {
+            Ok(c) => c,
+            Err(e) => {
+                let mut pipes = pipes;
+                // SAFETY: nothing uses the pipelines yet.
+                unsafe {
+                    pipes.destroy(&gpu.device);
+                    gpu.destroy();
+                }
+                return Err(e);
+            }
+        };
+        Ok(VulkanBackend {
+            gpu,
+            pipes,
+            cmds,
+            opts,
+            loaded: None,
+            reserved: None,
+            host: None,
+            graphs: Vec::new(),
+            allocations: 0,
+            stopped: None,
+        })
+    }
+
+    /// The one-line device summary.
+    pub fn device_summary(&self) -> &str {
+        &self.gpu.props.summary
+    }
+
+    fn usable(&self) -> Result<(), BackendError> {
+        match &self.stopped {
+            Some(why) => Err(BackendError::Unusable(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Turns a failed wait into the backend error, stopping the backend on
+    /// a timeout or a lost device.
+    fn wait_failed(&mut self, e: WaitError, what: String) -> BackendError {
+        let err = match e {
+            WaitError::Timeout(waited) => BackendError::Timeout { what, waited },
+            WaitError::Vk(v) => v.into(),
+        };
+        if err.is_fatal() {
+            self.stopped = Some(err.to_string());
+        }
+        err
+    }
+
+    /// Destroys graphs, reservation and model (device idle first).
+    fn release(&mut self, model_too: bool) {
+        // SAFETY: waiting for idle is always valid on a healthy device; the
+        // objects below are then unused.
+        unsafe {
+            let _ = self.gpu.device.device_wait_idle();
+            for g in self.graphs.drain(..) {
+                self.cmds.free(&self.gpu.device, g.cb);
+            }
+            if let Some(r) = self.reserved.take() {
+                r.arena.destroy(&self.gpu.device);
+            }
+            if model_too {
+                if let Some(h) = self.host.take() {
+                    h.destroy(&self.gpu.device);
+                }
+                if let Some(l) = self.loaded.take() {
+                    for a in &l.regions {
+                        a.destroy(&self.gpu.device);
+                    }
+                    l.kv.destroy(&self.gpu.device);
+                }
+            }
+        }
+    }
+
+    fn alloc(
+        &mut self,
+        what: &'static str,
+        size: u64,
+        placement: Placement,
+    ) -> Result<Allocation, BackendError> {
+        self.allocations += 1;
+        allocate(&self.gpu, what, size, placement)
+    }
+
+    /// Copies every weight into its region: straight from the mapping into
+    /// host-visible regions, else through one staging buffer in chunks.
+    fn upload(
+        &mut self,
+        model: &Model,
+        regions: &[Allocation],
+        places: &[(usize, u64)],
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), BackendError> {
+        let total: u64 = model.weights.table.iter().map(|w| w.n_bytes).sum();
+        let mut done = 0;
+        progress(0, total);
+        if regions.iter().all(|r| r.mapped.is_some()) {
+            for (id, &(region, offset)) in places.iter().enumerate() {
+                let src = model.weight_bytes(id);
+                // SAFETY: the range was assigned inside the region by
+                // split_regions, and no command uses the region yet.
+                unsafe { regions[region].host_slice(offset, src.len()) }.copy_from_slice(src);
+                done += src.len() as u64;
+                progress(done, total);
+            }
+            return Ok(());
+        }
+        // The host buffer, made now, is the staging buffer; it is kept for
+        // the step inputs and logits.
+        let staging = self.alloc("staging and readback", STAGING_BYTES, Placement::Host)?;
+        let result = self.upload_staged(model, regions, places, &staging, total, progress);
+        self.host = Some(staging);
+        result
+    }
+
+    fn upload_staged(
+        &mut self,
+        model: &Model,
+        regions: &[Allocation],
+        places: &[(usize, u64)],
+        staging: &Allocation,
+        total: u64,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), BackendError> {
+        let cb = self.cmds.allocate(&self.gpu.device)?;
+        let mut pending: Vec<(usize, vk::BufferCopy)> = Vec::new();
+        let mut fill = 0u64;
+        let mut done = 0u64;
+        let mut result = Ok(());
+        'weights: for (id, &(region, offset)) in places.iter().enumerate() {
+            let src = model.weight_bytes(id);
+            let mut at = 0usize;
+            while at < src.len() {
+                if fill == staging.size {
+                    if let Err(e) = self.flush_copies(cb, staging, regions, &mut pending) {
+                        result = Err(e);
+                        break 'weights;
+                    }
+                    fill = 0;
+                }
+                let n = (src.len() - at).min((staging.size - fill) as usize);
+                // SAFETY: `fill + n <= staging.size`, and no copy reading
+                // the staging buffer is pending (flushed above).
+                unsafe { staging.host_slice(fill, n) }.copy_from_slice(&src[at..at + n]);
+                pending.push((
+                    region,
+                    vk::BufferCopy {
+                        src_offset: fill,
+                        dst_offset: offset + at as u64,
+                        size: n as u64,
+                    },
+                ));
+                fill += n as u64;
+                at += n;
+                done += n as u64;
+                progress(done, total);
+            }
+        }
+        if result.is_ok() && !pending.is_empty() {
+            result = self.flush_copies(cb, staging, regions, &mut pending);
+        }
+        if self.stopped.is_none() {
+            // SAFETY: every submit of `cb` was waited for.
+            unsafe { self.cmds.free(&self.gpu.device, cb) };
+        }
+        result
+    }
+
+    fn flush_copies(
+        &mut self,
+        cb: vk::CommandBuffer,
+        staging: &Allocation,
+        regions: &[Allocation],
+        pending: &mut Vec<(usize, vk::BufferCopy)>,
+    ) -> Result<(), BackendError> {
+        let d = &self.gpu.device;
+        let begin = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: `cb` is not pending (the previous flush waited), so it can
+        // be re-begun (the pool allows resets); the copy ranges are inside
+        // both buffers.
+        unsafe {
+            d.begin_command_buffer(cb, &begin)
+                .check("vkBeginCommandBuffer")?;
+            for (region, copy) in pending.drain(..) {
+                d.cmd_copy_buffer(cb, staging.buffer, regions[region].buffer, &[copy]);
+            }
+            d.end_command_buffer(cb).check("vkEndCommandBuffer")?;
+        }
+        let timeout = self.opts.timeout;
+        self.cmds
+            .submit_wait(&self.gpu.device, self.gpu.queue, cb, timeout)
+            .map_err(|e| self.wait_failed(e, "the weight upload".into()))
+    }
+
+    /// Test only: runs a kernel that spins until a host-visible flag is set,
+    /// with a fence wait bounded by `timeout`, to exercise the timeout path.
+    /// Returns the timeout error (the backend is unusable afterwards); the
+    /// flag is then set so the device can finish on its own.
+    #[doc(hidden)]
+    pub fn run_spin_test(&mut self, timeout: Duration) -> Result<(), BackendError> {
+        self.usable()?;
+        let buf = self.alloc("spin flag", 256, Placement::Host)?;
+        // SAFETY: a fresh mapped allocation of 256 bytes, not in use.
+        unsafe { buf.host_slice(0, 8) }.fill(0);
+        let pipeline = self.pipes.get(&self.gpu.device, "spin")?;
+        let cb = self.cmds.allocate(&self.gpu.device)?;
+        let crumbs = Crumbs {
+            buffer: buf.buffer,
+            offset: 4,
+        };
+        let mut rec = Recorder::begin(
+            &self.gpu.device,
+            cb,
+            self.pipes.layout,
+            self.gpu.props.max_workgroups,
+            crumbs,
+        )?;
+        let push = SpinPush {
+            flag: buf.address,
+            bound: 1 << 36,
+        };
+        rec.dispatch(pipeline, &push, 1, "op 0 of 1 (spin test kernel)".into());
+        let labels = rec.finish(buf.buffer, 0, buf.buffer, 8, 4)?;
+        let result = self
+            .cmds
+            .submit_wait(&self.gpu.device, self.gpu.queue, cb, timeout);
+        match result {
+            Ok(()) => {
+                // SAFETY: the submit completed; nothing uses these now.
+                unsafe {
+                    self.cmds.free(&self.gpu.device, cb);
+                    buf.destroy(&self.gpu.device);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // SAFETY: the flag word is host-visible and coherent; the
+                // kernel polls it with volatile loads.
+                unsafe {
+                    std::ptr::write_volatile(buf.mapped.expect("host memory").cast::<u32>(), 1);
+                }
+                // The buffer and command buffer are leaked: the device may
+                // still be using them.
+                Err(self.wait_failed(e, format!("{} of the spin test", labels[0])))
+            }
+        }
+    }
+}
+
+impl Drop for VulkanBackend {
+    fn drop(&mut self) {
+        if self.stopped.is_some() {
+            // A hung or lost device: waiting for idle could block forever
+            // and destroying objects it may still use is undefined, so
+            // everything is leaked.
+            return;
+        }
+        self.release(true);
+        // SAFETY: the device is idle (release waited) and every object made
+        // from it is destroyed.
+        unsafe {
+            self.cmds.destroy(&self.gpu.device);
+            self.pipes.destroy(&self.gpu.device);
+            self.gpu.destroy();
+        }
+    }
+}
+
+impl Backend for VulkanBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: "vulkan",
+            device: self.gpu.props.summary.clone(),
+        }
+    }
+
+    fn load(
+        &mut self,
+        model: &Model,
+        n_ctx: usize,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), BackendError> {
+        self.usable()?;
+        self.release(true);
+        self.allocations = 0;
+        let table = &model.weights.table;
+        let mut weights = Vec::with_capacity(table.len());
+        for w in table {
+            let dw = DeviceWeight {
+                name: w.name.clone(),
+                ty: w.ty,
+                address: 0,
+                cols: w.cols,
+                rows: w.rows,
+                row_bytes: w.row_bytes(),
+            };
+            if w.rows > 1 {
+                kernels::weight_kernel(&dw)?;
+            } else if w.ty != QuantType::F32 {
+                return Err(BackendError::UnsupportedWeight {
+                    tensor: w.name.clone(),
+                    ty: w.ty,
+                });
+            }
+            weights.push(dw);
+        }
+        let max_region = self.opts.max_region.map_or(self.gpu.props.max_region, |m| {
+            m.min(self.gpu.props.max_region)
+        });
+        let sizes: Vec<u64> = table.iter().map(|w| w.n_bytes).collect();
+        let split = split_regions(&sizes, WEIGHT_ALIGN, max_region)
+            .map_err(|e| BackendError::Device(format!("weights do not fit the device: {e}")))?;
+        let host = self.gpu.props.uma && !self.opts.force_staging;
+        let mut regions = Vec::new();
+        let mut failed = None;
+        for &bytes in &split.region_bytes {
+            match self.alloc("weights", bytes, Placement::Device { host }) {
+                Ok(a) => regions.push(a),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let places: Vec<(usize, u64)> = split
+            .assignments
+            .iter()
+            .map(|a| (a.region, a.offset))
+            .collect();
+        let uploaded = match failed {
+            Some(e) => Err(e),
+            None => self.upload(model, &regions, &places, progress),
+        };
+        let kv_layout = KvLayout::new(&model.config, n_ctx);
+        let kv = uploaded.and_then(|()| {
+            self.alloc(
+                "KV cache",
+                kv_layout.bytes() as u64,
+                Placement::Device { host: false },
+            )
+        });
+        let kv = match kv {
+            Ok(kv) => kv,
+            Err(e) => {
+                if self.stopped.is_none() {
+                    // SAFETY: the upload finished or never started.
+                    unsafe {
+                        for r in &regions {
+                            r.destroy(&self.gpu.device);
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        };
+        for (w, &(region, offset)) in weights.iter_mut().zip(&places) {
+            w.address = regions[region].address + offset;
+        }
+        let rope_freqs = model.weights.rope_freqs.map(|id| {
+            let bytes = model.weight_bytes(id);
+            let v = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            (id, v)
+        });
+        self.loaded = Some(Loaded {
+            weights,
+            regions,
+            kv,
+            kv_layout,
+            n_vocab: model.config.n_vocab,
+            weight_bytes: split.region_bytes.iter().sum(),
+            rope_freqs,
+        });
+        Ok(())
+    }
+
+    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
+        self.usable()?;
+        if self.loaded.is_none() {
+            return Err(BackendError::NoModel);
+        }
+        if self.reserved.is_some() {
+            // A second reservation replaces the first (and its graphs).
+            self.release(false);
+        }
+        let max_tokens = largest.n_tokens;
+        let step_bytes = StepInputLayout {
+            n_tokens: max_tokens,
+        }
+        .bytes()
+        .next_multiple_of(256) as u64;
+        let logits_bytes = largest.tensor(largest.logits).bytes() as u64;
+        let crumb_offset = step_bytes;
+        let logits_offset = step_bytes + 256;
+        let host_bytes = logits_offset + logits_bytes;
+        if self.host.as_ref().is_some_and(|h| h.size < host_bytes) {
+            let old = self.host.take().expect("checked above");
+            // SAFETY: release() above or the upload waited for idle; no
+            // recorded graph refers to the buffer any more.
+            unsafe { old.destroy(&self.gpu.device) };
+        }
+        if self.host.is_none() {
+            self.host = Some(self.alloc("step inputs and logits", host_bytes, Placement::Host)?);
+        }
+        let arena = self.alloc(
+            "activation arena",
+            arena_bytes as u64,
+            Placement::Device { host: false },
+        )?;
+        self.reserved = Some(Reserved {
+            arena,
+            max_tokens,
+            crumb_offset,
+            logits_offset,
+            logits_bytes,
+        });
+        Ok(())
+    }
+
+    fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
+        self.usable()?;
+        let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
+        let r = self.reserved.as_ref().ok_or(BackendError::NotReserved)?;
+        let host = self.host.as_ref().ok_or(BackendError::NotReserved)?;
+        let exceeds = |what, needed: u64, reserved: u64| {
+            if needed > reserved {
+                Err(BackendError::ExceedsReservation {
+                    what,
+                    needed,
+                    reserved,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        exceeds(
+            "the activation arena",
+            plan.arena_bytes as u64,
+            r.arena.size,
+        )?;
+        exceeds(
+            "the step-input region",
+            plan.step_inputs.bytes() as u64,
+            (StepInputLayout {
+                n_tokens: r.max_tokens,
+            })
+            .bytes() as u64,
+        )?;
+        let logits_bytes = graph.tensor(graph.logits).bytes();
+        exceeds("the logits readback", logits_bytes as u64, r.logits_bytes)?;
+        let s = &graph.attention;
+        let ff = graph.rope.freq_factors.map(|id| {
+            loaded
+                .rope_freqs
+                .as_ref()
+                .filter(|(fid, _)| *fid == id)
+                .map_or(&[][..], |(_, v)| v.as_slice())
+        });
+        graph.rope.check(s.head_dim, ff)?;
+        if s.head_dim > kernels::MAX_HEAD_DIM
+            || s.head_dim % 2 != 0
+            || s.n_head_kv == 0
+            || s.n_head % s.n_head_kv != 0
+        {
+            return Err(BackendError::Device(format!(
+                "attention with {} heads of {} over {} KV heads is not supported (head size must be even and at most {})",
+                s.n_head, s.head_dim, s.n_head_kv, kernels::MAX_HEAD_DIM
+            )));
+        }
+        let addrs = GraphAddresses {
+            weights: &loaded.weights,
+            arena: r.arena.address,
+            kv: loaded.kv.address,
+            kv_layout: loaded.kv_layout,
+            step: host.address,
+            n_vocab: loaded.n_vocab,
+        };
+        let crumbs = Crumbs {
+            buffer: host.buffer,
+            offset: r.crumb_offset,
+        };
+        let (arena_buf, host_buf, logits_offset) = (r.arena.buffer, host.buffer, r.logits_offset);
+        let cb = self.cmds.allocate(&self.gpu.device)?;
+        let recorded = (|| {
+            let mut rec = Recorder::begin(
+                &self.gpu.device,
+                cb,
+                self.pipes.layout,
+                self.gpu.props.max_workgroups,
+                crumbs,
+            )?;
+            kernels::record_graph(
+                &mut rec,
+                &mut self.pipes,
+                &self.gpu.device,
+                graph,
+                plan,
+                &addrs,
+            )?;
+            rec.finish(
+                arena_buf,
+                plan.offsets[graph.logits] as u64,
+                host_buf,
+                logits_offset,
+                logits_bytes as u64,
+            )
+        })();
+        let labels = match recorded {
+            Ok(l) => l,
+            Err(e) => {
+                // SAFETY: never submitted.
+                unsafe { self.cmds.free(&self.gpu.device, cb) };
+                return Err(e);
+            }
+        };
+        self.graphs.push(Recorded {
+            cb,
+            labels,
+            step: plan.step_inputs,
+            logits_bytes,
+            n_tokens: graph.n_tokens,
+        });
+        Ok(GraphId(self.graphs.len() - 1))
+    }
+
+    fn execute(
+        &mut self,
+        id: GraphId,
+        inputs: &StepInputs,
+        logits: &mut [f32],
+    ) -> Result<(), BackendError> {
+        self.usable()?;
+        let r = self.reserved.as_ref().ok_or(BackendError::NotReserved)?;
+        let host = self.host.as_ref().ok_or(BackendError::NotReserved)?;
+        let g = self
+            .graphs
+            .get(id.0)
+            .ok_or(BackendError::UnknownGraph(id))?;
+        assert_eq!(
+            inputs.tokens.len(),
+            g.n_tokens,
+            "step size (checked by Session)"
+        );
+        assert_eq!(
+            logits.len() * 4,
+            g.logits_bytes,
+            "logits size (checked by Session)"
+        );
+        // SAFETY: the host buffer is mapped, the step region and crumb word
+        // lie inside it, and no submit is pending (every one is waited for).
+        unsafe {
+            let words = host.mapped.expect("host memory").cast::<u32>();
+            let step = std::slice::from_raw_parts_mut(words, g.step.words());
+            g.step.encode(inputs, step);
+            host.host_slice(r.crumb_offset, 4).fill(0);
+        }
+        let (cb, timeout) = (g.cb, self.opts.timeout);
+        if let Err(e) = self
+            .cmds
+            .submit_wait(&self.gpu.device, self.gpu.queue, cb, timeout)
+        {
+            // SAFETY: mapped coherent word; a stale value only makes the
+            // message less precise.
+            let done = unsafe {
+                std::ptr::read_volatile(
+                    host.mapped
+                        .expect("host memory")
+                        .add(r.crumb_offset as usize)
+                        .cast::<u32>(),
+                )
+            } as usize;
+            let g = &self.graphs[id.0];
+            let what = match g.labels.get(done) {
+                Some(l) => format!("{l} of the {}-token graph", g.n_tokens),
+                None => format!("the end of the {}-token graph", g.n_tokens),
+            };
+            return Err(self.wait_failed(e, what));
+        }
+        // SAFETY: the submit finished and its last barrier made the copy
+        // visible to the host; the range is inside the readback region.
+        let src = unsafe { host.host_slice(r.logits_offset, g.logits_bytes) };
+        for (dst, c) in logits.iter_mut().zip(src.chunks_exact(4)) {
+            *dst = f32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+        }
+        Ok(())
+    }
+
+    fn allocations(&self) -> AllocationStats {
+        AllocationStats {
+            device_allocations: self.allocations,
+            weight_bytes: self.loaded.as_ref().map_or(0, |l| l.weight_bytes),
+            kv_bytes: self.loaded.as_ref().map_or(0, |l| l.kv.size),
+            arena_bytes: self.reserved.as_ref().map_or(0, |r| r.arena.size),
+            scratch_bytes: 0,
+        }
+    }
+}

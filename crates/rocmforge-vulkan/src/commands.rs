@@ -1,0 +1,276 @@
+//! Command recording and submission: a graph is recorded once into a
+//! command buffer (dispatches, a barrier after each, a breadcrumb write
+//! after each, the logits copy) and replayed by one `vkQueueSubmit` per step
+//! with a bounded fence wait.
+
+use std::time::{Duration, Instant};
+
+use ash::vk;
+use rocmforge_core::backend::BackendError;
+
+use crate::error::{Check, VkError};
+
+/// Push-constant blocks.
+///
+/// # Safety
+/// The implementing type is `#[repr(C)]`, has no padding bytes, and is at
+/// most [`crate::pipelines::PUSH_BYTES`] long.
+pub unsafe trait Push: Sized {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the trait's contract: every byte of `Self` is initialised.
+        unsafe {
+            std::slice::from_raw_parts(
+                (self as *const Self).cast::<u8>(),
+                std::mem::size_of::<Self>(),
+            )
+        }
+    }
+}
+
+/// Splits `count` workgroups into an (x, y) grid within the device limits;
+/// kernels flatten it back (`wg_linear` in common.glsl).
+pub fn grid(count: u32, max: [u32; 3]) -> (u32, u32) {
+    let x = count.min(max[0].min(65535));
+    (x, count.div_ceil(x.max(1)))
+}
+
+/// The command pool and the one fence every submit waits on.
+pub struct Commands {
+    pool: vk::CommandPool,
+    fence: vk::Fence,
+}
+
+/// Why a bounded wait ended without the work done.
+pub enum WaitError {
+    Timeout(Duration),
+    Vk(VkError),
+}
+
+impl Commands {
+    pub fn new(device: &ash::Device, family: u32) -> Result<Commands, BackendError> {
+        let ci = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: valid device and create info.
+        let pool = unsafe { device.create_command_pool(&ci, None) }.check("vkCreateCommandPool")?;
+        // SAFETY: as above.
+        let fence = match unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) } {
+            Ok(f) => f,
+            Err(e) => {
+                // SAFETY: the pool has no command buffers.
+                unsafe { device.destroy_command_pool(pool, None) };
+                return Err(VkError {
+                    call: "vkCreateFence",
+                    result: e,
+                    bytes: 0,
+                }
+                .into());
+            }
+        };
+        Ok(Commands { pool, fence })
+    }
+
+    pub fn allocate(&self, device: &ash::Device) -> Result<vk::CommandBuffer, BackendError> {
+        let ai = vk::CommandBufferAllocateInfo::default()
+            .command_pool(self.pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: valid pool; one buffer requested.
+        let cbs =
+            unsafe { device.allocate_command_buffers(&ai) }.check("vkAllocateCommandBuffers")?;
+        Ok(cbs[0])
+    }
+
+    /// Returns a command buffer to the pool.
+    ///
+    /// # Safety
+    /// `cb` came from this pool and is not pending.
+    pub unsafe fn free(&self, device: &ash::Device, cb: vk::CommandBuffer) {
+        // SAFETY: per the contract above.
+        unsafe { device.free_command_buffers(self.pool, &[cb]) };
+    }
+
+    /// Submits `cb` and waits for it at most `timeout`.
+    pub fn submit_wait(
+        &self,
+        device: &ash::Device,
+        queue: vk::Queue,
+        cb: vk::CommandBuffer,
+        timeout: Duration,
+    ) -> Result<(), WaitError> {
+        let cbs = [cb];
+        let submit = vk::SubmitInfo::default().command_buffers(&cbs);
+        let start = Instant::now();
+        // SAFETY: `cb` is fully recorded and not pending (every earlier
+        // submit was waited for), and the fence is unsignaled (reset after
+        // each wait).
+        unsafe { device.queue_submit(queue, &[submit], self.fence) }
+            .check("vkQueueSubmit")
+            .map_err(WaitError::Vk)?;
+        let ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: the fence belongs to this device.
+        match unsafe { device.wait_for_fences(&[self.fence], true, ns) } {
+            Ok(()) => {}
+            Err(vk::Result::TIMEOUT) => return Err(WaitError::Timeout(start.elapsed())),
+            Err(result) => {
+                return Err(WaitError::Vk(VkError {
+                    call: "vkWaitForFences",
+                    result,
+                    bytes: 0,
+                }))
+            }
+        }
+        // SAFETY: the fence is signaled and no longer used by a submit.
+        unsafe { device.reset_fences(&[self.fence]) }
+            .check("vkResetFences")
+            .map_err(WaitError::Vk)
+    }
+
+    /// # Safety
+    /// Nothing from the pool is pending and the fence is not waited on.
+    pub unsafe fn destroy(&self, device: &ash::Device) {
+        // SAFETY: per the contract above; destroying the pool frees its
+        // command buffers.
+        unsafe {
+            device.destroy_fence(self.fence, None);
+            device.destroy_command_pool(self.pool, None);
+        }
+    }
+}
+
+/// Where each dispatch's breadcrumb goes: after dispatch `i` completes, the
+/// word at `offset` of `buffer` (host-visible) is set to `i + 1`.
+#[derive(Clone, Copy)]
+pub struct Crumbs {
+    pub buffer: vk::Buffer,
+    pub offset: u64,
+}
+
+/// Records dispatches into one command buffer, each followed by a full
+/// compute/transfer barrier and a breadcrumb, and remembers a label per
+/// dispatch for timeout messages.
+pub struct Recorder<'a> {
+    device: &'a ash::Device,
+    cb: vk::CommandBuffer,
+    layout: vk::PipelineLayout,
+    max_groups: [u32; 3],
+    crumbs: Crumbs,
+    bound: vk::Pipeline,
+    pub labels: Vec<String>,
+}
+
+impl<'a> Recorder<'a> {
+    pub fn begin(
+        device: &'a ash::Device,
+        cb: vk::CommandBuffer,
+        layout: vk::PipelineLayout,
+        max_groups: [u32; 3],
+        crumbs: Crumbs,
+    ) -> Result<Recorder<'a>, BackendError> {
+        // SAFETY: `cb` is in the initial state (freshly allocated).
+        unsafe { device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()) }
+            .check("vkBeginCommandBuffer")?;
+        Ok(Recorder {
+            device,
+            cb,
+            layout,
+            max_groups,
+            crumbs,
+            bound: vk::Pipeline::null(),
+            labels: Vec::new(),
+        })
+    }
+
+    fn barrier(&self, dst_stage: vk::PipelineStageFlags, dst_access: vk::AccessFlags) {
+        let b = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(dst_access);
+        // SAFETY: recording into a command buffer in the recording state.
+        unsafe {
+            self.device.cmd_pipeline_barrier(
+                self.cb,
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                dst_stage,
+                vk::DependencyFlags::empty(),
+                &[b],
+                &[],
+                &[],
+            )
+        };
+    }
+
+    /// Records `groups` workgroups of `pipeline` with `push`, then the
+    /// barrier that orders it before everything after, then its breadcrumb.
+    pub fn dispatch<P: Push>(
+        &mut self,
+        pipeline: vk::Pipeline,
+        push: &P,
+        groups: u32,
+        label: String,
+    ) {
+        if groups == 0 {
+            return;
+        }
+        let (x, y) = grid(groups, self.max_groups);
+        // SAFETY: recording state; the pipeline uses `self.layout`, whose
+        // push range covers `push` (the `Push` contract bounds its size).
+        unsafe {
+            if pipeline != self.bound {
+                self.device
+                    .cmd_bind_pipeline(self.cb, vk::PipelineBindPoint::COMPUTE, pipeline);
+                self.bound = pipeline;
+            }
+            self.device.cmd_push_constants(
+                self.cb,
+                self.layout,
+                vk::ShaderStageFlags::COMPUTE,
+                0,
+                push.bytes(),
+            );
+            self.device.cmd_dispatch(self.cb, x, y, 1);
+        }
+        self.labels.push(label);
+        self.barrier(
+            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+            vk::AccessFlags::SHADER_READ
+                | vk::AccessFlags::SHADER_WRITE
+                | vk::AccessFlags::TRANSFER_READ
+                | vk::AccessFlags::TRANSFER_WRITE,
+        );
+        // SAFETY: recording state; the crumb word is inside the host buffer,
+        // which has TRANSFER_DST usage.
+        unsafe {
+            self.device.cmd_fill_buffer(
+                self.cb,
+                self.crumbs.buffer,
+                self.crumbs.offset,
+                4,
+                self.labels.len() as u32,
+            )
+        };
+    }
+
+    /// Records the copy of `size` bytes (the logits) to host memory and a
+    /// barrier making it visible to the host, then ends recording.
+    pub fn finish(
+        self,
+        src: vk::Buffer,
+        src_offset: u64,
+        dst: vk::Buffer,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<Vec<String>, BackendError> {
+        let region = vk::BufferCopy {
+            src_offset,
+            dst_offset,
+            size,
+        };
+        // SAFETY: recording state; both ranges are inside their buffers
+        // (checked by the caller against the reservation).
+        unsafe { self.device.cmd_copy_buffer(self.cb, src, dst, &[region]) };
+        self.barrier(vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ);
+        // SAFETY: recording state.
+        unsafe { self.device.end_command_buffer(self.cb) }.check("vkEndCommandBuffer")?;
+        Ok(self.labels)
+    }
+}

@@ -1,0 +1,340 @@
+//! Instance, physical-device choice, required features, and the one-line
+//! device summary.
+//!
+//! The loader is opened at run time (`Entry::load`), so a machine without
+//! Vulkan still builds and runs everything else: it gets
+//! [`BackendError::Unavailable`] with one line saying why.
+
+use std::ffi::CStr;
+
+use ash::vk;
+use rocmforge_core::backend::BackendError;
+
+use crate::error::Check;
+
+/// Which device to open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceChoice {
+    /// An index into the driver's device list: that device, whatever its
+    /// type (this is how a CPU implementation such as lavapipe is chosen).
+    pub index: Option<usize>,
+    /// Let automatic choice fall back to CPU implementations.
+    pub allow_cpu: bool,
+}
+
+/// What the kernels and the memory code need to know about the device.
+#[derive(Clone, Debug)]
+pub struct DeviceProps {
+    pub name: String,
+    pub device_type: vk::PhysicalDeviceType,
+    pub api_version: u32,
+    /// Integrated GPU or CPU implementation with device-local host-visible
+    /// memory: weights are written straight from the file mapping.
+    pub uma: bool,
+    pub fp16: bool,
+    pub int_dot: bool,
+    pub coopmat: bool,
+    pub subgroup_size: u32,
+    pub shared_memory: u32,
+    /// Largest single allocation and buffer.
+    pub max_region: u64,
+    pub max_workgroups: [u32; 3],
+    pub max_push_constants: u32,
+    /// One line in the style of llama.cpp's device report.
+    pub summary: String,
+}
+
+/// An open logical device and the objects it came from.
+pub struct Gpu {
+    // Kept alive: the loader library must outlive every handle.
+    _entry: ash::Entry,
+    pub instance: ash::Instance,
+    pub physical: vk::PhysicalDevice,
+    pub device: ash::Device,
+    pub queue: vk::Queue,
+    pub queue_family: u32,
+    pub memory: vk::PhysicalDeviceMemoryProperties,
+    pub props: DeviceProps,
+}
+
+struct Candidate {
+    physical: vk::PhysicalDevice,
+    index: usize,
+    props: DeviceProps,
+    queue_family: u32,
+}
+
+fn rank(t: vk::PhysicalDeviceType) -> u32 {
+    match t {
+        vk::PhysicalDeviceType::DISCRETE_GPU => 0,
+        vk::PhysicalDeviceType::INTEGRATED_GPU => 1,
+        vk::PhysicalDeviceType::VIRTUAL_GPU => 2,
+        vk::PhysicalDeviceType::CPU => 4,
+        _ => 3,
+    }
+}
+
+fn cstr(bytes: &[std::ffi::c_char]) -> String {
+    // SAFETY: Vulkan's fixed-size name arrays are NUL-terminated.
+    unsafe { CStr::from_ptr(bytes.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+impl Gpu {
+    pub fn open(choice: DeviceChoice) -> Result<Gpu, BackendError> {
+        // SAFETY: loads the system Vulkan loader; its initialisation code is
+        // trusted as any system library's.
+        let entry = unsafe { ash::Entry::load() }.map_err(|e| {
+            BackendError::Unavailable(format!("no Vulkan loader (libvulkan.so.1): {e}"))
+        })?;
+        // SAFETY: plain query on a loaded entry.
+        let version = unsafe { entry.try_enumerate_instance_version() }
+            .check("vkEnumerateInstanceVersion")?
+            .unwrap_or(vk::API_VERSION_1_0);
+        if version < vk::API_VERSION_1_2 {
+            return Err(BackendError::Unavailable(format!(
+                "the Vulkan loader supports API {}.{}, 1.2 is needed",
+                vk::api_version_major(version),
+                vk::api_version_minor(version)
+            )));
+        }
+        let app = vk::ApplicationInfo::default()
+            .application_name(c"rocmforge")
+            .api_version(vk::API_VERSION_1_2);
+        let ci = vk::InstanceCreateInfo::default().application_info(&app);
+        // SAFETY: `ci` and what it points to live across the call.
+        let instance = unsafe { entry.create_instance(&ci, None) }.check("vkCreateInstance")?;
+        match Self::pick(&instance, choice) {
+            Ok(c) => Self::create(entry, instance, c),
+            Err(e) => {
+                // SAFETY: no object was created from the instance.
+                unsafe { instance.destroy_instance(None) };
+                Err(e)
+            }
+        }
+    }
+
+    fn pick(instance: &ash::Instance, choice: DeviceChoice) -> Result<Candidate, BackendError> {
+        // SAFETY: valid instance.
+        let physicals =
+            unsafe { instance.enumerate_physical_devices() }.check("vkEnumeratePhysicalDevices")?;
+        if physicals.is_empty() {
+            return Err(BackendError::Unavailable("no Vulkan device found".into()));
+        }
+        if let Some(i) = choice.index {
+            let &pd = physicals.get(i).ok_or_else(|| {
+                BackendError::Unavailable(format!(
+                    "Vulkan device {i} does not exist ({} found)",
+                    physicals.len()
+                ))
+            })?;
+            return candidate(instance, pd, i).map_err(BackendError::Unavailable);
+        }
+        let mut usable = Vec::new();
+        let mut rejected = Vec::new();
+        for (i, &pd) in physicals.iter().enumerate() {
+            match candidate(instance, pd, i) {
+                Ok(c) if c.props.device_type == vk::PhysicalDeviceType::CPU && !choice.allow_cpu => {
+                    rejected.push(format!(
+                        "{} is a CPU implementation (pick it with --device {i} or ROCMFORGE_VULKAN_ALLOW_CPU=1)",
+                        c.props.name
+                    ))
+                }
+                Ok(c) => usable.push(c),
+                Err(e) => rejected.push(e),
+            }
+        }
+        usable.sort_by_key(|c| (rank(c.props.device_type), c.index));
+        usable
+            .into_iter()
+            .next()
+            .ok_or_else(|| BackendError::Unavailable(rejected.join("; ")))
+    }
+
+    fn create(
+        entry: ash::Entry,
+        instance: ash::Instance,
+        c: Candidate,
+    ) -> Result<Gpu, BackendError> {
+        let mut f11 =
+            vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
+            .buffer_device_address(true)
+            .storage_buffer8_bit_access(true)
+            .shader_float16(c.props.fp16);
+        let features = vk::PhysicalDeviceFeatures::default().shader_int64(true);
+        let priorities = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(c.queue_family)
+            .queue_priorities(&priorities)];
+        let ci = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queues)
+            .enabled_features(&features)
+            .push_next(&mut f11)
+            .push_next(&mut f12);
+        // SAFETY: the physical device came from this instance and supports
+        // every feature enabled here (checked in `candidate`).
+        let device = match unsafe { instance.create_device(c.physical, &ci, None) } {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: nothing else was created from the instance.
+                unsafe { instance.destroy_instance(None) };
+                return Err(crate::error::VkError {
+                    call: "vkCreateDevice",
+                    result: e,
+                    bytes: 0,
+                }
+                .into());
+            }
+        };
+        // SAFETY: the family was requested with one queue above.
+        let queue = unsafe { device.get_device_queue(c.queue_family, 0) };
+        // SAFETY: plain query.
+        let memory = unsafe { instance.get_physical_device_memory_properties(c.physical) };
+        Ok(Gpu {
+            _entry: entry,
+            instance,
+            physical: c.physical,
+            device,
+            queue,
+            queue_family: c.queue_family,
+            memory,
+            props: c.props,
+        })
+    }
+
+    /// Destroys the device and instance.
+    ///
+    /// # Safety
+    /// Every object created from the device is destroyed and the device is
+    /// idle.
+    pub unsafe fn destroy(&mut self) {
+        // SAFETY: per the contract above.
+        unsafe {
+            self.device.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+/// Checks one device against the requirements; the error says what it lacks.
+fn candidate(
+    instance: &ash::Instance,
+    pd: vk::PhysicalDevice,
+    index: usize,
+) -> Result<Candidate, String> {
+    let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut driver = vk::PhysicalDeviceDriverProperties::default();
+    let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut props2 = vk::PhysicalDeviceProperties2::default()
+        .push_next(&mut subgroup)
+        .push_next(&mut driver)
+        .push_next(&mut maint3);
+    // SAFETY: `pd` came from this instance; the chain is of 1.1/1.2 core
+    // structs, which an instance of API 1.2 accepts.
+    unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
+    let p = props2.properties;
+    let name = cstr(&p.device_name);
+    if p.api_version < vk::API_VERSION_1_2 {
+        return Err(format!(
+            "{name}: Vulkan {}.{}, 1.2 is needed",
+            vk::api_version_major(p.api_version),
+            vk::api_version_minor(p.api_version)
+        ));
+    }
+    let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+    let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut f2 = vk::PhysicalDeviceFeatures2::default()
+        .push_next(&mut f11)
+        .push_next(&mut f12);
+    // SAFETY: as above.
+    unsafe { instance.get_physical_device_features2(pd, &mut f2) };
+    let f = f2.features;
+    let mut missing = Vec::new();
+    for (ok, what) in [
+        (f12.buffer_device_address, "bufferDeviceAddress"),
+        (f.shader_int64, "shaderInt64"),
+        (f12.storage_buffer8_bit_access, "storageBuffer8BitAccess"),
+        (f11.storage_buffer16_bit_access, "storageBuffer16BitAccess"),
+    ] {
+        if ok == vk::FALSE {
+            missing.push(what);
+        }
+    }
+    let needed_ops = vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC;
+    if !subgroup.supported_operations.contains(needed_ops)
+        || !subgroup
+            .supported_stages
+            .contains(vk::ShaderStageFlags::COMPUTE)
+    {
+        missing.push("subgroup arithmetic in compute shaders");
+    }
+    if !missing.is_empty() {
+        return Err(format!("{name} lacks {}", missing.join(", ")));
+    }
+    // SAFETY: plain query.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+    // Prefer a compute-only queue (async compute on discrete GPUs), else
+    // any queue with compute.
+    let compute = |q: &vk::QueueFamilyProperties| q.queue_flags.contains(vk::QueueFlags::COMPUTE);
+    let queue_family = families
+        .iter()
+        .position(|q| compute(q) && !q.queue_flags.contains(vk::QueueFlags::GRAPHICS))
+        .or_else(|| families.iter().position(compute))
+        .ok_or_else(|| format!("{name} has no compute queue"))? as u32;
+    // SAFETY: plain query.
+    let exts = unsafe { instance.enumerate_device_extension_properties(pd) }
+        .map_err(|e| format!("{name}: vkEnumerateDeviceExtensionProperties: {e}"))?;
+    let has_ext = |want: &CStr| {
+        exts.iter()
+            .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == want))
+    };
+    let int_dot =
+        p.api_version >= vk::API_VERSION_1_3 || has_ext(ash::khr::shader_integer_dot_product::NAME);
+    let coopmat = has_ext(ash::khr::cooperative_matrix::NAME);
+    // SAFETY: plain query.
+    let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
+    let host_local = vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE;
+    let has_host_local = mem.memory_types[..mem.memory_type_count as usize]
+        .iter()
+        .any(|t| t.property_flags.contains(host_local));
+    let uma = has_host_local
+        && matches!(
+            p.device_type,
+            vk::PhysicalDeviceType::INTEGRATED_GPU | vk::PhysicalDeviceType::CPU
+        );
+    let fp16 = f12.shader_float16 == vk::TRUE;
+    let max_region = maint3.max_memory_allocation_size;
+    let summary = format!(
+        "{name} ({}: {}) | uma: {} | fp16: {} | warp size: {} | shared memory: {} | int dot: {} | matrix cores: {}",
+        cstr(&driver.driver_name),
+        cstr(&driver.driver_info),
+        u8::from(uma),
+        u8::from(fp16),
+        subgroup.subgroup_size,
+        p.limits.max_compute_shared_memory_size,
+        u8::from(int_dot),
+        if coopmat { "KHR_coopmat" } else { "none" },
+    );
+    Ok(Candidate {
+        physical: pd,
+        index,
+        queue_family,
+        props: DeviceProps {
+            name,
+            device_type: p.device_type,
+            api_version: p.api_version,
+            uma,
+            fp16,
+            int_dot,
+            coopmat,
+            subgroup_size: subgroup.subgroup_size,
+            shared_memory: p.limits.max_compute_shared_memory_size,
+            max_region,
+            max_workgroups: p.limits.max_compute_work_group_count,
+            max_push_constants: p.limits.max_push_constants_size,
+            summary,
+        },
+    })
+}

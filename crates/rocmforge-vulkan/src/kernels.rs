@@ -1,0 +1,471 @@
+//! Per-op push constants and dispatch recording: turns a planned graph into
+//! dispatches, once, at `prepare`.
+//!
+//! Every address is frozen at record time (weights, arena offsets, the KV
+//! cache, the step-input region); what changes per step (token ids, pos0,
+//! n_kv) is read by the kernels from the step-input region, so grids depend
+//! only on the graph's shape.
+
+use rocmforge_core::backend::BackendError;
+use rocmforge_core::graph::fusion::{group_starting_at, matmul_groups};
+use rocmforge_core::graph::{Graph, Op, TensorId};
+use rocmforge_core::model::WeightId;
+use rocmforge_core::plan::{ArenaPlan, KvLayout};
+use rocmforge_core::quant::QuantType;
+
+use crate::commands::{Push, Recorder};
+use crate::pipelines::{weight_suffix, Pipelines};
+
+/// A weight as kernels see it.
+#[derive(Clone, Debug)]
+pub struct DeviceWeight {
+    pub name: String,
+    pub ty: QuantType,
+    pub address: u64,
+    pub cols: usize,
+    pub rows: usize,
+    pub row_bytes: usize,
+}
+
+/// Largest token count the decode mat-vec kernel takes (`MV_MAX_TOKENS`).
+pub const MATVEC_MAX_TOKENS: usize = 8;
+/// Most matmuls one dispatch fuses (the push block holds three).
+const MAX_PARTS: usize = 3;
+/// Largest head size the attention kernel takes (`ATT_DIMS * WG_SIZE`).
+pub const MAX_HEAD_DIM: usize = 256;
+
+#[repr(C)]
+pub struct EmbedPush {
+    pub table: u64,
+    pub out: u64,
+    pub step: u64,
+    pub row_bytes: u32,
+    pub cols: u32,
+    pub n_vocab: u32,
+    pub n_tokens: u32,
+}
+// SAFETY: repr(C), three u64 then four u32: 40 bytes, no padding.
+unsafe impl Push for EmbedPush {}
+
+#[repr(C)]
+pub struct MatPush {
+    pub x: u64,
+    pub w: [u64; 3],
+    pub out: [u64; 3],
+    pub bias: [u64; 3],
+    pub rows: [u32; 3],
+    pub k: u32,
+    pub n: u32,
+    pub n_parts: u32,
+}
+// SAFETY: repr(C), ten u64 then six u32: 104 bytes, no padding.
+unsafe impl Push for MatPush {}
+
+#[repr(C)]
+pub struct NormPush {
+    pub x: u64,
+    pub w: u64,
+    pub out: u64,
+    pub group: u32,
+    pub n_groups: u32,
+    pub eps: f32,
+    pub pad: u32,
+}
+// SAFETY: repr(C), three u64 then four 4-byte fields: 40 bytes, no padding.
+unsafe impl Push for NormPush {}
+
+#[repr(C)]
+pub struct RopePush {
+    pub x: u64,
+    pub step: u64,
+    pub freq_factors: u64,
+    pub rows: u32,
+    pub n_heads: u32,
+    pub head_dim: u32,
+    pub n_rot: u32,
+    pub neox: u32,
+    pub theta_scale: f32,
+    pub freq_scale: f32,
+    pub pad: u32,
+}
+// SAFETY: repr(C), three u64 then eight 4-byte fields: 56 bytes, no padding.
+unsafe impl Push for RopePush {}
+
+#[repr(C)]
+pub struct StoreKvPush {
+    pub k: u64,
+    pub v: u64,
+    pub k_cache: u64,
+    pub v_cache: u64,
+    pub step: u64,
+    pub rows: u32,
+    pub kv_dim: u32,
+}
+// SAFETY: repr(C), five u64 then two u32: 48 bytes, no padding.
+unsafe impl Push for StoreKvPush {}
+
+#[repr(C)]
+pub struct AttentionPush {
+    pub q: u64,
+    pub out: u64,
+    pub k_cache: u64,
+    pub v_cache: u64,
+    pub step: u64,
+    pub n_tokens: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    pub kv_dim: u32,
+    pub scale: f32,
+}
+// SAFETY: repr(C), five u64 then six 4-byte fields: 64 bytes, no padding.
+unsafe impl Push for AttentionPush {}
+
+#[repr(C)]
+pub struct EltwisePush {
+    pub a: u64,
+    pub b: u64,
+    pub out: u64,
+    pub n: u32,
+    pub pad: u32,
+}
+// SAFETY: repr(C), three u64 then two u32: 32 bytes, no padding.
+unsafe impl Push for EltwisePush {}
+
+#[repr(C)]
+pub struct SpinPush {
+    pub flag: u64,
+    pub bound: u64,
+}
+// SAFETY: repr(C), two u64: 16 bytes.
+unsafe impl Push for SpinPush {}
+
+/// Everything a graph's dispatches refer to.
+pub struct GraphAddresses<'a> {
+    pub weights: &'a [DeviceWeight],
+    pub arena: u64,
+    pub kv: u64,
+    pub kv_layout: KvLayout,
+    pub step: u64,
+    pub n_vocab: usize,
+}
+
+fn u32_of(v: usize, what: &str) -> Result<u32, BackendError> {
+    u32::try_from(v).map_err(|_| BackendError::Device(format!("{what} {v} exceeds 32 bits")))
+}
+
+/// The suffix of the kernels for weight `w`, or the unsupported-weight error.
+pub fn weight_kernel(w: &DeviceWeight) -> Result<&'static str, BackendError> {
+    let unsupported = || BackendError::UnsupportedWeight {
+        tensor: w.name.clone(),
+        ty: w.ty,
+    };
+    let suffix = weight_suffix(w.ty).ok_or_else(unsupported)?;
+    // Kernels read rows in units of 8 values (plain float rows need only be
+    // a multiple of 8; their 32-value "blocks" are contiguous).
+    if !w.cols.is_multiple_of(w.ty.block_size().max(8)) {
+        return Err(unsupported());
+    }
+    Ok(suffix)
+}
+
+/// Records every op of `graph` into `rec`.
+pub fn record_graph(
+    rec: &mut Recorder,
+    pipes: &mut Pipelines,
+    device: &ash::Device,
+    graph: &Graph,
+    plan: &ArenaPlan,
+    a: &GraphAddresses,
+) -> Result<(), BackendError> {
+    let t = |id: TensorId| a.arena + plan.offsets[id] as u64;
+    let n_ops = graph.ops.len();
+    let groups = matmul_groups(graph, plan);
+    let label = |i: usize, what: String| format!("op {i} of {n_ops} ({what})");
+    let mut i = 0;
+    while i < n_ops {
+        let group = group_starting_at(&groups, i).unwrap_or(i..i + 1);
+        let op = &graph.ops[i];
+        if let Op::MatMul { .. } = op {
+            // Runs of the group with one weight type, at most MAX_PARTS each.
+            let mut start = group.start;
+            while start < group.end {
+                let ty = matmul_weight(&graph.ops[start], a).ty;
+                let mut end = start + 1;
+                while end < group.end
+                    && end - start < MAX_PARTS
+                    && matmul_weight(&graph.ops[end], a).ty == ty
+                {
+                    end += 1;
+                }
+                record_matmuls(
+                    rec,
+                    pipes,
+                    device,
+                    graph,
+                    &graph.ops[start..end],
+                    a,
+                    &t,
+                    start,
+                    n_ops,
+                )?;
+                start = end;
+            }
+            i = group.end;
+            continue;
+        }
+        match *op {
+            Op::Embed { table, out } => {
+                let w = &a.weights[table];
+                let name = format!("embed_{}", weight_kernel(w)?);
+                let p = pipes.get(device, &name)?;
+                let push = EmbedPush {
+                    table: w.address,
+                    out: t(out),
+                    step: a.step,
+                    row_bytes: u32_of(w.row_bytes, "row bytes")?,
+                    cols: u32_of(w.cols, "columns")?,
+                    n_vocab: u32_of(a.n_vocab, "vocabulary")?,
+                    n_tokens: u32_of(graph.n_tokens, "tokens")?,
+                };
+                rec.dispatch(
+                    p,
+                    &push,
+                    push.n_tokens,
+                    label(i, format!("Embed {} {}", w.name, w.ty)),
+                );
+            }
+            Op::RmsNorm {
+                x,
+                weight,
+                out,
+                group,
+            } => {
+                let d = graph.tensor(x);
+                let w = &a.weights[weight];
+                let p = pipes.get(device, "rmsnorm")?;
+                let n_groups = u32_of(d.rows * d.cols / group, "norm groups")?;
+                let push = NormPush {
+                    x: t(x),
+                    w: w.address,
+                    out: t(out),
+                    group: u32_of(group, "norm group")?,
+                    n_groups,
+                    eps: graph.rms_eps,
+                    pad: 0,
+                };
+                rec.dispatch(p, &push, n_groups, label(i, format!("RmsNorm {}", w.name)));
+            }
+            Op::Rope { x, n_heads } => {
+                let d = graph.tensor(x);
+                let r = &graph.rope;
+                let p = pipes.get(device, "rope")?;
+                let push = RopePush {
+                    x: t(x),
+                    step: a.step,
+                    freq_factors: r.freq_factors.map_or(0, |f| a.weights[f].address),
+                    rows: u32_of(d.rows, "rows")?,
+                    n_heads: u32_of(n_heads, "heads")?,
+                    head_dim: u32_of(d.cols / n_heads, "head size")?,
+                    n_rot: u32_of(r.n_rot, "rotated dims")?,
+                    neox: u32::from(r.neox),
+                    theta_scale: r.theta_scale(),
+                    freq_scale: r.freq_scale,
+                    pad: 0,
+                };
+                let items = d.rows * n_heads * (r.n_rot / 2);
+                let groups = u32_of(items.div_ceil(64), "rope workgroups")?;
+                rec.dispatch(p, &push, groups, label(i, format!("Rope {n_heads} heads")));
+            }
+            Op::StoreKv { layer, k, v } => {
+                let d = graph.tensor(k);
+                let l = a.kv_layout;
+                let p = pipes.get(device, "store_kv")?;
+                let push = StoreKvPush {
+                    k: t(k),
+                    v: t(v),
+                    k_cache: a.kv + 2 * l.k_offset(layer) as u64,
+                    v_cache: a.kv + 2 * l.v_offset(layer) as u64,
+                    step: a.step,
+                    rows: u32_of(d.rows, "rows")?,
+                    kv_dim: u32_of(l.kv_dim, "kv width")?,
+                };
+                let groups = u32_of((d.rows * l.kv_dim / 2).div_ceil(64), "store workgroups")?;
+                rec.dispatch(p, &push, groups, label(i, format!("StoreKv layer {layer}")));
+            }
+            Op::Attention { layer, q, out } => {
+                let s = &graph.attention;
+                let l = a.kv_layout;
+                let p = pipes.get(device, "attention")?;
+                let push = AttentionPush {
+                    q: t(q),
+                    out: t(out),
+                    k_cache: a.kv + 2 * l.k_offset(layer) as u64,
+                    v_cache: a.kv + 2 * l.v_offset(layer) as u64,
+                    step: a.step,
+                    n_tokens: u32_of(graph.n_tokens, "tokens")?,
+                    n_head: u32_of(s.n_head, "heads")?,
+                    n_head_kv: u32_of(s.n_head_kv, "kv heads")?,
+                    head_dim: u32_of(s.head_dim, "head size")?,
+                    kv_dim: u32_of(l.kv_dim, "kv width")?,
+                    scale: s.scale,
+                };
+                let groups = u32_of(graph.n_tokens * s.n_head, "attention workgroups")?;
+                rec.dispatch(
+                    p,
+                    &push,
+                    groups,
+                    label(i, format!("Attention layer {layer}")),
+                );
+            }
+            Op::SwiGlu { gate, up, out } => {
+                eltwise(
+                    rec,
+                    pipes,
+                    device,
+                    "swiglu",
+                    t(gate),
+                    t(up),
+                    t(out),
+                    graph.tensor(out),
+                    label(i, "SwiGlu".into()),
+                )?;
+            }
+            Op::Add { a: x, b, out } => {
+                eltwise(
+                    rec,
+                    pipes,
+                    device,
+                    "add",
+                    t(x),
+                    t(b),
+                    t(out),
+                    graph.tensor(out),
+                    label(i, "Add".into()),
+                )?;
+            }
+            Op::LastRow { x, out } => {
+                let d = graph.tensor(x);
+                let src = t(x) + ((d.rows - 1) * d.cols * 4) as u64;
+                eltwise(
+                    rec,
+                    pipes,
+                    device,
+                    "copy",
+                    src,
+                    0,
+                    t(out),
+                    graph.tensor(out),
+                    label(i, "LastRow".into()),
+                )?;
+            }
+            Op::MatMul { .. } => unreachable!("handled above"),
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+fn matmul_weight<'w>(op: &Op, a: &'w GraphAddresses) -> &'w DeviceWeight {
+    match *op {
+        Op::MatMul { w, .. } => &a.weights[w],
+        _ => unreachable!("matmul groups hold matmuls only"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn eltwise(
+    rec: &mut Recorder,
+    pipes: &mut Pipelines,
+    device: &ash::Device,
+    kernel: &str,
+    a: u64,
+    b: u64,
+    out: u64,
+    shape: rocmforge_core::graph::TensorDesc,
+    label: String,
+) -> Result<(), BackendError> {
+    let p = pipes.get(device, kernel)?;
+    let n = u32_of(shape.rows * shape.cols, "elements")?;
+    let push = EltwisePush {
+        a,
+        b,
+        out,
+        n,
+        pad: 0,
+    };
+    rec.dispatch(p, &push, n.div_ceil(256), label);
+    Ok(())
+}
+
+/// One dispatch for matmuls sharing input and weight type: the decode
+/// mat-vec for up to `MATVEC_MAX_TOKENS` tokens, else the tiled matmul.
+#[allow(clippy::too_many_arguments)]
+fn record_matmuls(
+    rec: &mut Recorder,
+    pipes: &mut Pipelines,
+    device: &ash::Device,
+    graph: &Graph,
+    ops: &[Op],
+    a: &GraphAddresses,
+    t: &dyn Fn(TensorId) -> u64,
+    first: usize,
+    n_ops: usize,
+) -> Result<(), BackendError> {
+    let mut push = MatPush {
+        x: 0,
+        w: [0; 3],
+        out: [0; 3],
+        bias: [0; 3],
+        rows: [0; 3],
+        k: 0,
+        n: 0,
+        n_parts: ops.len() as u32,
+    };
+    let mut names = Vec::new();
+    let mut weight: Option<&DeviceWeight> = None;
+    let mut n_rows = 0;
+    for (p, op) in ops.iter().enumerate() {
+        let Op::MatMul { w, x, bias, out } = *op else {
+            unreachable!("matmul groups hold matmuls only")
+        };
+        let dw: &DeviceWeight = &a.weights[w as WeightId];
+        let xd = graph.tensor(x);
+        push.x = t(x);
+        push.k = u32_of(xd.cols, "inner size")?;
+        push.n = u32_of(xd.rows, "tokens")?;
+        push.w[p] = dw.address;
+        push.out[p] = t(out);
+        push.bias[p] = bias.map_or(0, |b| a.weights[b].address);
+        push.rows[p] = u32_of(dw.rows, "rows")?;
+        n_rows += dw.rows;
+        names.push(dw.name.clone());
+        weight = Some(dw);
+    }
+    let w = weight.expect("at least one matmul");
+    let suffix = weight_kernel(w)?;
+    let n = push.n as usize;
+    let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
+        ("matvec", n_rows)
+    } else {
+        let tiles_n = n.div_ceil(32);
+        let tiles: usize = ops
+            .iter()
+            .map(|op| matmul_weight(op, a).rows.div_ceil(64) * tiles_n)
+            .sum();
+        ("matmul", tiles)
+    };
+    let p = pipes.get(device, &format!("{kernel}_{suffix}"))?;
+    let what = if ops.len() == 1 {
+        format!("op {first} of {n_ops} (MatMul {} {})", names[0], w.ty)
+    } else {
+        format!(
+            "ops {first}..{} of {n_ops} (MatMul {} {})",
+            first + ops.len(),
+            names.join("+"),
+            w.ty
+        )
+    };
+    rec.dispatch(p, &push, u32_of(groups, "matmul workgroups")?, what);
+    Ok(())
+}

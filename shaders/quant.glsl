@@ -1,0 +1,45 @@
+// Selects the weight dequantizer from the WEIGHT_<TYPE> define; every file
+// defines QUANT_K, QUANT_BLOCK_BYTES and
+//   void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi);
+// (elements 8j..8j+7 of block ib of the row at `row`; see quant/README.md).
+#ifndef QUANT_GLSL
+#define QUANT_GLSL
+
+#if defined(WEIGHT_F32)
+#include "quant/f32.glsl"
+#elif defined(WEIGHT_F16)
+#include "quant/f16.glsl"
+#elif defined(WEIGHT_BF16)
+#include "quant/bf16.glsl"
+#elif defined(WEIGHT_Q4_0)
+#include "quant/q4_0.glsl"
+#elif defined(WEIGHT_Q4_1)
+#include "quant/q4_1.glsl"
+#elif defined(WEIGHT_Q5_0)
+#include "quant/q5_0.glsl"
+#elif defined(WEIGHT_Q5_1)
+#include "quant/q5_1.glsl"
+#elif defined(WEIGHT_Q8_0)
+#include "quant/q8_0.glsl"
+#elif defined(WEIGHT_Q2_K)
+#include "quant/q2_k.glsl"
+#elif defined(WEIGHT_Q3_K)
+#include "quant/q3_k.glsl"
+#elif defined(WEIGHT_Q4_K)
+#include "quant/q4_k.glsl"
+#elif defined(WEIGHT_Q5_K)
+#include "quant/q5_k.glsl"
+#elif defined(WEIGHT_Q6_K)
+#include "quant/q6_k.glsl"
+#elif defined(WEIGHT_IQ4_NL)
+#include "quant/iq4_nl.glsl"
+#elif defined(WEIGHT_IQ4_XS)
+#include "quant/iq4_xs.glsl"
+#else
+#error "no WEIGHT_<TYPE> defined"
+#endif
+
+// 8-element units per block.
+#define QUANT_UNITS (QUANT_K / 8)
+
+#endif

@@ -1,0 +1,17 @@
+// Q4_0: 18-byte blocks of 32: d: f16, qs[16]; byte i of qs holds element i
+// (low nibble) and i + 16 (high nibble); value = d * (q - 8).
+// 18 bytes keeps blocks 2-byte aligned only: read 16-bit halves.
+#define QUANT_K 32
+#define QUANT_BLOCK_BYTES 18
+
+void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
+    U16s b = U16s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
+    float d = unpackHalf2x16(uint(b.v[0])).x;
+    // Elements 8j..8j+7: qs bytes 8(j & 1)..+8, low nibbles for j < 2.
+    uint h = 1u + 4u * (j & 1u);
+    uint shift = 4u * (j >> 1);
+    uint q0 = ((uint(b.v[h]) | (uint(b.v[h + 1u]) << 16)) >> shift) & 0x0F0F0F0Fu;
+    uint q1 = ((uint(b.v[h + 2u]) | (uint(b.v[h + 3u]) << 16)) >> shift) & 0x0F0F0F0Fu;
+    lo = (vec4(uvec4(q0, q0 >> 8, q0 >> 16, q0 >> 24) & 0xFFu) - 8.0) * d;
+    hi = (vec4(uvec4(q1, q1 >> 8, q1 >> 16, q1 >> 24) & 0xFFu) - 8.0) * d;
+}

@@ -1,0 +1,17 @@
+// Q8_0: 34-byte blocks of 32: d: f16, qs[32] (int8); value = d * q.
+// 34 bytes keeps blocks 2-byte aligned only: read 16-bit halves.
+#define QUANT_K 32
+#define QUANT_BLOCK_BYTES 34
+
+vec2 i8x2(uint h) {
+    // Two little-endian int8 in the low 16 bits, sign-extended.
+    return vec2(float(int(h << 24) >> 24), float(int(h << 16) >> 24));
+}
+
+void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
+    U16s b = U16s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
+    float d = unpackHalf2x16(uint(b.v[0])).x;
+    uint h = 1u + 4u * j;
+    lo = vec4(i8x2(uint(b.v[h])), i8x2(uint(b.v[h + 1u]))) * d;
+    hi = vec4(i8x2(uint(b.v[h + 2u])), i8x2(uint(b.v[h + 3u]))) * d;
+}
