@@ -14,7 +14,7 @@
 //! its machine must run (cpu, and vulkan on lavapipe), so a backend that
 //! silently stopped initialising fails instead of passing by skipping.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rocmforge::registry::{self, BackendOptions, RegistryError};
@@ -52,7 +52,10 @@ pub fn backends_under_test() -> Vec<&'static str> {
     let mut names = Vec::new();
     for entry in registry::backends() {
         match registry::create(entry.name, &backend_options()) {
-            Ok(_) => names.push(entry.name),
+            Ok(b) => {
+                eprintln!("conformance: {} on {}", entry.name, b.info().device);
+                names.push(entry.name);
+            }
             Err(RegistryError::Unavailable { source, .. })
                 if !required.iter().any(|r| r == entry.name) =>
             {
@@ -80,7 +83,7 @@ pub fn session(model: &Arc<Model>, backend: &str, opts: SessionOptions) -> Sessi
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    rocmforge_genmodel::repo_root()
 }
 
 pub fn fixture_path(name: &str) -> PathBuf {

@@ -97,7 +97,9 @@ impl Step<'_> {
     /// Nobody writes `t` during the current op (it is an input).
     unsafe fn input<'b>(&self, t: TensorId) -> &'b [f32] {
         let d = self.graph.tensor(t);
-        self.arena.f32s_ref(self.plan.offsets[t], d.rows * d.cols)
+        // SAFETY: nobody writes `t` during the current op (this fn's
+        // contract).
+        unsafe { self.arena.f32s_ref(self.plan.offsets[t], d.rows * d.cols) }
     }
 
     /// Elements `elems` of tensor `t`, to write.
@@ -110,24 +112,41 @@ impl Step<'_> {
             elems.end <= d.rows * d.cols,
             "output range outside the tensor"
         );
-        self.arena
-            .f32s(self.plan.offsets[t] + elems.start * 4, elems.len())
+        // SAFETY: the elements are this thread's alone during the current
+        // op (this fn's contract).
+        unsafe {
+            self.arena
+                .f32s(self.plan.offsets[t] + elems.start * 4, elems.len())
+        }
     }
 
     /// # Safety
     /// As for `output`: the row range must be this thread's.
     unsafe fn rows<'b>(&self, t: TensorId, rows: std::ops::Range<usize>) -> &'b mut [f32] {
         let d = self.graph.tensor(t);
-        self.arena.f32s(
-            self.plan.offsets[t] + rows.start * d.cols * 4,
-            rows.len() * d.cols,
-        )
+        // SAFETY: the rows are this thread's alone during the current op
+        // (this fn's contract).
+        unsafe {
+            self.arena.f32s(
+                self.plan.offsets[t] + rows.start * d.cols * 4,
+                rows.len() * d.cols,
+            )
+        }
     }
 
+    /// Member `m`'s private scratch.
+    ///
+    /// # Safety
+    /// Only member `m` may call this, and only one view may be alive at a
+    /// time.
     unsafe fn thread_scratch<'b>(&self, m: Member) -> &'b mut [u8] {
         let l = self.scratch_layout;
-        self.scratch
-            .bytes(l.act_bytes + m.ith * l.per_thread_bytes, l.per_thread_bytes)
+        // SAFETY: per-thread regions are disjoint, and only member `m` uses
+        // this one, through one view at a time (this fn's contract).
+        unsafe {
+            self.scratch
+                .bytes(l.act_bytes + m.ith * l.per_thread_bytes, l.per_thread_bytes)
+        }
     }
 
     /// Runs the whole graph as member `m` of the team.
@@ -171,95 +190,107 @@ impl Step<'_> {
             .count()
     }
 
+    /// Does member `m`'s share of `op`.
+    ///
+    /// # Safety
+    /// Every member of the team runs the same op between two barriers, and
+    /// nobody writes the op's inputs meanwhile (see `run`).
     unsafe fn run_op(&self, op: &Op, m: Member, barrier: &SpinBarrier) {
         let eps = self.graph.rms_eps;
-        match *op {
-            Op::Embed { table, out } => {
-                let w = &self.weights[table];
-                let (_, tokens) = self.inputs();
-                let rows = m.share(tokens.len());
-                let dst = self.rows(out, rows.clone());
-                for (i, r) in rows.enumerate() {
-                    let id = (tokens[r] as usize).min(w.rows - 1);
-                    let row = &mut dst[i * w.cols..(i + 1) * w.cols];
-                    if w.interleaved {
-                        quant_dot::q4_0x8::dequantize_row(w.bytes(), w.cols, id, row);
-                        continue;
-                    }
-                    let src = &w.bytes()[id * w.row_bytes()..(id + 1) * w.row_bytes()];
-                    dequantize(w.ty, src, row).expect("embedding type checked at load");
-                }
-            }
-            Op::RmsNorm {
-                x,
-                weight,
-                out,
-                group,
-            } => {
-                let d = self.graph.tensor(x);
-                let n_groups = d.rows * d.cols / group;
-                let range = m.share(n_groups);
-                let src = self.input(x);
-                let w = self.weights[weight].f32s();
-                for g in range {
-                    let s = g * group..(g + 1) * group;
-                    norm::rms_norm(&src[s.clone()], w, eps, self.output(out, s));
-                }
-            }
-            Op::MatMul { .. } => self.matmuls(m, barrier, std::slice::from_ref(op)),
-            Op::Rope { x, n_heads } => {
-                let d = self.graph.tensor(x);
-                let head_dim = d.cols / n_heads;
-                let rows = m.share(d.rows);
-                let data = self.rows(x, rows.clone());
-                for (i, r) in rows.enumerate() {
-                    let row = &mut data[i * d.cols..(i + 1) * d.cols];
-                    self.rope.apply(row, n_heads, head_dim, self.inputs().0 + r);
-                }
-            }
-            Op::StoreKv { layer, k, v } => {
-                let d = self.graph.tensor(k);
-                let l = self.kv_layout;
-                let rows = m.share(d.rows);
-                let (k_src, v_src) = (self.input(k), self.input(v));
-                for r in rows {
-                    let pos = self.inputs().0 + r;
-                    let kd = self
-                        .kv
-                        .f16s((l.k_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
-                    let vd = self
-                        .kv
-                        .f16s((l.v_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
-                    let row = r * d.cols..(r + 1) * d.cols;
-                    for (dst, &s) in kd.iter_mut().zip(&k_src[row.clone()]) {
-                        *dst = f16::from_f32(s);
-                    }
-                    for (dst, &s) in vd.iter_mut().zip(&v_src[row]) {
-                        *dst = f16::from_f32(s);
+        // SAFETY: every `input` below is an input of `op`, which nobody
+        // writes during it; every `output`/`rows`/`kv.f16s` view lies in
+        // the share `m.share` gives this member (member 0 alone writes
+        // `LastRow`), so no other thread touches it; `matmuls` and
+        // `attention` get this fn's own contract.
+        unsafe {
+            match *op {
+                Op::Embed { table, out } => {
+                    let w = &self.weights[table];
+                    let (_, tokens) = self.inputs();
+                    let rows = m.share(tokens.len());
+                    let dst = self.rows(out, rows.clone());
+                    for (i, r) in rows.enumerate() {
+                        let id = (tokens[r] as usize).min(w.rows - 1);
+                        let row = &mut dst[i * w.cols..(i + 1) * w.cols];
+                        if w.interleaved {
+                            quant_dot::q4_0x8::dequantize_row(w.bytes(), w.cols, id, row);
+                            continue;
+                        }
+                        let src = &w.bytes()[id * w.row_bytes()..(id + 1) * w.row_bytes()];
+                        dequantize(w.ty, src, row).expect("embedding type checked at load");
                     }
                 }
-            }
-            Op::Attention { layer, q, out } => self.attention(m, layer, q, out),
-            Op::SwiGlu { gate, up, out } => {
-                let n = self.graph.tensor(out);
-                let range = m.share(n.rows * n.cols);
-                let (g, u) = (self.input(gate), self.input(up));
-                let o = self.output(out, range.clone());
-                activation::silu_mul(&g[range.clone()], &u[range], o);
-            }
-            Op::Add { a, b, out } => {
-                let n = self.graph.tensor(out);
-                let range = m.share(n.rows * n.cols);
-                let (a, b) = (self.input(a), self.input(b));
-                let o = self.output(out, range.clone());
-                o.copy_from_slice(&a[range.clone()]);
-                activation::add_inplace(o, &b[range]);
-            }
-            Op::LastRow { x, out } => {
-                if m.ith == 0 {
+                Op::RmsNorm {
+                    x,
+                    weight,
+                    out,
+                    group,
+                } => {
                     let d = self.graph.tensor(x);
-                    let src = &self.input(x)[(d.rows - 1) * d.cols..];
-                    self.output(out, 0..d.cols).copy_from_slice(src);
+                    let n_groups = d.rows * d.cols / group;
+                    let range = m.share(n_groups);
+                    let src = self.input(x);
+                    let w = self.weights[weight].f32s();
+                    for g in range {
+                        let s = g * group..(g + 1) * group;
+                        norm::rms_norm(&src[s.clone()], w, eps, self.output(out, s));
+                    }
+                }
+                Op::MatMul { .. } => self.matmuls(m, barrier, std::slice::from_ref(op)),
+                Op::Rope { x, n_heads } => {
+                    let d = self.graph.tensor(x);
+                    let head_dim = d.cols / n_heads;
+                    let rows = m.share(d.rows);
+                    let data = self.rows(x, rows.clone());
+                    for (i, r) in rows.enumerate() {
+                        let row = &mut data[i * d.cols..(i + 1) * d.cols];
+                        self.rope.apply(row, n_heads, head_dim, self.inputs().0 + r);
+                    }
+                }
+                Op::StoreKv { layer, k, v } => {
+                    let d = self.graph.tensor(k);
+                    let l = self.kv_layout;
+                    let rows = m.share(d.rows);
+                    let (k_src, v_src) = (self.input(k), self.input(v));
+                    for r in rows {
+                        let pos = self.inputs().0 + r;
+                        let kd = self
+                            .kv
+                            .f16s((l.k_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
+                        let vd = self
+                            .kv
+                            .f16s((l.v_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
+                        let row = r * d.cols..(r + 1) * d.cols;
+                        for (dst, &s) in kd.iter_mut().zip(&k_src[row.clone()]) {
+                            *dst = f16::from_f32(s);
+                        }
+                        for (dst, &s) in vd.iter_mut().zip(&v_src[row]) {
+                            *dst = f16::from_f32(s);
+                        }
+                    }
+                }
+                Op::Attention { layer, q, out } => self.attention(m, layer, q, out),
+                Op::SwiGlu { gate, up, out } => {
+                    let n = self.graph.tensor(out);
+                    let range = m.share(n.rows * n.cols);
+                    let (g, u) = (self.input(gate), self.input(up));
+                    let o = self.output(out, range.clone());
+                    activation::silu_mul(&g[range.clone()], &u[range], o);
+                }
+                Op::Add { a, b, out } => {
+                    let n = self.graph.tensor(out);
+                    let range = m.share(n.rows * n.cols);
+                    let (a, b) = (self.input(a), self.input(b));
+                    let o = self.output(out, range.clone());
+                    o.copy_from_slice(&a[range.clone()]);
+                    activation::add_inplace(o, &b[range]);
+                }
+                Op::LastRow { x, out } => {
+                    if m.ith == 0 {
+                        let d = self.graph.tensor(x);
+                        let src = &self.input(x)[(d.rows - 1) * d.cols..];
+                        self.output(out, 0..d.cols).copy_from_slice(src);
+                    }
                 }
             }
         }
@@ -269,6 +300,9 @@ impl Step<'_> {
     /// phase: the input is quantized once, then threads claim row chunks of
     /// all of them until none are left, so one slowed by the memory system
     /// or the OS does less instead of stalling the other at the next barrier.
+    ///
+    /// # Safety
+    /// As for `run_op`, for every op of `ops`.
     unsafe fn matmuls(&self, m: Member, barrier: &SpinBarrier, ops: &[Op]) {
         let parts = ops.iter().map(|op| match *op {
             Op::MatMul { w, x, bias, out } => (w, x, bias, out),
@@ -281,10 +315,16 @@ impl Step<'_> {
         let xd = self.graph.tensor(x);
         let (n, k) = (xd.rows, xd.cols);
         let arb = activation_row_bytes(w0.ty, k);
-        let src = self.input(x);
-        for r in m.share(n) {
-            let row = self.scratch.bytes(r * arb, arb);
-            quant_dot::quantize_activation_into(w0.ty, &src[r * k..(r + 1) * k], row);
+        // SAFETY: `x` is an input of the phase, which nobody writes (this
+        // fn's contract); the scratch rows are this member's share, and the
+        // previous phase's reads of them ended at the barrier before this
+        // one.
+        unsafe {
+            let src = self.input(x);
+            for r in m.share(n) {
+                let row = self.scratch.bytes(r * arb, arb);
+                quant_dot::quantize_activation_into(w0.ty, &src[r * k..(r + 1) * k], row);
+            }
         }
         // Nobody claims chunks before the barrier below, and the previous
         // phase's claims ended at the barrier after it.
@@ -292,7 +332,9 @@ impl Step<'_> {
             self.next_chunk.store(0, Ordering::Relaxed);
         }
         barrier.wait();
-        let acts = self.scratch.bytes_ref(0, n * arb);
+        // SAFETY: the rows were written before the barrier above; nobody
+        // writes them again until the next phase, after another barrier.
+        let acts = unsafe { self.scratch.bytes_ref(0, n * arb) };
 
         // Decode streams small chunks; prefill takes a few big ones, since
         // each call prepares its tokens anew.
@@ -318,38 +360,43 @@ impl Step<'_> {
                 }
                 let rows = c * rows_per..((c + 1) * rows_per).min(n_out);
                 let dst = self.arena.f32_ptr(self.plan.offsets[out], n * n_out);
-                let out_rows = dst.add(rows.start);
-                if wv.interleaved {
-                    let w = wv.bytes();
-                    quant_dot::q4_0x8::matmul_rows_strided(
-                        k,
-                        w,
-                        rows.clone(),
-                        acts,
-                        n,
-                        out_rows,
-                        n_out,
-                    );
-                } else {
-                    let (ty, w) = (wv.ty, wv.bytes());
-                    quant_dot::matmul_rows_strided(
-                        ty,
-                        k,
-                        w,
-                        rows.clone(),
-                        acts,
-                        n,
-                        out_rows,
-                        n_out,
-                    );
-                }
-                if let Some(b) = bias.map(|b| self.weights[b].f32s()) {
-                    for t in 0..n {
-                        let o = std::slice::from_raw_parts_mut(
-                            dst.add(t * n_out + rows.start),
-                            rows.len(),
+                // SAFETY: chunk `c` was claimed by this member alone (one
+                // `fetch_add`), so columns `rows` of the `n` rows of `out` (in
+                // range, checked by `f32_ptr`) are its alone to write.
+                unsafe {
+                    let out_rows = dst.add(rows.start);
+                    if wv.interleaved {
+                        let w = wv.bytes();
+                        quant_dot::q4_0x8::matmul_rows_strided(
+                            k,
+                            w,
+                            rows.clone(),
+                            acts,
+                            n,
+                            out_rows,
+                            n_out,
                         );
-                        activation::add_inplace(o, &b[rows.clone()]);
+                    } else {
+                        let (ty, w) = (wv.ty, wv.bytes());
+                        quant_dot::matmul_rows_strided(
+                            ty,
+                            k,
+                            w,
+                            rows.clone(),
+                            acts,
+                            n,
+                            out_rows,
+                            n_out,
+                        );
+                    }
+                    if let Some(b) = bias.map(|b| self.weights[b].f32s()) {
+                        for t in 0..n {
+                            let o = std::slice::from_raw_parts_mut(
+                                dst.add(t * n_out + rows.start),
+                                rows.len(),
+                            );
+                            activation::add_inplace(o, &b[rows.clone()]);
+                        }
                     }
                 }
                 continue 'claim;
@@ -358,39 +405,47 @@ impl Step<'_> {
         }
     }
 
+    /// # Safety
+    /// As for `run_op`.
     unsafe fn attention(&self, m: Member, layer: usize, q: TensorId, out: TensorId) {
         let spec = &self.graph.attention;
         let hd = spec.head_dim;
         let group = spec.n_head / spec.n_head_kv;
         let l = self.kv_layout;
         let n = self.graph.tensor(q).rows;
-        // The whole cache block of the layer; only positions < n_kv are read,
-        // and this op writes none of it.
-        let k_cache = self.kv.f16s_ref(l.k_offset(layer) * 2, l.block_elems());
-        let v_cache = self.kv.f16s_ref(l.v_offset(layer) * 2, l.block_elems());
-        let qs = self.input(q);
-        let scratch = self.thread_scratch(m);
-        let scores =
-            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut f32, scratch.len() / 4);
-        let q_dim = spec.n_head * hd;
-        // Strided, not contiguous: with the causal mask a late token costs
-        // more than an early one, and taking every nth (token, head) item
-        // gives each thread the same mix of both.
-        for item in (m.ith..n * spec.n_head).step_by(m.nth) {
-            let (t, h) = (item / spec.n_head, item % spec.n_head);
-            let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
-            attention::attend_head(
-                &qs[span.clone()],
-                k_cache,
-                v_cache,
-                l.kv_dim,
-                (h / group) * hd,
-                self.inputs().0 + t + 1,
-                hd,
-                spec.scale,
-                self.output(out, span),
-                scores,
-            );
+        // SAFETY: this op writes none of the cache or `q`; the scratch is
+        // this member's, 64-byte aligned and sized for the scores (see
+        // `ScratchLayout`); item `(t, h)` of `out` is written by the one
+        // member that takes it (this fn's contract).
+        unsafe {
+            // The whole cache block of the layer; only positions < n_kv are
+            // read, and this op writes none of it.
+            let k_cache = self.kv.f16s_ref(l.k_offset(layer) * 2, l.block_elems());
+            let v_cache = self.kv.f16s_ref(l.v_offset(layer) * 2, l.block_elems());
+            let qs = self.input(q);
+            let scratch = self.thread_scratch(m);
+            let scores =
+                std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut f32, scratch.len() / 4);
+            let q_dim = spec.n_head * hd;
+            // Strided, not contiguous: with the causal mask a late token costs
+            // more than an early one, and taking every nth (token, head) item
+            // gives each thread the same mix of both.
+            for item in (m.ith..n * spec.n_head).step_by(m.nth) {
+                let (t, h) = (item / spec.n_head, item % spec.n_head);
+                let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
+                attention::attend_head(
+                    &qs[span.clone()],
+                    k_cache,
+                    v_cache,
+                    l.kv_dim,
+                    (h / group) * hd,
+                    self.inputs().0 + t + 1,
+                    hd,
+                    spec.scale,
+                    self.output(out, span),
+                    scores,
+                );
+            }
         }
     }
 }

@@ -14,6 +14,7 @@ pub struct HostBuffer {
 
 // SAFETY: the buffer is plain memory owned by this value.
 unsafe impl Send for HostBuffer {}
+// SAFETY: as above; shared access only reads the pointer and length.
 unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
@@ -22,7 +23,8 @@ impl HostBuffer {
     pub fn new(len: usize) -> Option<HostBuffer> {
         if len == 0 {
             return Some(HostBuffer {
-                ptr: std::ptr::null_mut(),
+                // Non-null and aligned, so empty views of it are valid slices.
+                ptr: std::ptr::without_provenance_mut(BUFFER_ALIGN),
                 len: 0,
             });
         }
@@ -73,6 +75,7 @@ pub struct SharedMem {
 
 // SAFETY: see the type's documentation: access is partitioned by the executor.
 unsafe impl Send for SharedMem {}
+// SAFETY: as above.
 unsafe impl Sync for SharedMem {}
 
 impl SharedMem {
@@ -80,7 +83,9 @@ impl SharedMem {
     /// No other thread may write the range while the slice lives.
     pub unsafe fn bytes<'a>(&self, offset: usize, len: usize) -> &'a mut [u8] {
         assert!(offset + len <= self.len, "buffer view out of range");
-        std::slice::from_raw_parts_mut(self.ptr.add(offset), len)
+        // SAFETY: in range (checked above); exclusivity is the caller's
+        // promise.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset), len) }
     }
 
     /// # Safety
@@ -88,7 +93,9 @@ impl SharedMem {
     pub unsafe fn f32s<'a>(&self, offset: usize, n: usize) -> &'a mut [f32] {
         assert!(offset + n * 4 <= self.len, "buffer view out of range");
         assert_eq!(offset % 4, 0, "misaligned f32 view");
-        std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut f32, n)
+        // SAFETY: in range and aligned (checked above); exclusivity is the
+        // caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut f32, n) }
     }
 
     /// # Safety
@@ -124,7 +131,9 @@ impl SharedMem {
     /// No thread may write the range while the slice lives.
     pub unsafe fn bytes_ref<'a>(&self, offset: usize, len: usize) -> &'a [u8] {
         assert!(offset + len <= self.len, "buffer view out of range");
-        std::slice::from_raw_parts(self.ptr.add(offset), len)
+        // SAFETY: in range (checked above); no writer is the caller's
+        // promise.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(offset), len) }
     }
 
     /// # Safety
@@ -144,7 +153,9 @@ impl SharedMem {
     /// be 4-byte aligned.
     pub unsafe fn f32s_ref<'a>(&self, offset: usize, n: usize) -> &'a [f32] {
         self.f32_ptr(offset, n);
-        std::slice::from_raw_parts(self.ptr.add(offset) as *const f32, n)
+        // SAFETY: in range and aligned (checked by `f32_ptr`); no writer is
+        // the caller's promise.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(offset) as *const f32, n) }
     }
 
     /// As [`SharedMem::f32s_ref`], for f16 (`offset` 2-byte aligned).
@@ -154,7 +165,9 @@ impl SharedMem {
     pub unsafe fn f16s_ref<'a>(&self, offset: usize, n: usize) -> &'a [half::f16] {
         assert!(offset + n * 2 <= self.len, "buffer view out of range");
         assert_eq!(offset % 2, 0, "misaligned f16 view");
-        std::slice::from_raw_parts(self.ptr.add(offset) as *const half::f16, n)
+        // SAFETY: in range and aligned (checked above); no writer is the
+        // caller's promise.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(offset) as *const half::f16, n) }
     }
 
     /// # Safety
@@ -162,6 +175,8 @@ impl SharedMem {
     pub unsafe fn f16s<'a>(&self, offset: usize, n: usize) -> &'a mut [half::f16] {
         assert!(offset + n * 2 <= self.len, "buffer view out of range");
         assert_eq!(offset % 2, 0, "misaligned f16 view");
-        std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut half::f16, n)
+        // SAFETY: in range and aligned (checked above); exclusivity is the
+        // caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut half::f16, n) }
     }
 }

@@ -30,6 +30,7 @@ pub struct WeightView {
 
 // SAFETY: points into the read-only mapping kept alive by `MappedWeights`.
 unsafe impl Send for WeightView {}
+// SAFETY: as above: the mapping is only ever read.
 unsafe impl Sync for WeightView {}
 
 impl WeightView {

@@ -16,3 +16,17 @@ pub mod presets;
 
 pub use model::{write_file, GenError, DEFAULT_SEED};
 pub use presets::{find, Preset};
+
+/// The repository root: where this crate was built from, or, for a binary
+/// carried to another machine (the lent GPU), the current directory when it
+/// holds the repository's `testdata/`.
+pub fn repo_root() -> std::path::PathBuf {
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if built.join("testdata").is_dir() {
+        return built;
+    }
+    std::env::current_dir()
+        .ok()
+        .filter(|d| d.join("testdata").is_dir())
+        .unwrap_or(built)
+}

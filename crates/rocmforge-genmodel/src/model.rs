@@ -126,9 +126,9 @@ fn layer_pattern(name: &str) -> String {
     }
 }
 
-/// The repository's `testdata/tokenizer/`, fixed at build time.
+/// The repository's `testdata/tokenizer/`.
 pub fn tokenizer_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/tokenizer")
+    crate::repo_root().join("testdata/tokenizer")
 }
 
 /// Streams the whole model into `out`: header first, then each tensor as soon

@@ -85,12 +85,18 @@ fn q8_block(x: &[f32], q: &mut [u8]) -> (f32, i32) {
 /// [`q8_block`] with vector rounding: without SSE4.1 in the baseline target,
 /// `round_ties_even` is a call to `rintf` per element, which cost more than
 /// the matmul it feeds at prefill. Same operations, same bits.
+///
+/// # Safety
+/// AVX2/FMA/F16C available; `x` holds at least 32 floats and `q` at least
+/// 32 bytes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_block_avx2(x: &[f32], q: &mut [u8]) -> (f32, i32) {
     use std::arch::x86_64::*;
     let p = x.as_ptr();
-    let v = [0, 8, 16, 24].map(|i| _mm256_loadu_ps(p.add(i)));
+    // SAFETY: the caller guarantees 32 inputs (this fn's contract), so each
+    // load of eight stays in `x`.
+    let v = [0, 8, 16, 24].map(|i| unsafe { _mm256_loadu_ps(p.add(i)) });
     let sign = _mm256_set1_ps(-0.0);
     let m = v.iter().fold(_mm256_setzero_ps(), |m, &vi| {
         _mm256_max_ps(m, _mm256_andnot_ps(sign, vi))
@@ -117,7 +123,9 @@ unsafe fn q8_block_avx2(x: &[f32], q: &mut [u8]) -> (f32, i32) {
         _mm256_packs_epi32(i[2], i[3]),
     );
     let ordered = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
+    // SAFETY: the caller guarantees room for 32 quants in `q` (this fn's
+    // contract).
+    unsafe { _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered) };
     (d, _mm_cvtsi128_si32(s4))
 }
 

@@ -9,6 +9,10 @@
 //! ...) either fold the offset into the activation sums or use the sign trick:
 //! `|x| * (y * sign(x))`. Activation quants are within ±127, which keeps
 //! every pairwise i16 sum below 2 * 128 * 127 < 32768.
+//!
+//! Safety contract of every `unsafe fn` here: the CPU has AVX2, FMA and
+//! F16C, and a pointer argument is valid for the unaligned read its name
+//! says (2 bytes for `f16_at`, 16 for `load128` and `nibbles`, ...).
 
 use std::arch::x86_64::*;
 
@@ -21,15 +25,21 @@ use std::arch::x86_64::*;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
-    let bits = (p as *const u16).read_unaligned() as u32;
+    // SAFETY: the caller guarantees two readable bytes at `p` (this fn's
+    // contract).
+    let bits = unsafe { (p as *const u16).read_unaligned() } as u32;
     let out: __m128;
-    std::arch::asm!(
-        "vmovd {v}, {b:e}",
-        "vcvtph2ps {v}, {v}",
-        b = in(reg) bits,
-        v = out(xmm_reg) out,
-        options(pure, nomem, nostack, preserves_flags),
-    );
+    // SAFETY: the assembly only converts a register (F16C is enabled on this
+    // fn) and touches no memory, stack or flags, as its options say.
+    unsafe {
+        std::arch::asm!(
+            "vmovd {v}, {b:e}",
+            "vcvtph2ps {v}, {v}",
+            b = in(reg) bits,
+            v = out(xmm_reg) out,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
     _mm_cvtss_f32(out)
 }
 
@@ -37,35 +47,46 @@ pub(super) unsafe fn f16_at(p: *const u8) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn f16x2_at(p: *const u8) -> (f32, f32) {
-    let bits = (p as *const u32).read_unaligned();
+    // SAFETY: the caller guarantees four readable bytes at `p` (this fn's
+    // contract).
+    let bits = unsafe { (p as *const u32).read_unaligned() };
     let out: __m128;
     // See f16_at for why this is assembly.
-    std::arch::asm!(
-        "vmovd {v}, {b:e}",
-        "vcvtph2ps {v}, {v}",
-        b = in(reg) bits,
-        v = out(xmm_reg) out,
-        options(pure, nomem, nostack, preserves_flags),
-    );
+    // SAFETY: as in `f16_at`: a register conversion only.
+    unsafe {
+        std::arch::asm!(
+            "vmovd {v}, {b:e}",
+            "vcvtph2ps {v}, {v}",
+            b = in(reg) bits,
+            v = out(xmm_reg) out,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
     (_mm_cvtss_f32(out), _mm_cvtss_f32(_mm_movehdup_ps(out)))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn f32_at(p: *const u8) -> f32 {
-    (p as *const f32).read_unaligned()
+    // SAFETY: the caller guarantees four readable bytes at `p` (this fn's
+    // contract).
+    unsafe { (p as *const f32).read_unaligned() }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn load256(p: *const u8) -> __m256i {
-    _mm256_loadu_si256(p as *const __m256i)
+    // SAFETY: the caller guarantees 32 readable bytes at `p` (this fn's
+    // contract); AVX is enabled on this fn.
+    unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn load128(p: *const u8) -> __m128i {
-    _mm_loadu_si128(p as *const __m128i)
+    // SAFETY: the caller guarantees 16 readable bytes at `p` (this fn's
+    // contract).
+    unsafe { _mm_loadu_si128(p as *const __m128i) }
 }
 
 /// The 32 nibbles of a 16-byte payload in element order: byte `j` holds
@@ -73,7 +94,9 @@ pub(super) unsafe fn load128(p: *const u8) -> __m128i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
-    let q = load128(p);
+    // SAFETY: the caller guarantees 16 readable bytes at `p` (this fn's
+    // contract); AVX2 is enabled on this fn.
+    let q = unsafe { load128(p) };
     let both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
 }
@@ -82,7 +105,9 @@ pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn bits_to_bytes(p: *const u8) -> __m256i {
-    let bits = _mm256_set1_epi32((p as *const i32).read_unaligned());
+    // SAFETY: the caller guarantees four readable bytes at `p` (this fn's
+    // contract).
+    let bits = _mm256_set1_epi32(unsafe { (p as *const i32).read_unaligned() });
     // Byte i takes source byte i / 8 (every 4-byte group holds all four).
     let spread = _mm256_shuffle_epi8(
         bits,
@@ -142,7 +167,9 @@ const RUN_SCALE_PICK: [[u8; 16]; 8] = {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn run_scales(scales: __m128i, r: usize) -> __m256i {
-    let pick = load128(RUN_SCALE_PICK[r].as_ptr());
+    // SAFETY: a row of RUN_SCALE_PICK is 16 bytes (indexing checks `r`);
+    // AVX2 is enabled on this fn.
+    let pick = unsafe { load128(RUN_SCALE_PICK[r].as_ptr()) };
     _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick))
 }
 
@@ -150,7 +177,8 @@ pub(super) unsafe fn run_scales(scales: __m128i, r: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    hsum128(s)
+    // SAFETY: AVX2/FMA/F16C are enabled on this fn.
+    unsafe { hsum128(s) }
 }
 
 #[inline]

@@ -27,7 +27,10 @@ macro_rules! row_kernel {
         impl<const T: usize> RowKernel<T> for $name {
             #[inline(always)]
             unsafe fn dot($nb: usize, $w: &[u8], $a: [(&[u8], &[f32]); T]) -> [f32; T] {
-                $body
+                // SAFETY: the kernel's contract is this fn's: AVX2/FMA/F16C,
+                // `nb` blocks in `w` and in every activation row, side
+                // slices as the kernel reads them.
+                unsafe { $body }
             }
         }
     };
@@ -75,6 +78,9 @@ row_kernel!(KQ6K, |nb, w, a| q6_k::<T>(nb, w, a.map(|r| r.0)));
 row_kernel!(KIQ4XS, |nb, w, a| iq4_xs::<T>(nb, w, a.map(|r| r.0)));
 
 /// `dst` entry (`i`, `r - rows.start`) = row `r` · `group[i]`.
+///
+/// # Safety
+/// As for [`rows_times_group`], with `group` holding `T` rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn over_rows<K: RowKernel<T>, const T: usize>(
     nb: usize,
@@ -85,13 +91,22 @@ unsafe fn over_rows<K: RowKernel<T>, const T: usize>(
     dst: OutRows,
 ) {
     for (col, r) in rows.enumerate() {
-        let res = K::dot(nb, w.get_unchecked(r * wb..(r + 1) * wb), group);
-        for (i, v) in res.into_iter().enumerate() {
-            *dst.at(i, col) = v;
+        // SAFETY: rows `rows` of `w` are `wb` bytes of `nb` blocks each, the
+        // group's rows hold what `K` reads, and `dst` has room for `T` rows
+        // of `rows.len()` (this fn's contract); AVX2/FMA/F16C are enabled.
+        unsafe {
+            let res = K::dot(nb, w.get_unchecked(r * wb..(r + 1) * wb), group);
+            for (i, v) in res.into_iter().enumerate() {
+                *dst.at(i, col) = v;
+            }
         }
     }
 }
 
+/// [`over_rows`] for the group's token count.
+///
+/// # Safety
+/// As for [`rows_times_group`].
 unsafe fn by_count<K: RowKernel<1> + RowKernel<2> + RowKernel<3> + RowKernel<4>>(
     nb: usize,
     wb: usize,
@@ -100,16 +115,22 @@ unsafe fn by_count<K: RowKernel<1> + RowKernel<2> + RowKernel<3> + RowKernel<4>>
     g: &TokenGroup,
     dst: OutRows,
 ) {
-    match g.len() {
-        1 => over_rows::<K, 1>(nb, wb, w, rows, [g[0]], dst),
-        2 => over_rows::<K, 2>(nb, wb, w, rows, [g[0], g[1]], dst),
-        3 => over_rows::<K, 3>(nb, wb, w, rows, [g[0], g[1], g[2]], dst),
-        4 => over_rows::<K, 4>(nb, wb, w, rows, [g[0], g[1], g[2], g[3]], dst),
-        _ => unreachable!("token groups hold one to four rows"),
+    // SAFETY: this fn's contract is `over_rows`'s, for `g.len()` tokens.
+    unsafe {
+        match g.len() {
+            1 => over_rows::<K, 1>(nb, wb, w, rows, [g[0]], dst),
+            2 => over_rows::<K, 2>(nb, wb, w, rows, [g[0], g[1]], dst),
+            3 => over_rows::<K, 3>(nb, wb, w, rows, [g[0], g[1], g[2]], dst),
+            4 => over_rows::<K, 4>(nb, wb, w, rows, [g[0], g[1], g[2], g[3]], dst),
+            _ => unreachable!("token groups hold one to four rows"),
+        }
     }
 }
 
 /// Float weights: four rows at a time per token (see `dot_rows`).
+///
+/// # Safety
+/// As for [`rows_times_group`], with `k` elements of `e` per row.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn float_rows(
     e: Elem,
@@ -120,17 +141,23 @@ unsafe fn float_rows(
     group: &TokenGroup,
     dst: OutRows,
 ) {
-    let row = |r: usize| w.get_unchecked(r * wb..(r + 1) * wb);
-    for (i, (a, _)) in group.iter().enumerate() {
-        let mut r = rows.start;
-        while r + 4 <= rows.end {
-            let v = dot_rows::<4>(e, k, [row(r), row(r + 1), row(r + 2), row(r + 3)], a);
-            std::ptr::copy_nonoverlapping(v.as_ptr(), dst.at(i, r - rows.start), 4);
-            r += 4;
-        }
-        while r < rows.end {
-            *dst.at(i, r - rows.start) = dot_rows::<1>(e, k, [row(r)], a)[0];
-            r += 1;
+    // SAFETY: rows `rows` of `w` are `wb` bytes of `k` elements, every
+    // activation row holds `k` elements, and `dst` has room for
+    // `group.len()` rows of `rows.len()` (this fn's contract); AVX2/FMA/F16C
+    // are enabled on this fn.
+    unsafe {
+        let row = |r: usize| w.get_unchecked(r * wb..(r + 1) * wb);
+        for (i, (a, _)) in group.iter().enumerate() {
+            let mut r = rows.start;
+            while r + 4 <= rows.end {
+                let v = dot_rows::<4>(e, k, [row(r), row(r + 1), row(r + 2), row(r + 3)], a);
+                std::ptr::copy_nonoverlapping(v.as_ptr(), dst.at(i, r - rows.start), 4);
+                r += 4;
+            }
+            while r < rows.end {
+                *dst.at(i, r - rows.start) = dot_rows::<1>(e, k, [row(r)], a)[0];
+                r += 1;
+            }
         }
     }
 }
@@ -161,7 +188,8 @@ pub(super) unsafe fn rows_times_group(
         _ => None,
     };
     if let Some(e) = elem {
-        float_rows(e, k, wb, w, rows, group, dst);
+        // SAFETY: this fn's contract, with float rows of `k` elements.
+        unsafe { float_rows(e, k, wb, w, rows, group, dst) };
         return true;
     }
     let run = match ty {
@@ -179,6 +207,7 @@ pub(super) unsafe fn rows_times_group(
         Q::IQ4XS => by_count::<KIQ4XS>,
         _ => return false,
     };
-    run(nb, wb, w, rows, group, dst);
+    // SAFETY: this fn's contract is `by_count`'s.
+    unsafe { run(nb, wb, w, rows, group, dst) };
     true
 }

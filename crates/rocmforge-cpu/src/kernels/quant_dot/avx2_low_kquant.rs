@@ -18,7 +18,9 @@ const A_BSUMS: usize = 260;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scaled_bsums(scales16: __m256i, pa: *const u8) -> __m256i {
-    _mm256_madd_epi16(scales16, load256(pa.add(A_BSUMS)))
+    // SAFETY: callers pass a whole Q8_K block at `pa` (inside the rows the
+    // kernels' contract covers); its 32 bsum bytes start at A_BSUMS.
+    _mm256_madd_epi16(scales16, unsafe { load256(pa.add(A_BSUMS)) })
 }
 
 /// The sixteen signed Q3_K scales (12 packed bytes at `p`) as i8, four bytes
@@ -26,7 +28,9 @@ unsafe fn scaled_bsums(scales16: __m256i, pa: *const u8) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q3k_scales(p: *const u8) -> __m128i {
-    let word = |i: usize| (p.add(4 * i) as *const u32).read_unaligned();
+    // SAFETY: callers pass the 12 scale bytes of a weight super-block the
+    // kernels' contract covers, and `i` < 3.
+    let word = |i: usize| unsafe { (p.add(4 * i) as *const u32).read_unaligned() };
     let (a0, a1, a2) = (word(0), word(1), word(2));
     const LOW4: u32 = 0x0f0f_0f0f;
     const TOP2: u32 = 0x0303_0303;
@@ -53,71 +57,77 @@ pub(super) unsafe fn q23_k<const THREE: bool, const T: usize>(
     debug_assert!(w.len() >= nb * bytes);
     debug_assert!(a.iter().all(|r| r.len() >= nb * A_BYTES));
     let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
-    let m2 = _mm256_set1_epi8(3);
-    let one = _mm256_set1_epi8(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..nb {
-        let pw = wp.add(i * bytes);
-        let (scales, mins, dw, dminw) = if THREE {
-            (
-                q3k_scales(pw.add(96)),
-                _mm_setzero_si128(),
-                f16_at(pw.add(108)),
-                0.0,
-            )
-        } else {
-            let packed = load128(pw);
-            let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
-            let high = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
-            (low, high, f16_at(pw.add(80)), f16_at(pw.add(82)))
-        };
-        let mut hmask = if THREE {
-            load256(pw)
-        } else {
-            _mm256_setzero_si256()
-        };
-        let mut sums = [_mm256_setzero_si256(); T];
-        for h in 0..2 {
-            let mut q = load256(pw.add(qs_at + 32 * h));
-            for s in 0..4 {
-                let x = _mm256_and_si256(q, m2);
-                q = _mm256_srli_epi16(q, 2);
-                // Q3_K: 4 where the third bit is clear, subtracted product by
-                // product (ggml's per-lane sums, hence its exact rounding).
-                let minus = if THREE {
-                    let clear = _mm256_andnot_si256(hmask, one);
-                    hmask = _mm256_srli_epi16(hmask, 1);
-                    _mm256_slli_epi16(clear, 2)
-                } else {
-                    _mm256_setzero_si256()
-                };
-                let sc = run_scales(scales, 4 * h + s);
-                for t in 0..T {
-                    let y = load256(ap[t].add(i * A_BYTES + A_QS + 128 * h + 32 * s));
-                    let mut p = _mm256_maddubs_epi16(x, y);
-                    if THREE {
-                        p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(minus, y));
+    // SAFETY: `w` holds `nb` super-blocks and every `a[t]` `nb` Q8_K blocks
+    // (the module's contract), which bounds every offset below; AVX2/FMA/F16C
+    // are enabled on this fn.
+    unsafe {
+        let m2 = _mm256_set1_epi8(3);
+        let one = _mm256_set1_epi8(1);
+        let mut acc = [_mm256_setzero_ps(); T];
+        for i in 0..nb {
+            let pw = wp.add(i * bytes);
+            let (scales, mins, dw, dminw) = if THREE {
+                (
+                    q3k_scales(pw.add(96)),
+                    _mm_setzero_si128(),
+                    f16_at(pw.add(108)),
+                    0.0,
+                )
+            } else {
+                let packed = load128(pw);
+                let low = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+                let high = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
+                (low, high, f16_at(pw.add(80)), f16_at(pw.add(82)))
+            };
+            let mut hmask = if THREE {
+                load256(pw)
+            } else {
+                _mm256_setzero_si256()
+            };
+            let mut sums = [_mm256_setzero_si256(); T];
+            for h in 0..2 {
+                let mut q = load256(pw.add(qs_at + 32 * h));
+                for s in 0..4 {
+                    let x = _mm256_and_si256(q, m2);
+                    q = _mm256_srli_epi16(q, 2);
+                    // Q3_K: 4 where the third bit is clear, subtracted product
+                    // by product (ggml's per-lane sums, hence its exact
+                    // rounding).
+                    let minus = if THREE {
+                        let clear = _mm256_andnot_si256(hmask, one);
+                        hmask = _mm256_srli_epi16(hmask, 1);
+                        _mm256_slli_epi16(clear, 2)
+                    } else {
+                        _mm256_setzero_si256()
+                    };
+                    let sc = run_scales(scales, 4 * h + s);
+                    for t in 0..T {
+                        let y = load256(ap[t].add(i * A_BYTES + A_QS + 128 * h + 32 * s));
+                        let mut p = _mm256_maddubs_epi16(x, y);
+                        if THREE {
+                            p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(minus, y));
+                        }
+                        sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(p, sc));
                     }
-                    sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(p, sc));
                 }
             }
-        }
-        for t in 0..T {
-            let pa = ap[t].add(i * A_BYTES);
-            let da = f32_at(pa);
-            if !THREE {
-                // Mins first, as ggml orders the two FMAs.
-                let m = scaled_bsums(_mm256_cvtepu8_epi16(mins), pa);
-                acc[t] = fma_i32(acc[t], -da * dminw, m);
+            for t in 0..T {
+                let pa = ap[t].add(i * A_BYTES);
+                let da = f32_at(pa);
+                if !THREE {
+                    // Mins first, as ggml orders the two FMAs.
+                    let m = scaled_bsums(_mm256_cvtepu8_epi16(mins), pa);
+                    acc[t] = fma_i32(acc[t], -da * dminw, m);
+                }
+                acc[t] = fma_i32(acc[t], da * dw, sums[t]);
             }
-            acc[t] = fma_i32(acc[t], da * dw, sums[t]);
         }
+        let mut out = [0.0f32; T];
+        for t in 0..T {
+            out[t] = hsum(acc[t]);
+        }
+        out
     }
-    let mut out = [0.0f32; T];
-    for t in 0..T {
-        out[t] = hsum(acc[t]);
-    }
-    out
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -125,33 +135,38 @@ pub(super) unsafe fn iq4_xs<const T: usize>(nb: usize, w: &[u8], a: [&[u8]; T]) 
     debug_assert!(w.len() >= nb * 136);
     debug_assert!(a.iter().all(|r| r.len() >= nb * A_BYTES));
     let (wp, ap) = (w.as_ptr(), a.map(|r| r.as_ptr()));
-    let table = _mm256_broadcastsi128_si256(load128(IQ4NL_VALUES.as_ptr() as *const u8));
-    let mut acc = [_mm256_setzero_ps(); T];
-    for i in 0..nb {
-        let pw = wp.add(i * 136);
-        let dw = f16_at(pw);
-        let scales_h = (pw.add(2) as *const u16).read_unaligned();
-        let mut sums = [_mm256_setzero_si256(); T];
-        for ib in 0..8 {
-            let low = (*pw.add(4 + ib / 2) >> (4 * (ib % 2))) & 0x0F;
-            let high = ((scales_h >> (2 * ib)) & 3) as u8;
-            let ls = _mm256_set1_epi16((low | (high << 4)) as i16 - 32);
-            let x = _mm256_shuffle_epi8(table, nibbles(pw.add(8 + 16 * ib)));
-            let ax = _mm256_sign_epi8(x, x);
+    // SAFETY: `w` holds `nb` super-blocks and every `a[t]` `nb` Q8_K blocks
+    // (the module's contract), which bounds every offset below; AVX2/FMA/F16C
+    // are enabled on this fn, and `IQ4NL_VALUES` is 16 bytes.
+    unsafe {
+        let table = _mm256_broadcastsi128_si256(load128(IQ4NL_VALUES.as_ptr() as *const u8));
+        let mut acc = [_mm256_setzero_ps(); T];
+        for i in 0..nb {
+            let pw = wp.add(i * 136);
+            let dw = f16_at(pw);
+            let scales_h = (pw.add(2) as *const u16).read_unaligned();
+            let mut sums = [_mm256_setzero_si256(); T];
+            for ib in 0..8 {
+                let low = (*pw.add(4 + ib / 2) >> (4 * (ib % 2))) & 0x0F;
+                let high = ((scales_h >> (2 * ib)) & 3) as u8;
+                let ls = _mm256_set1_epi16((low | (high << 4)) as i16 - 32);
+                let x = _mm256_shuffle_epi8(table, nibbles(pw.add(8 + 16 * ib)));
+                let ax = _mm256_sign_epi8(x, x);
+                for t in 0..T {
+                    let y = load256(ap[t].add(i * A_BYTES + A_QS + 32 * ib));
+                    let p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
+                    sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(p, ls));
+                }
+            }
             for t in 0..T {
-                let y = load256(ap[t].add(i * A_BYTES + A_QS + 32 * ib));
-                let p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x));
-                sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(p, ls));
+                let da = f32_at(ap[t].add(i * A_BYTES));
+                acc[t] = fma_i32(acc[t], da * dw, sums[t]);
             }
         }
+        let mut out = [0.0f32; T];
         for t in 0..T {
-            let da = f32_at(ap[t].add(i * A_BYTES));
-            acc[t] = fma_i32(acc[t], da * dw, sums[t]);
+            out[t] = hsum(acc[t]);
         }
+        out
     }
-    let mut out = [0.0f32; T];
-    for t in 0..T {
-        out[t] = hsum(acc[t]);
-    }
-    out
 }

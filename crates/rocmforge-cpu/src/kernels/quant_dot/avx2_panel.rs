@@ -88,7 +88,8 @@ pub(super) unsafe fn run(
         IQ4_NL => rows_times_tokens::<IQ4_NL>,
         _ => rows_times_tokens::<Q8_0>,
     };
-    f(nb, wb, w, rows, acts, ab, side, n, out)
+    // SAFETY: this fn's contract is `rows_times_tokens`'s.
+    unsafe { f(nb, wb, w, rows, acts, ab, side, n, out) }
 }
 
 /// `out` entry (`t`, `r - rows.start`) = weight row `r` · Q8_0 row `t`,
@@ -119,30 +120,36 @@ unsafe fn rows_times_tokens<const KIND: u8>(
     quants.resize(nb * PACKED_BLOCK / 32, _mm256_setzero_si256());
     scales.resize(nb * PANEL_ROWS, 0.0);
     let mut r0 = rows.start;
-    while r0 < rows.end {
-        let live = (rows.end - r0).min(PANEL_ROWS);
-        pack::<KIND>(
-            nb,
-            w.as_ptr().add(r0 * wb),
-            wb,
-            live,
-            &mut quants,
-            &mut scales,
-        );
-        let mut t = 0;
-        while t < n {
-            // A short last pass repeats its last token; the extra results
-            // are dropped.
-            let pick = |i: usize| (t + i).min(n - 1);
-            let a = [0, 1, 2, 3].map(|i| acts.as_ptr().add(pick(i) * ab));
-            let s = [0, 1, 2, 3].map(|i| side.as_ptr().add(pick(i) * nb * SIDE_PER_BLOCK));
-            let res = panel_pass::<KIND>(nb, &quants, &scales, a, s);
-            for (i, v) in res.iter().enumerate().take(n - t) {
-                store_lanes(*v, out.at(t + i, r0 - rows.start), live);
+    // SAFETY: rows `rows` of `w`, the `n` rows of `acts` and `side` and the
+    // `n` rows of `out` are as large as this fn's contract says, so every
+    // offset and store below stays in them; AVX2/FMA/F16C are enabled on this
+    // fn.
+    unsafe {
+        while r0 < rows.end {
+            let live = (rows.end - r0).min(PANEL_ROWS);
+            pack::<KIND>(
+                nb,
+                w.as_ptr().add(r0 * wb),
+                wb,
+                live,
+                &mut quants,
+                &mut scales,
+            );
+            let mut t = 0;
+            while t < n {
+                // A short last pass repeats its last token; the extra results
+                // are dropped.
+                let pick = |i: usize| (t + i).min(n - 1);
+                let a = [0, 1, 2, 3].map(|i| acts.as_ptr().add(pick(i) * ab));
+                let s = [0, 1, 2, 3].map(|i| side.as_ptr().add(pick(i) * nb * SIDE_PER_BLOCK));
+                let res = panel_pass::<KIND>(nb, &quants, &scales, a, s);
+                for (i, v) in res.iter().enumerate().take(n - t) {
+                    store_lanes(*v, out.at(t + i, r0 - rows.start), live);
+                }
+                t += PASS_TOKENS;
             }
-            t += PASS_TOKENS;
+            r0 += live;
         }
-        r0 += live;
     }
     PANEL.set((quants, scales));
 }
@@ -151,6 +158,11 @@ unsafe fn rows_times_tokens<const KIND: u8>(
 /// block `b` and step `s`, `quants[b * 8 + s]` holds quants `4s..4s + 4` of
 /// each row in its lane; `scales[b * 8 + i]` is row `i`'s block scale. Rows
 /// past `live` are zero.
+///
+/// # Safety
+/// AVX2/FMA/F16C available; `w` holds `live` rows `wb` bytes apart of `nb`
+/// `KIND` blocks each, and `quants` and `scales` hold `nb * PANEL_ROWS`
+/// entries.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pack<const KIND: u8>(
     nb: usize,
@@ -160,15 +172,19 @@ unsafe fn pack<const KIND: u8>(
     quants: &mut [__m256i],
     scales: &mut [f32],
 ) {
-    for b in 0..nb {
-        let mut q = [_mm256_setzero_si256(); PANEL_ROWS];
-        let mut d = [0.0f32; PANEL_ROWS];
-        for i in 0..live {
-            (d[i], q[i]) = weight_block::<KIND>(w.add(i * wb + b * block_bytes(KIND)));
+    // SAFETY: `i < live` and `b < nb` keep every block read inside the rows
+    // this fn's contract covers; AVX2/FMA/F16C are enabled on this fn.
+    unsafe {
+        for b in 0..nb {
+            let mut q = [_mm256_setzero_si256(); PANEL_ROWS];
+            let mut d = [0.0f32; PANEL_ROWS];
+            for i in 0..live {
+                (d[i], q[i]) = weight_block::<KIND>(w.add(i * wb + b * block_bytes(KIND)));
+            }
+            let steps = transpose_u32(q);
+            quants[b * PANEL_ROWS..(b + 1) * PANEL_ROWS].copy_from_slice(&steps);
+            scales[b * PANEL_ROWS..(b + 1) * PANEL_ROWS].copy_from_slice(&d);
         }
-        let steps = transpose_u32(q);
-        quants[b * PANEL_ROWS..(b + 1) * PANEL_ROWS].copy_from_slice(&steps);
-        scales[b * PANEL_ROWS..(b + 1) * PANEL_ROWS].copy_from_slice(&d);
     }
 }
 
@@ -212,6 +228,10 @@ pub(super) unsafe fn transpose_u32(r: [__m256i; 8]) -> [__m256i; 8] {
 
 /// One packed panel against four tokens: lane `i` of result `t` is row `i` ·
 /// token `t`.
+///
+/// # Safety
+/// AVX2/FMA/F16C available; `quants` and `scales` hold `nb` packed blocks,
+/// every `a[t]` `nb` Q8_0 blocks and every `side[t]` their side information.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn panel_pass<const KIND: u8>(
@@ -224,45 +244,50 @@ unsafe fn panel_pass<const KIND: u8>(
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); PASS_TOKENS];
     let (qp, sp) = (quants.as_ptr(), scales.as_ptr());
-    for b in 0..nb {
-        // i16 lanes for small quants, i32 lanes otherwise.
-        let mut sums = [_mm256_setzero_si256(); PASS_TOKENS];
-        let q = qp.add(b * PANEL_ROWS);
-        let y_at = |t: usize, s: usize| {
-            let p = a[t].add(b * Q8_0_BLOCK + 2 + 4 * s);
-            _mm256_set1_epi32((p as *const i32).read_unaligned())
-        };
-        for s in 0..8 {
-            let x = *q.add(s);
-            let ax = _mm256_sign_epi8(x, x);
-            for (t, sum) in sums.iter_mut().enumerate() {
-                let y = y_at(t, s);
-                let p = if KIND == Q4_0 {
-                    _mm256_maddubs_epi16(x, y)
-                } else {
-                    _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x))
-                };
-                *sum = if small_quants(KIND) {
-                    _mm256_add_epi16(*sum, p)
-                } else {
-                    _mm256_add_epi32(*sum, _mm256_madd_epi16(p, ones))
-                };
-            }
-        }
-        let dw = _mm256_loadu_ps(sp.add(b * PANEL_ROWS));
-        let dw8 = _mm256_mul_ps(dw, _mm256_set1_ps(8.0));
-        for (t, sum) in sums.into_iter().enumerate() {
-            let s = side[t].add(b * SIDE_PER_BLOCK);
-            let sum = if small_quants(KIND) {
-                _mm256_madd_epi16(sum, ones)
-            } else {
-                sum
+    // SAFETY: `b < nb` and `s < 8` keep every read inside the `nb` blocks of
+    // `quants`, `scales`, `a[t]` and `side[t]` (this fn's contract);
+    // AVX2/FMA/F16C are enabled on this fn.
+    unsafe {
+        for b in 0..nb {
+            // i16 lanes for small quants, i32 lanes otherwise.
+            let mut sums = [_mm256_setzero_si256(); PASS_TOKENS];
+            let q = qp.add(b * PANEL_ROWS);
+            let y_at = |t: usize, s: usize| {
+                let p = a[t].add(b * Q8_0_BLOCK + 2 + 4 * s);
+                _mm256_set1_epi32((p as *const i32).read_unaligned())
             };
-            let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*s));
-            acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sum), acc[t]);
-            if KIND == Q4_0 {
-                // The -8 offset: d_w · 8 · d_a Σy.
-                acc[t] = _mm256_fnmadd_ps(dw8, _mm256_set1_ps(*s.add(1)), acc[t]);
+            for s in 0..8 {
+                let x = *q.add(s);
+                let ax = _mm256_sign_epi8(x, x);
+                for (t, sum) in sums.iter_mut().enumerate() {
+                    let y = y_at(t, s);
+                    let p = if KIND == Q4_0 {
+                        _mm256_maddubs_epi16(x, y)
+                    } else {
+                        _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x))
+                    };
+                    *sum = if small_quants(KIND) {
+                        _mm256_add_epi16(*sum, p)
+                    } else {
+                        _mm256_add_epi32(*sum, _mm256_madd_epi16(p, ones))
+                    };
+                }
+            }
+            let dw = _mm256_loadu_ps(sp.add(b * PANEL_ROWS));
+            let dw8 = _mm256_mul_ps(dw, _mm256_set1_ps(8.0));
+            for (t, sum) in sums.into_iter().enumerate() {
+                let s = side[t].add(b * SIDE_PER_BLOCK);
+                let sum = if small_quants(KIND) {
+                    _mm256_madd_epi16(sum, ones)
+                } else {
+                    sum
+                };
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*s));
+                acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sum), acc[t]);
+                if KIND == Q4_0 {
+                    // The -8 offset: d_w · 8 · d_a Σy.
+                    acc[t] = _mm256_fnmadd_ps(dw8, _mm256_set1_ps(*s.add(1)), acc[t]);
+                }
             }
         }
     }

@@ -79,23 +79,30 @@ pub(super) unsafe fn rows_times_tokens<F: PanelFormat>(
     let start = bytes.as_mut_ptr().align_offset(align);
     // SAFETY: in bounds by the resize above, aligned, and every block is
     // written by `pack` before `pass` reads it (blocks are plain data).
-    let panel = std::slice::from_raw_parts_mut(bytes.as_mut_ptr().add(start) as *mut F::Block, nb);
+    let panel = unsafe {
+        std::slice::from_raw_parts_mut(bytes.as_mut_ptr().add(start) as *mut F::Block, nb)
+    };
     let mut r0 = rows.start;
-    while r0 < rows.end {
-        let live = (rows.end - r0).min(ROWS);
-        F::pack(w.as_ptr().add(r0 * wb), wb, live, panel);
-        let mut t = 0;
-        while t < n {
-            // A short last pass repeats its last token; the extra results
-            // are dropped.
-            let a = [0, 1, 2, 3].map(|i| acts.as_ptr().add((t + i).min(n - 1) * ab));
-            let res = F::pass(panel, a);
-            for (i, v) in res.iter().enumerate().take(n - t) {
-                store_lanes(*v, out.at(t + i, r0 - rows.start), live);
+    // SAFETY: rows `rows` of `w`, the `n` rows of `acts` and the `n` rows of
+    // `out` are as large as this fn's contract says, so every offset and store
+    // below stays in them; AVX2/FMA/F16C are enabled on this fn.
+    unsafe {
+        while r0 < rows.end {
+            let live = (rows.end - r0).min(ROWS);
+            F::pack(w.as_ptr().add(r0 * wb), wb, live, panel);
+            let mut t = 0;
+            while t < n {
+                // A short last pass repeats its last token; the extra results
+                // are dropped.
+                let a = [0, 1, 2, 3].map(|i| acts.as_ptr().add((t + i).min(n - 1) * ab));
+                let res = F::pass(panel, a);
+                for (i, v) in res.iter().enumerate().take(n - t) {
+                    store_lanes(*v, out.at(t + i, r0 - rows.start), live);
+                }
+                t += PASS_TOKENS;
             }
-            t += PASS_TOKENS;
+            r0 += live;
         }
-        r0 += live;
     }
     PANEL.set(bytes);
 }
@@ -107,11 +114,15 @@ pub(super) unsafe fn rows_times_tokens<F: PanelFormat>(
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn store_lanes(v: __m256, dst: *mut f32, live: usize) {
-    if live == ROWS {
-        _mm256_storeu_ps(dst, v);
-    } else {
-        let mut lanes = [0.0f32; ROWS];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), v);
-        std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, live);
+    // SAFETY: `dst` is valid for `live` writes (this fn's contract) and
+    // `lanes` holds eight floats; AVX is enabled on this fn.
+    unsafe {
+        if live == ROWS {
+            _mm256_storeu_ps(dst, v);
+        } else {
+            let mut lanes = [0.0f32; ROWS];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), v);
+            std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, live);
+        }
     }
 }

@@ -46,15 +46,21 @@ pub(super) mod avx2 {
         BF16,
     }
 
+    /// # Safety
+    /// AVX2/FMA/F16C available; eight elements of `e` readable at `p`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn load8(e: Elem, p: *const u8) -> __m256 {
-        match e {
-            Elem::F32 => _mm256_loadu_ps(p as *const f32),
-            Elem::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
-            Elem::BF16 => {
-                let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
-                _mm256_castsi256_ps(_mm256_slli_epi32(h, 16))
+        // SAFETY: eight elements of `e` are readable at `p` (this fn's
+        // contract); AVX2/F16C are enabled on this fn.
+        unsafe {
+            match e {
+                Elem::F32 => _mm256_loadu_ps(p as *const f32),
+                Elem::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+                Elem::BF16 => {
+                    let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
+                    _mm256_castsi256_ps(_mm256_slli_epi32(h, 16))
+                }
             }
         }
     }
@@ -91,9 +97,13 @@ pub(super) mod avx2 {
         let mut acc = [_mm256_setzero_ps(); R];
         let mut i = 0;
         while i + 8 <= k {
-            let y = load8(e, ap.add(i * size));
-            for r in 0..R {
-                acc[r] = _mm256_fmadd_ps(load8(e, wp[r].add(i * size)), y, acc[r]);
+            // SAFETY: `i + 8 <= k` and every row holds `k` elements (this
+            // fn's contract); AVX2/FMA/F16C are enabled on this fn.
+            unsafe {
+                let y = load8(e, ap.add(i * size));
+                for r in 0..R {
+                    acc[r] = _mm256_fmadd_ps(load8(e, wp[r].add(i * size)), y, acc[r]);
+                }
             }
             i += 8;
         }
@@ -104,7 +114,8 @@ pub(super) mod avx2 {
         };
         let mut out = [0.0f32; R];
         for r in 0..R {
-            out[r] = hsum(acc[r]);
+            // SAFETY: AVX2/FMA/F16C are enabled on this fn.
+            out[r] = unsafe { hsum(acc[r]) };
             for j in i..k {
                 out[r] += value(&w[r][j * size..]) * value(&a[j * size..]);
             }

@@ -117,7 +117,10 @@ pub unsafe fn matmul_rows_strided(
     assert!(out_stride >= rows.len(), "output stride");
     #[cfg(target_arch = "x86_64")]
     if super::detected_isa() == super::Isa::Avx2 {
-        super::avx2_q4_0x8::matmul(nb, w, rows, acts, n_tokens, out, out_stride);
+        // SAFETY: AVX2/FMA/F16C detected; the lengths of `w` and `acts` were
+        // checked above, and every output row is valid for `rows.len()`
+        // writes (this fn's contract).
+        unsafe { super::avx2_q4_0x8::matmul(nb, w, rows, acts, n_tokens, out, out_stride) };
         return;
     }
     unreachable!("Q4_0 is only interleaved on CPUs with its kernels (see can_pack)");

@@ -112,7 +112,10 @@ pub unsafe fn matmul_rows_strided(
         rows.len()
     );
     let out = OutRows::new(out, out_stride);
-    tile_with(detected_isa(), weight, k, w, rows, acts, n_tokens, out);
+    // SAFETY: the lengths were checked above, and every output row `t <
+    // n_tokens` is valid for `rows.len()` writes by this call alone (this
+    // fn's contract), which is the room `tile_with` needs.
+    unsafe { tile_with(detected_isa(), weight, k, w, rows, acts, n_tokens, out) };
 }
 
 fn check_inputs(
@@ -160,7 +163,9 @@ impl OutRows {
     /// (`t`, `c`) must be within what the creator of `self` vouched for.
     #[inline(always)]
     pub(super) unsafe fn at(self, t: usize, c: usize) -> *mut f32 {
-        self.base.add(t * self.stride + c)
+        // SAFETY: (`t`, `c`) lies within the block the creator vouched for
+        // (this fn's contract), so the offset stays inside its allocation.
+        unsafe { self.base.add(t * self.stride + c) }
     }
 
     fn skip_tokens(self, t: usize) -> OutRows {
@@ -189,7 +194,9 @@ pub(super) unsafe fn tile_with(
     let width = rows.len();
     if k == 0 || width == 0 {
         for t in 0..n_tokens {
-            std::slice::from_raw_parts_mut(out.at(t, 0), width).fill(0.0);
+            // SAFETY: `out` has room for `n_tokens` rows of `width` (this
+            // fn's contract).
+            unsafe { std::slice::from_raw_parts_mut(out.at(t, 0), width).fill(0.0) };
         }
         return;
     }
@@ -220,10 +227,11 @@ pub(super) unsafe fn tile_with(
                 _ => None,
             };
             if let Some(run) = run {
-                // SAFETY: AVX2/FMA/F16C detected; lengths checked by the
-                // entry points.
                 let chunk = &acts[t0 * ab..t_end * ab];
-                run(nb, w, rows.clone(), chunk, t_end - t0, out.skip_tokens(t0));
+                // SAFETY: AVX2/FMA/F16C detected; lengths checked by the
+                // entry points, and `out` has room for the chunk's tokens
+                // (this fn's contract).
+                unsafe { run(nb, w, rows.clone(), chunk, t_end - t0, out.skip_tokens(t0)) };
                 continue;
             }
         }
@@ -232,19 +240,22 @@ pub(super) unsafe fn tile_with(
             .filter(|_| isa == Isa::Avx2 && t_end - t0 >= PANEL_MIN_TOKENS)
         {
             // SAFETY: AVX2/FMA/F16C detected; lengths checked by the entry
-            // points, side filled for every token of the chunk.
-            super::avx2_panel::run(
-                kind,
-                nb,
-                row_bytes(weight, k),
-                w,
-                rows.clone(),
-                &acts[t0 * ab..t_end * ab],
-                ab,
-                &side,
-                t_end - t0,
-                out.skip_tokens(t0),
-            );
+            // points, side filled for every token of the chunk, and `out` has
+            // room for the chunk's tokens (this fn's contract).
+            unsafe {
+                super::avx2_panel::run(
+                    kind,
+                    nb,
+                    row_bytes(weight, k),
+                    w,
+                    rows.clone(),
+                    &acts[t0 * ab..t_end * ab],
+                    ab,
+                    &side,
+                    t_end - t0,
+                    out.skip_tokens(t0),
+                )
+            };
             continue;
         }
         // Row blocks outside, token groups inside, rows innermost: a group's
@@ -259,8 +270,13 @@ pub(super) unsafe fn tile_with(
                     let at = (t + i - t0) * per_token_side;
                     *g = (act_row(t + i), &side[at..at + per_token_side]);
                 }
-                let dst = OutRows::new(out.at(t, r0 - rows.start), out.stride);
-                rows_times_group(isa, weight, k, w, block.clone(), &group[..n], dst);
+                // SAFETY: tokens `t..t + n` and columns of `block` lie in the
+                // `n_tokens` rows of `rows.len()` that `out` has room for
+                // (this fn's contract).
+                unsafe {
+                    let dst = OutRows::new(out.at(t, r0 - rows.start), out.stride);
+                    rows_times_group(isa, weight, k, w, block.clone(), &group[..n], dst);
+                }
             }
         }
     }
@@ -290,9 +306,10 @@ unsafe fn rows_times_group(
     if isa == Isa::Avx2 {
         // SAFETY: AVX2/FMA/F16C were detected; rows `rows` of `w` and every
         // activation row hold nb blocks, side slices have side_len floats and
-        // `dst` has group.len() * rows.len() entries.
-        let done =
-            super::avx2_dispatch::rows_times_group(ty, k, nb, wb, w, rows.clone(), group, dst);
+        // `dst` has group.len() * rows.len() entries (this fn's contract).
+        let done = unsafe {
+            super::avx2_dispatch::rows_times_group(ty, k, nb, wb, w, rows.clone(), group, dst)
+        };
         if done {
             return;
         }
@@ -301,7 +318,10 @@ unsafe fn rows_times_group(
     for r in rows.clone() {
         let w_row = &w[r * wb..(r + 1) * wb];
         for (i, (a, _)) in group.iter().enumerate() {
-            *dst.at(i, r - rows.start) = scalar_dot(ty, k, nb, w_row, a);
+            let v = scalar_dot(ty, k, nb, w_row, a);
+            // SAFETY: `dst` has room for `group.len()` rows of `rows.len()`
+            // (this fn's contract).
+            unsafe { *dst.at(i, r - rows.start) = v };
         }
     }
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds, on the dev machine, what `benches/device/vulkan.sh` runs on the lent
+# GPU: release xtask (gen-model, bench) and the conformance test binaries,
+# stripped, into `.gpu/bin/` (ignored by git; carried with the run).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .gpu/bin
+rm -f .gpu/bin/*
+cargo build --release -p xtask
+cp target/release/xtask .gpu/bin/xtask
+cargo test -p rocmforge-conformance -p rocmforge-vulkan --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])
+' | while read -r name exe; do cp "$exe" ".gpu/bin/test-$name"; done
+strip .gpu/bin/*
+du -sh .gpu/bin

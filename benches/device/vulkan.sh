@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The Vulkan backend on the lent GPU (docs/vulkan.md, "On the lent GPU").
+# Runs from the repository root on the device machine, with binaries built
+# on the dev machine by `benches/device/build.sh` and carried in `.gpu/`,
+# and the Vulkan loader's Debian packages carried in `.gl/`.
+#
+#   benches/device/vulkan.sh conformance   # the suite, on the GPU
+#   benches/device/vulkan.sh bench         # xtask bench vs the CPU rows
+#   benches/device/vulkan.sh all
+set -uo pipefail
+mode=${1:-all}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+export CARGO_TARGET_DIR=/tmp/rocmforge-target
+export ROCMFORGE_REQUIRE_BACKENDS=cpu,vulkan
+mkdir -p "$CARGO_TARGET_DIR"
+
+if [ "$mode" = conformance ] || [ "$mode" = all ]; then
+  for t in .gpu/bin/test-*; do
+    echo "== $t"
+    "$t" --test-threads=1 2>&1 | tee -a "$out/conformance.log" | grep -E "^test |test result|conformance:|vs cpu|vs llama|panicked"
+  done
+fi
+
+if [ "$mode" = bench ] || [ "$mode" = all ]; then
+  for preset in qwen2-0.5b llama2-7b; do
+    .gpu/bin/xtask gen-model --preset "$preset" --type Q4_0 \
+      --out "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" 2>&1 | tail -1
+  done
+  for preset in qwen2-0.5b llama2-7b; do
+    .gpu/bin/xtask bench --backend vulkan,cpu --model "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" \
+      -p 512 -n 128 -r 3 -o md 2>&1 | tee -a "$out/bench.md"
+  done
+fi
