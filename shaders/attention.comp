@@ -1,13 +1,19 @@
 // Causal GQA attention over the f16 KV cache, one workgroup per (token,
-// head). Token t attends to cache positions 0 .. pos0 + t, with pos0 read
-// from the step-input region, so the grid depends only on the graph shape.
-// Positions are taken WG_SIZE at a time: each invocation scores one
-// (q . k * scale, q rounded to f16 as ggml does), then an online softmax
-// step rescales the running output, which each invocation keeps for its
-// own head dimensions (up to ATT_DIMS per invocation).
+// head), with ggml's CPU flash-attention numerics (as the CPU reference):
+//   - Q rounded to f16; each q.k summed like ggml_vec_dot_f16 on AVX2: 32
+//     lanes accumulated with fma over 32-element steps, reduced
+//     (a0 + a2) + (a1 + a3) per 8 lanes, then halves, then pairs; score =
+//     dot * scale;
+//   - online softmax in position order: a new maximum rescales the output;
+//   - the output accumulated in f16 (f16 values held in f32), rounded after
+//     every fused multiply-add and every rescale.
+// Token t attends to cache positions 0 .. pos0 + t, with pos0 read from the
+// step-input region, so the grid depends only on the graph shape. Positions
+// are taken WG_SIZE at a time: each invocation scores one, then every
+// invocation walks the chunk in order for its own head dimensions (up to
+// ATT_DIMS), repeating the max/sum recurrence so all agree bit for bit.
 #version 460
 #extension GL_GOOGLE_include_directive : require
-#define NEEDS_REDUCE
 #include "common.glsl"
 
 layout(local_size_x = WG_SIZE) in;
@@ -30,7 +36,35 @@ layout(push_constant, std430) uniform Push {
 } pc;
 
 shared float qs[MAX_HEAD_DIM];
-shared float weights[WG_SIZE];
+shared float scores[WG_SIZE];
+
+// q . k for the cache row starting at word `kw` (pairs of halves), in
+// ggml's AVX2 order; a tail past a multiple of 32 is added in order.
+float dot_ggml(U32s kc, uint kw, uint hd) {
+    float acc[32];
+    for (uint l = 0u; l < 32u; l++) {
+        acc[l] = 0.0;
+    }
+    uint body = hd - hd % 32u;
+    for (uint i = 0u; i < body; i += 32u) {
+        for (uint l = 0u; l < 32u; l += 2u) {
+            vec2 k = unpackHalf2x16(kc.v[kw + (i + l) / 2u]);
+            acc[l] = fma(k.x, qs[i + l], acc[l]);
+            acc[l + 1u] = fma(k.y, qs[i + l + 1u], acc[l + 1u]);
+        }
+    }
+    float v[8];
+    for (uint l = 0u; l < 8u; l++) {
+        v[l] = (acc[l] + acc[16u + l]) + (acc[8u + l] + acc[24u + l]);
+    }
+    float s = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+    for (uint d = body; d < hd; d += 2u) {
+        vec2 k = unpackHalf2x16(kc.v[kw + d / 2u]);
+        s += k.x * qs[d];
+        s += k.y * qs[d + 1u];
+    }
+    return s;
+}
 
 void main() {
     uint g = wg_linear();
@@ -57,6 +91,8 @@ void main() {
     U32s vc = U32s(pc.v_cache);
     uint row_words = pc.kv_dim / 2u;
     uint head_word = kvh * hd / 2u;
+    // Past a multiple of 32 dims ggml's V update is not fused.
+    uint body = hd - hd % 32u;
 
     float m = -1.0 / 0.0;
     float l = 0.0;
@@ -66,40 +102,40 @@ void main() {
     }
     for (uint base = 0u; base < n_kv; base += WG_SIZE) {
         uint p = base + tid;
-        float s = -1.0 / 0.0;
         if (p < n_kv) {
-            uint kw = p * row_words + head_word;
-            float dot_ = 0.0;
-            for (uint d = 0u; d < hd / 2u; d++) {
-                vec2 kk = unpackHalf2x16(kc.v[kw + d]);
-                dot_ += kk.x * qs[2u * d] + kk.y * qs[2u * d + 1u];
-            }
-            s = dot_ * pc.scale;
+            scores[tid] = dot_ggml(kc, p * row_words + head_word, hd) * pc.scale;
         }
-        float m_new = max(m, wg_max(s));
-        float alpha = exp(m - m_new);
-        float w = p < n_kv ? exp(s - m_new) : 0.0;
-        weights[tid] = w;
-        l = l * alpha + wg_sum(w);
+        memoryBarrierShared();
+        barrier();
         uint cnt = min(uint(WG_SIZE), n_kv - base);
-        for (uint i = 0u; i < ATT_DIMS; i++) {
-            uint d = tid + i * WG_SIZE;
-            if (d < hd) {
-                float a = acc[i] * alpha;
-                for (uint pp = 0u; pp < cnt; pp++) {
-                    uint vw = (base + pp) * row_words + head_word + d / 2u;
-                    vec2 vv = unpackHalf2x16(vc.v[vw]);
-                    a += weights[pp] * ((d & 1u) != 0u ? vv.y : vv.x);
-                }
-                acc[i] = a;
+        for (uint pp = 0u; pp < cnt; pp++) {
+            float s = scores[pp];
+            float ms = 1.0;
+            float vs = 1.0;
+            bool rescale = s > m;
+            if (rescale) {
+                ms = isinf(m) ? 0.0 : exp(m - s);
+                m = s;
+            } else {
+                vs = exp(s - m);
             }
+            uint vw = (base + pp) * row_words + head_word;
+            for (uint i = 0u; i < ATT_DIMS; i++) {
+                uint d = tid + i * WG_SIZE;
+                if (d < hd) {
+                    float a = rescale ? round_f16(acc[i] * ms) : acc[i];
+                    vec2 vv = unpackHalf2x16(vc.v[vw + d / 2u]);
+                    float x = (d & 1u) != 0u ? vv.y : vv.x;
+                    acc[i] = round_f16(d < body ? fma(x, vs, a) : a + x * vs);
+                }
+            }
+            l = l * ms + vs;
         }
-        m = m_new;
         memoryBarrierShared();
         barrier();
     }
     F32s o = F32s(pc.out_ + (uint64_t(t) * q_dim + h * hd) * 4u);
-    float inv = l > 0.0 ? 1.0 / l : 0.0;
+    float inv = l == 0.0 ? 0.0 : 1.0 / l;
     for (uint i = 0u; i < ATT_DIMS; i++) {
         uint d = tid + i * WG_SIZE;
         if (d < hd) {

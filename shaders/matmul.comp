@@ -50,7 +50,8 @@ void main() {
     uint tid = gl_LocalInvocationID.x;
     uint tr = tid % 16u;
     uint tc = tid / 16u;
-    uint64_t row_bytes = uint64_t(pc.k / QUANT_K) * QUANT_BLOCK_BYTES;
+    // Plain float rows may end mid-"block": size rows by elements.
+    uint64_t row_bytes = uint64_t(pc.k) * QUANT_BLOCK_BYTES / QUANT_K;
     V4s x = V4s(pc.x);
 
     float acc[4][4];

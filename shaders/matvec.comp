@@ -36,7 +36,8 @@ void main() {
     }
     uint m = pc.rows[p];
     uint units = pc.k / 8u;
-    uint64_t row = pc.w[p] + uint64_t(r) * uint64_t(units / QUANT_UNITS) * QUANT_BLOCK_BYTES;
+    // Plain float rows may end mid-"block": size rows by elements.
+    uint64_t row = pc.w[p] + uint64_t(r) * (uint64_t(pc.k) * QUANT_BLOCK_BYTES / QUANT_K);
     V4s x = V4s(pc.x);
     float acc[MV_MAX_TOKENS];
     for (uint t = 0u; t < MV_MAX_TOKENS; t++) {

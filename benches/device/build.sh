@@ -17,4 +17,5 @@ for line in sys.stdin:
         print(m["target"]["name"], m["executable"])
 ' | while read -r name exe; do cp "$exe" ".gpu/bin/test-$name"; done
 strip .gpu/bin/*
+gzip -9 -f .gpu/bin/*
 du -sh .gpu/bin

@@ -39,16 +39,19 @@ const WEIGHT_TYPES: &[(&str, &str)] = &[
     ("iq4_xs", "WEIGHT_IQ4_XS"),
 ];
 
+/// `-D` defines of one variant.
+type Defines = &'static [(&'static str, &'static str)];
+
 /// Kernel families compiled once per weight type: (variant prefix, file,
 /// extra defines).
-const WEIGHT_KERNELS: &[(&str, &str, &[(&str, &str)])] = &[
+const WEIGHT_KERNELS: &[(&str, &str, Defines)] = &[
     ("embed", "embed.comp", &[("WG_SIZE", "64")]),
     ("matvec", "matvec.comp", &[("WG_SIZE", "64")]),
     ("matmul", "matmul.comp", &[]),
 ];
 
 /// Kernels independent of the weight type: (variant name, file, defines).
-const KERNELS: &[(&str, &str, &[(&str, &str)])] = &[
+const KERNELS: &[(&str, &str, Defines)] = &[
     ("rmsnorm", "rmsnorm.comp", &[("WG_SIZE", "64")]),
     ("rope", "rope.comp", &[]),
     ("store_kv", "store_kv.comp", &[]),
@@ -56,8 +59,19 @@ const KERNELS: &[(&str, &str, &[(&str, &str)])] = &[
     ("add", "eltwise.comp", &[("OP_ADD", "1")]),
     ("swiglu", "eltwise.comp", &[("OP_SWIGLU", "1")]),
     ("copy", "eltwise.comp", &[("OP_COPY", "1")]),
+    ("quantize_q8_0", "quantize_act.comp", &[("ACT_Q8_0", "1")]),
+    ("quantize_q8_k", "quantize_act.comp", &[("ACT_Q8_K", "1")]),
+    ("quantize_f16", "quantize_act.comp", &[("ACT_F16", "1")]),
+    ("quantize_bf16", "quantize_act.comp", &[("ACT_BF16", "1")]),
     ("spin", "spin.comp", &[]),
 ];
+
+/// One SPIR-V module to build.
+struct Variant {
+    name: String,
+    file: &'static str,
+    defines: Vec<(&'static str, &'static str)>,
+}
 
 /// Resolves `#include "x"` relative to the including file, then to the
 /// shader root.
@@ -134,7 +148,7 @@ fn main() {
     }
 
     let compiler = Compiler::acquire().expect("glslang initialises");
-    let mut variants: Vec<(String, String, Vec<(&str, &str)>)> = Vec::new();
+    let mut variants: Vec<Variant> = Vec::new();
     let mut types = Vec::new();
     for &(ty, define) in WEIGHT_TYPES {
         if !root.join("quant").join(format!("{ty}.glsl")).is_file() {
@@ -145,11 +159,19 @@ fn main() {
         for &(prefix, file, defs) in WEIGHT_KERNELS {
             let mut d = defs.to_vec();
             d.push((define, "1"));
-            variants.push((format!("{prefix}_{ty}"), file.to_string(), d));
+            variants.push(Variant {
+                name: format!("{prefix}_{ty}"),
+                file,
+                defines: d,
+            });
         }
     }
     for &(name, file, defs) in KERNELS {
-        variants.push((name.to_string(), file.to_string(), defs.to_vec()));
+        variants.push(Variant {
+            name: name.to_string(),
+            file,
+            defines: defs.to_vec(),
+        });
     }
 
     let mut table = String::from(
@@ -157,8 +179,13 @@ fn main() {
     );
     let mut seen = HashMap::new();
     let mut errors = Vec::new();
-    for (name, file, defs) in &variants {
-        match compile(compiler, &root, file, defs) {
+    for Variant {
+        name,
+        file,
+        defines,
+    } in &variants
+    {
+        match compile(compiler, &root, file, defines) {
             Ok(words) => {
                 let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
                 let path = out.join(format!("{name}.spv"));

@@ -2,21 +2,15 @@
 //! the backend usable, device allocations do not follow the tensor count,
 //! and a session records a bounded number of graphs.
 
-use std::sync::Arc;
-
 use rocmforge_conformance::*;
-use rocmforge_core::model::Model;
+use rocmforge_core::quant::QuantType;
 use rocmforge_core::session::{SessionError, SessionOptions};
-
-fn fixture_model(stem: &str) -> Arc<Model> {
-    Arc::new(Model::load(&fixture_path(&format!("{stem}.gguf"))).unwrap())
-}
 
 #[test]
 fn bad_token_ids_and_context_overflow_are_errors_and_the_session_goes_on() {
     for backend in backends_under_test() {
         let _device = device_lock();
-        let model = fixture_model("tiny-qwen3-Q8_0");
+        let model = generated_model("tiny-qwen3", QuantType::Q8_0);
         let n_vocab = model.config.n_vocab;
         let opts = SessionOptions {
             n_ctx: 32,
@@ -63,8 +57,8 @@ fn device_allocations_do_not_follow_the_tensor_count() {
     for backend in backends_under_test() {
         let _device = device_lock();
         let mut counts = Vec::new();
-        for stem in ["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-qwen3-Q8_0"] {
-            let model = fixture_model(stem);
+        for stem in ["tiny-llama", "tiny-qwen2", "tiny-qwen3"] {
+            let model = generated_model(stem, QuantType::Q4K);
             let mut s = session(&model, backend, compare_options(false));
             s.eval(&random_tokens(23, model.config.n_vocab, 9)).unwrap();
             for t in 0..3 {
@@ -90,7 +84,7 @@ fn device_allocations_do_not_follow_the_tensor_count() {
 fn recorded_graphs_stay_bounded_for_any_prompt_length() {
     for backend in backends_under_test() {
         let _device = device_lock();
-        let model = fixture_model("tiny-qwen2-Q8_0");
+        let model = generated_model("tiny-qwen2", QuantType::Q8_0);
         let opts = SessionOptions {
             n_ctx: 1024,
             n_batch: 24,
@@ -117,7 +111,7 @@ fn split_prompts_equal_one_batch() {
     // same prompt in one step of 32 (positions and KV writes line up).
     for backend in backends_under_test() {
         let _device = device_lock();
-        let model = fixture_model("tiny-llama-Q4_K_M");
+        let model = generated_model("tiny-llama", QuantType::Q4K);
         let prompt = random_tokens(23, model.config.n_vocab, 3);
         let mut small = session(&model, backend, compare_options(true));
         let split = small.eval(&prompt).unwrap().to_vec();

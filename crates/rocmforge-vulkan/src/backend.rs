@@ -92,7 +92,10 @@ struct Loaded {
 /// The arena and the layout of the host-visible buffer: step inputs, then
 /// the breadcrumb word, then the logits.
 struct Reserved {
+    /// The arena, then the scratch (rounded matmul activations).
     arena: Allocation,
+    arena_bytes: u64,
+    scratch_bytes: u64,
     max_tokens: usize,
     crumb_offset: u64,
     logits_offset: u64,
@@ -345,12 +348,12 @@ impl VulkanBackend {
         self.usable()?;
         let buf = self.alloc("spin flag", 256, Placement::Host)?;
         // SAFETY: a fresh mapped allocation of 256 bytes, not in use.
-        unsafe { buf.host_slice(0, 8) }.fill(0);
+        unsafe { buf.host_slice(0, 32) }.fill(0);
         let pipeline = self.pipes.get(&self.gpu.device, "spin")?;
         let cb = self.cmds.allocate(&self.gpu.device)?;
         let crumbs = Crumbs {
             buffer: buf.buffer,
-            offset: 4,
+            offset: 16,
         };
         let mut rec = Recorder::begin(
             &self.gpu.device,
@@ -361,10 +364,17 @@ impl VulkanBackend {
         )?;
         let push = SpinPush {
             flag: buf.address,
-            bound: 1 << 36,
+            bound: 65535,
         };
-        rec.dispatch(pipeline, &push, 1, "op 0 of 1 (spin test kernel)".into());
-        let labels = rec.finish(buf.buffer, 0, buf.buffer, 8, 4)?;
+        // 2^20 workgroups of 65535 polls: hours of spinning, seconds to
+        // drain once the flag is set.
+        rec.dispatch(
+            pipeline,
+            &push,
+            1 << 20,
+            "op 0 of 1 (spin test kernel)".into(),
+        );
+        let labels = rec.finish(buf.buffer, 0, buf.buffer, 32, 4)?;
         let result = self
             .cmds
             .submit_wait(&self.gpu.device, self.gpu.queue, cb, timeout);
@@ -548,13 +558,17 @@ impl Backend for VulkanBackend {
         if self.host.is_none() {
             self.host = Some(self.alloc("step inputs and logits", host_bytes, Placement::Host)?);
         }
+        let arena_bytes = arena_bytes.next_multiple_of(256) as u64;
+        let scratch_bytes = kernels::scratch_bytes(largest) as u64;
         let arena = self.alloc(
-            "activation arena",
-            arena_bytes as u64,
+            "activation arena and scratch",
+            arena_bytes + scratch_bytes,
             Placement::Device { host: false },
         )?;
         self.reserved = Some(Reserved {
             arena,
+            arena_bytes,
+            scratch_bytes,
             max_tokens,
             crumb_offset,
             logits_offset,
@@ -582,7 +596,12 @@ impl Backend for VulkanBackend {
         exceeds(
             "the activation arena",
             plan.arena_bytes as u64,
-            r.arena.size,
+            r.arena_bytes,
+        )?;
+        exceeds(
+            "the activation scratch",
+            kernels::scratch_bytes(graph) as u64,
+            r.scratch_bytes,
         )?;
         exceeds(
             "the step-input region",
@@ -604,9 +623,9 @@ impl Backend for VulkanBackend {
         });
         graph.rope.check(s.head_dim, ff)?;
         if s.head_dim > kernels::MAX_HEAD_DIM
-            || s.head_dim % 2 != 0
+            || !s.head_dim.is_multiple_of(2)
             || s.n_head_kv == 0
-            || s.n_head % s.n_head_kv != 0
+            || !s.n_head.is_multiple_of(s.n_head_kv)
         {
             return Err(BackendError::Device(format!(
                 "attention with {} heads of {} over {} KV heads is not supported (head size must be even and at most {})",
@@ -616,6 +635,7 @@ impl Backend for VulkanBackend {
         let addrs = GraphAddresses {
             weights: &loaded.weights,
             arena: r.arena.address,
+            scratch: r.arena.address + r.arena_bytes,
             kv: loaded.kv.address,
             kv_layout: loaded.kv_layout,
             step: host.address,
@@ -736,8 +756,8 @@ impl Backend for VulkanBackend {
             device_allocations: self.allocations,
             weight_bytes: self.loaded.as_ref().map_or(0, |l| l.weight_bytes),
             kv_bytes: self.loaded.as_ref().map_or(0, |l| l.kv.size),
-            arena_bytes: self.reserved.as_ref().map_or(0, |r| r.arena.size),
-            scratch_bytes: 0,
+            arena_bytes: self.reserved.as_ref().map_or(0, |r| r.arena_bytes),
+            scratch_bytes: self.reserved.as_ref().map_or(0, |r| r.scratch_bytes),
         }
     }
 }

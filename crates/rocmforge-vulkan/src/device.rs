@@ -27,19 +27,13 @@ pub struct DeviceChoice {
 pub struct DeviceProps {
     pub name: String,
     pub device_type: vk::PhysicalDeviceType,
-    pub api_version: u32,
     /// Integrated GPU or CPU implementation with device-local host-visible
     /// memory: weights are written straight from the file mapping.
     pub uma: bool,
     pub fp16: bool,
-    pub int_dot: bool,
-    pub coopmat: bool,
-    pub subgroup_size: u32,
-    pub shared_memory: u32,
     /// Largest single allocation and buffer.
     pub max_region: u64,
     pub max_workgroups: [u32; 3],
-    pub max_push_constants: u32,
     /// One line in the style of llama.cpp's device report.
     pub summary: String,
 }
@@ -49,7 +43,6 @@ pub struct Gpu {
     // Kept alive: the loader library must outlive every handle.
     _entry: ash::Entry,
     pub instance: ash::Instance,
-    pub physical: vk::PhysicalDevice,
     pub device: ash::Device,
     pub queue: vk::Queue,
     pub queue_family: u32,
@@ -81,13 +74,26 @@ fn cstr(bytes: &[std::ffi::c_char]) -> String {
         .into_owned()
 }
 
+/// The Vulkan loader, opened once per process and never closed. Closing and
+/// reopening it per backend made NVIDIA's driver fail to load after a few
+/// dozen sessions ("Unable to find a Vulkan driver", seen on an H100): its
+/// libraries are not built to be unloaded and loaded again.
+fn loader() -> Result<ash::Entry, BackendError> {
+    static ENTRY: std::sync::OnceLock<Result<ash::Entry, String>> = std::sync::OnceLock::new();
+    ENTRY
+        .get_or_init(|| {
+            // SAFETY: loads the system Vulkan loader; its initialisation code
+            // is trusted as any system library's.
+            unsafe { ash::Entry::load() }
+                .map_err(|e| format!("no Vulkan loader (libvulkan.so.1): {e}"))
+        })
+        .clone()
+        .map_err(BackendError::Unavailable)
+}
+
 impl Gpu {
     pub fn open(choice: DeviceChoice) -> Result<Gpu, BackendError> {
-        // SAFETY: loads the system Vulkan loader; its initialisation code is
-        // trusted as any system library's.
-        let entry = unsafe { ash::Entry::load() }.map_err(|e| {
-            BackendError::Unavailable(format!("no Vulkan loader (libvulkan.so.1): {e}"))
-        })?;
+        let entry = loader()?;
         // SAFETY: plain query on a loaded entry.
         let version = unsafe { entry.try_enumerate_instance_version() }
             .check("vkEnumerateInstanceVersion")?
@@ -195,7 +201,6 @@ impl Gpu {
         Ok(Gpu {
             _entry: entry,
             instance,
-            physical: c.physical,
             device,
             queue,
             queue_family: c.queue_family,
@@ -324,16 +329,10 @@ fn candidate(
         props: DeviceProps {
             name,
             device_type: p.device_type,
-            api_version: p.api_version,
             uma,
             fp16,
-            int_dot,
-            coopmat,
-            subgroup_size: subgroup.subgroup_size,
-            shared_memory: p.limits.max_compute_shared_memory_size,
             max_region,
             max_workgroups: p.limits.max_compute_work_group_count,
-            max_push_constants: p.limits.max_push_constants_size,
             summary,
         },
     })

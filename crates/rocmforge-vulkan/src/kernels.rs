@@ -140,10 +140,52 @@ pub struct SpinPush {
 // SAFETY: repr(C), two u64: 16 bytes.
 unsafe impl Push for SpinPush {}
 
+#[repr(C)]
+pub struct QuantizePush {
+    pub x: u64,
+    pub out: u64,
+    pub n: u32,
+    pub pad: u32,
+}
+// SAFETY: repr(C), two u64 then two u32: 24 bytes, no padding.
+unsafe impl Push for QuantizePush {}
+
+/// The kernel that rounds a matmul's activations the way the CPU reference
+/// (ggml) quantizes them for this weight type, if any: Q8_0 (and Q8_1,
+/// which rounds the same) for the 32-blocks, Q8_K for the K-quants and
+/// IQ4_XS, f16 / bf16 for those weights.
+pub fn activation_kernel(ty: QuantType) -> Option<&'static str> {
+    use QuantType as T;
+    match ty {
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4NL => Some("quantize_q8_0"),
+        T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4XS => Some("quantize_q8_k"),
+        T::F16 => Some("quantize_f16"),
+        T::BF16 => Some("quantize_bf16"),
+        _ => None,
+    }
+}
+
+/// Bytes of scratch a graph needs: one rounded copy of the largest matmul
+/// input.
+pub fn scratch_bytes(graph: &Graph) -> usize {
+    graph
+        .ops
+        .iter()
+        .filter_map(|op| match *op {
+            Op::MatMul { x, .. } => Some(graph.tensor(x).bytes()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .next_multiple_of(256)
+}
+
 /// Everything a graph's dispatches refer to.
 pub struct GraphAddresses<'a> {
     pub weights: &'a [DeviceWeight],
     pub arena: u64,
+    /// Rounded matmul activations.
+    pub scratch: u64,
     pub kv: u64,
     pub kv_layout: KvLayout,
     pub step: u64,
@@ -444,6 +486,25 @@ fn record_matmuls(
     }
     let w = weight.expect("at least one matmul");
     let suffix = weight_kernel(w)?;
+    if let Some(q) = activation_kernel(w.ty) {
+        let p = pipes.get(device, q)?;
+        let n = push.n * push.k;
+        let quant = QuantizePush {
+            x: push.x,
+            out: a.scratch,
+            n,
+            pad: 0,
+        };
+        // One invocation per block of 32 (256 for Q8_K, 8 for floats).
+        let block = match q {
+            "quantize_q8_0" => 32,
+            "quantize_q8_k" => 256,
+            _ => 8,
+        };
+        let what = format!("op {first} of {n_ops} (rounding {} activations)", w.ty);
+        rec.dispatch(p, &quant, (n / block).div_ceil(64), what);
+        push.x = a.scratch;
+    }
     let n = push.n as usize;
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
         ("matvec", n_rows)

@@ -47,7 +47,10 @@ impl Allocation {
     ///
     /// # Safety
     /// The range is inside the allocation, the allocation is mapped, and
-    /// the device is not accessing the range concurrently.
+    /// neither the device nor another slice is accessing the range.
+    // Mapped device memory is shared with the device, like an UnsafeCell:
+    // handing out `&mut` from `&self` is the point, under the contract above.
+    #[allow(clippy::mut_from_ref)]
     pub unsafe fn host_slice(&self, offset: u64, len: usize) -> &mut [u8] {
         let base = self.mapped.expect("allocation is mapped");
         debug_assert!(offset + len as u64 <= self.size);

@@ -10,13 +10,21 @@
 //! one. Every row of logits is compared relative to the CPU row's standard
 //! deviation σ.
 //!
-//! Tolerance. The CPU backend quantizes activations (Q8_0/Q8_K, ggml
-//! style) and accumulates V in f16; these kernels keep f32 activations and
-//! an f32 V accumulator, so the two differ by the activation quantization
-//! noise, growing with depth. Measured on lavapipe (see the printed table):
-//! see `MAX_REL` / `MEAN_REL` for the bounds with headroom. Position 0 has
-//! no attention mixing but the same activation noise, so it gets no
-//! tighter bound beyond the max one.
+//! Tolerance. The kernels follow the CPU reference's numerics where they
+//! matter: matmul activations are rounded as ggml quantizes them (Q8_0,
+//! Q8_K, f16, bf16 per weight type; `quantize_act.comp`), and attention
+//! rounds Q to f16, sums q.k in ggml's order and accumulates V in f16. So
+//! rows agree to rounding (0.000σ) until, somewhere, a value lands on the
+//! other side of a Q8 rounding boundary because a sum was added in another
+//! order; that one quantization step then propagates through the later
+//! layers and, via the KV cache, later positions. Measured on lavapipe
+//! (printed per model): F32 ≤ 0.002σ, F16 ≤ 0.005σ, BF16 ≤ 0.02σ, the
+//! quantized types ≤ ~0.06σ on generated models and ≤ ~0.15σ on the
+//! fixtures (worst row mean ≤ ~0.02σ), the same size as the CPU's own
+//! distance to llama.cpp after such a flip (crates/rocmforge-cpu/tests/
+//! reference.rs). The bounds leave headroom; rows at position 0 of a fresh
+//! cache, which only a flip in that row (or the Q8_1 sum term of Q4_1 and
+//! Q5_1, see FIRST_POSITION_REL) can move, must agree to 0.1σ.
 //!
 //! Skips (printing why) when no Vulkan device is present.
 
@@ -24,14 +32,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rocmforge_core::backend::{Backend, BackendError};
+use rocmforge_core::gguf::{GgufFile, GgufWriter};
 use rocmforge_core::model::Model;
+use rocmforge_core::quant::dequantize;
 use rocmforge_core::quant::QuantType;
 use rocmforge_core::session::{Session, SessionOptions};
 use rocmforge_cpu::CpuBackend;
 use rocmforge_vulkan::{VulkanBackend, VulkanOptions};
 
-const MAX_REL: f32 = 0.25;
-const MEAN_REL: f32 = 0.04;
+const MAX_REL: f32 = 0.2;
+const MEAN_REL: f32 = 0.035;
+/// Rows at position 0 of a fresh cache: a flip there affects that row
+/// only, with no history in the KV cache to carry earlier ones. Q4_1 and
+/// Q5_1 differ a little everywhere (0.066σ measured): the CPU adds each
+/// block's minimum times a separately f16-rounded sum of the Q8_1
+/// activations, which rounding the activations alone cannot reproduce.
+const FIRST_POSITION_REL: f32 = 0.1;
+const F32_MAX_REL: f32 = 0.02;
+const F32_MEAN_REL: f32 = 0.004;
 
 fn vulkan() -> Result<VulkanBackend, BackendError> {
     VulkanBackend::new(VulkanOptions {
@@ -70,9 +88,36 @@ fn generated(preset: &str, ty: QuantType) -> PathBuf {
     path
 }
 
+/// The fixture with every tensor dequantized to F32 (written once).
+fn fixture_f32(stem: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vulkan-models");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{stem}-as-F32.gguf"));
+    if path.exists() {
+        return path;
+    }
+    let src = GgufFile::open(&fixture(&format!("{stem}.gguf"))).unwrap();
+    let mut w = GgufWriter::new();
+    for (key, value) in src.metadata() {
+        w.add_metadata(key, value.clone());
+    }
+    for t in src.tensors() {
+        let n = t.shape.iter().product::<u64>() as usize;
+        let mut f = vec![0.0f32; n];
+        dequantize(t.ty, src.tensor_data(t), &mut f).unwrap();
+        let bytes = f.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor(&t.name, &t.shape, QuantType::F32, bytes)
+            .unwrap();
+    }
+    let tmp = path.with_extension("tmp");
+    w.write_to_path(&tmp).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/reference")
+    rocmforge_genmodel::repo_root()
+        .join("testdata/reference")
         .join(name)
 }
 
@@ -92,6 +137,19 @@ fn script(n_vocab: usize) -> Vec<(bool, Vec<u32>)> {
     s.push((true, (0..7).map(|_| next()).collect()));
     s.push((true, vec![next()]));
     s
+}
+
+/// Indices of the rows at position 0 (the first of each reset segment).
+fn first_positions(n_vocab: usize) -> Vec<usize> {
+    let mut rows = Vec::new();
+    let mut at = 0;
+    for (i, (reset, tokens)) in script(n_vocab).into_iter().enumerate() {
+        if i == 0 || reset {
+            rows.push(at);
+        }
+        at += tokens.len();
+    }
+    rows
 }
 
 fn run(model: &Arc<Model>, backend: Box<dyn Backend>) -> Vec<Vec<f32>> {
@@ -137,50 +195,101 @@ fn compare(ours: &[Vec<f32>], cpu: &[Vec<f32>]) -> (f32, f32, usize) {
 }
 
 fn check(path: &std::path::Path) {
+    check_within(path, MAX_REL, MEAN_REL);
+}
+
+fn check_within(path: &std::path::Path, max_rel: f32, mean_rel: f32) {
     let Some(vk) = vulkan_or_skip() else { return };
     let model = Arc::new(Model::load(path).unwrap());
     let cpu = run(&model, Box::new(CpuBackend::new(2)));
     let ours = run(&model, Box::new(vk));
     assert_eq!(ours.len(), cpu.len());
     let (max, mean, worst) = compare(&ours, &cpu);
+    if std::env::var_os("VS_CPU_ROWS").is_some() {
+        for (i, (a, b)) in ours.iter().zip(&cpu).enumerate() {
+            let (m, mean, _) = compare(std::slice::from_ref(a), std::slice::from_ref(b));
+            eprintln!("  row {i}: max {m:.4}σ mean {mean:.4}σ");
+        }
+    }
     eprintln!(
         "{}: max {max:.4}σ (row {worst}), worst row mean {mean:.4}σ",
         path.file_name().unwrap().to_string_lossy()
     );
     assert!(
-        max < MAX_REL,
+        max < max_rel,
         "{}: max {max}σ at row {worst}",
         path.display()
     );
-    assert!(mean < MEAN_REL, "{}: mean {mean}σ", path.display());
+    assert!(mean < mean_rel, "{}: mean {mean}σ", path.display());
+    for r in first_positions(model.config.n_vocab) {
+        let (m, _, _) = compare(&ours[r..r + 1], &cpu[r..r + 1]);
+        assert!(
+            m < FIRST_POSITION_REL,
+            "{}: row {r} at position 0: {m}σ",
+            path.display()
+        );
+    }
 }
 
-const TYPES: [QuantType; 5] = [
+/// Every weight type the shaders implement, on tiny-llama (rows are
+/// multiples of 256, so the K-quants apply without fallback).
+const ALL_TYPES: [QuantType; 15] = [
     QuantType::F32,
     QuantType::F16,
     QuantType::BF16,
     QuantType::Q4_0,
     QuantType::Q8_0,
+    QuantType::Q4_1,
+    QuantType::Q5_0,
+    QuantType::Q5_1,
+    QuantType::Q2K,
+    QuantType::Q3K,
+    QuantType::Q4K,
+    QuantType::Q5K,
+    QuantType::Q6K,
+    QuantType::IQ4NL,
+    QuantType::IQ4XS,
+];
+
+/// The qwen presets' 64-wide rows take K-quants only through fallbacks, so
+/// they run the plain types plus one K-quant (the conformance suite covers
+/// every type on a ragged shape too).
+const QWEN_TYPES: [QuantType; 6] = [
+    QuantType::F32,
+    QuantType::F16,
+    QuantType::BF16,
+    QuantType::Q4_0,
+    QuantType::Q8_0,
+    QuantType::Q4K,
 ];
 
 #[test]
 fn tiny_llama() {
-    for ty in TYPES {
+    for ty in ALL_TYPES {
         check(&generated("tiny-llama", ty));
     }
 }
 
 #[test]
 fn tiny_qwen2() {
-    for ty in TYPES {
+    for ty in QWEN_TYPES {
         check(&generated("tiny-qwen2", ty));
     }
 }
 
 #[test]
 fn tiny_qwen3() {
-    for ty in TYPES {
+    for ty in QWEN_TYPES {
         check(&generated("tiny-qwen3", ty));
+    }
+}
+
+/// The fixtures with F32 weights: the CPU then keeps f32 activations too, so
+/// everything but summation order agrees, and the bound is tight.
+#[test]
+fn reference_fixtures_as_f32() {
+    for stem in ["tiny-qwen2-Q8_0", "tiny-qwen3-Q8_0", "tiny-llama-Q4_K_M"] {
+        check_within(&fixture_f32(stem), F32_MAX_REL, F32_MEAN_REL);
     }
 }
 

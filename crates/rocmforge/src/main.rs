@@ -5,6 +5,8 @@ mod commands;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use rocmforge_core::backend::BackendError;
+use rocmforge_core::session::SessionError;
 
 #[derive(Parser)]
 #[command(
@@ -46,7 +48,43 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
+            if device_stopped(e.as_ref()) {
+                exit_skipping_driver_teardown(1);
+            }
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `e` says a GPU stopped answering or was lost.
+fn device_stopped(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        let fatal = e
+            .downcast_ref::<BackendError>()
+            .map(BackendError::is_fatal)
+            .or_else(|| {
+                e.downcast_ref::<SessionError>()
+                    .map(|s| matches!(s, SessionError::Backend(b) if b.is_fatal()))
+            })
+            .unwrap_or(false);
+        if fatal {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// Ends the process after a device hang without running exit handlers:
+/// a GPU driver's handlers wait for the hung queue to drain (seen with
+/// NVIDIA's Vulkan driver, which then blocks forever), and the error is
+/// already printed. The kernel still reclaims the device context.
+fn exit_skipping_driver_teardown(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process at once; nothing after it runs, and
+    // everything that must reach the user was flushed above.
+    unsafe { libc::_exit(code) }
 }

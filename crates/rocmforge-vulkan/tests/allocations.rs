@@ -1,0 +1,109 @@
+//! The backend allocates a constant number of device buffers per model
+//! (weight regions, KV cache, arena, one host-visible buffer), whatever the
+//! model's tensor count; splitting the weights across regions and uploading
+//! through the staging buffer change nothing in the results.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rocmforge_core::backend::BackendError;
+use rocmforge_core::model::Model;
+use rocmforge_core::quant::QuantType;
+use rocmforge_core::session::{Session, SessionOptions};
+use rocmforge_vulkan::{VulkanBackend, VulkanOptions};
+
+fn options() -> VulkanOptions {
+    VulkanOptions {
+        allow_cpu: true,
+        ..VulkanOptions::from_env()
+    }
+}
+
+fn generated(preset: &str, ty: QuantType) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vulkan-models");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{preset}-{}.gguf", ty.name()));
+    if !path.exists() {
+        let p = rocmforge_genmodel::find(preset).unwrap();
+        rocmforge_genmodel::write_file(
+            p,
+            ty,
+            rocmforge_genmodel::DEFAULT_SEED,
+            &path,
+            &indicatif::ProgressBar::hidden(),
+        )
+        .unwrap();
+    }
+    path
+}
+
+/// Logits of a short prompt and two decode steps, and the allocation count.
+fn run(path: &std::path::Path, opts: VulkanOptions) -> Option<(Vec<f32>, usize, u64)> {
+    let backend = match VulkanBackend::new(opts) {
+        Ok(b) => b,
+        Err(e @ BackendError::Unavailable(_)) => {
+            eprintln!("skipping: {e}");
+            return None;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let model = Arc::new(Model::load(path).unwrap());
+    let session_opts = SessionOptions {
+        n_ctx: 32,
+        n_batch: 8,
+        all_logits: false,
+    };
+    let mut s = Session::new(model, Box::new(backend), session_opts, &mut |_, _| {}).unwrap();
+    let mut out = s
+        .eval(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+        .unwrap()
+        .to_vec();
+    for t in [17, 23] {
+        out.extend_from_slice(s.eval(&[t]).unwrap());
+    }
+    let stats = s.backend().allocations();
+    Some((out, stats.device_allocations, stats.weight_bytes))
+}
+
+#[test]
+fn allocation_count_does_not_grow_with_the_model() {
+    let Some((_, small, _)) = run(&generated("tiny-qwen3", QuantType::Q8_0), options()) else {
+        return;
+    };
+    let (_, big, _) = run(&generated("tiny-llama", QuantType::Q8_0), options()).unwrap();
+    // Weights, KV cache, arena, host-visible step inputs and logits.
+    assert_eq!(small, 4);
+    assert_eq!(big, 4);
+}
+
+#[test]
+fn split_weight_regions_and_staged_upload_give_the_same_logits() {
+    let path = generated("tiny-qwen3", QuantType::Q8_0);
+    let Some((plain, n, bytes)) = run(&path, options()) else {
+        return;
+    };
+    // A cap just above the embedding table (10.3 MB of 10.5): it fills one
+    // region, the other tensors go to the next.
+    let cap = 10_400_000;
+    let (split, n_split, _) = run(
+        &path,
+        VulkanOptions {
+            max_region: Some(cap),
+            ..options()
+        },
+    )
+    .unwrap();
+    let regions = n_split - 3;
+    assert!(regions >= 2, "{regions} regions for {bytes} bytes");
+    assert_eq!(split, plain);
+    let (staged, n_staged, _) = run(
+        &path,
+        VulkanOptions {
+            force_staging: true,
+            ..options()
+        },
+    )
+    .unwrap();
+    assert_eq!(n_staged, n);
+    assert_eq!(staged, plain);
+}
