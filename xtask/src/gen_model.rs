@@ -22,7 +22,7 @@ pub struct GenModelArgs {
     /// llama-quantize does.
     #[arg(long = "type", value_name = "TYPE", value_parser = layout::parse_weight_type)]
     pub ty: QuantType,
-    /// Output file; written as PATH.tmp and renamed when complete.
+    /// Output file; written as PATH.tmp.PID.N and renamed when complete.
     #[arg(long, value_name = "PATH")]
     pub out: PathBuf,
     /// Seed of the weights; the same seed gives the same bytes.
@@ -35,19 +35,6 @@ pub fn run(args: &GenModelArgs) -> Result<(), GenError> {
     let start = Instant::now();
     let plan = ModelPlan::new(args.preset, args.ty, &tokenizer_dir())?;
     let total = plan.tensor_bytes();
-    eprintln!(
-        "gen-model: {} ({}) {}, seed {}, {} tensors, {} -> {}",
-        args.preset.name,
-        args.preset.model,
-        args.ty,
-        args.seed,
-        plan.tensors.len(),
-        mib(total),
-        args.out.display()
-    );
-    for note in plan.fallback_notes() {
-        eprintln!("fallback: {note}");
-    }
     let progress = ProgressBar::new(total).with_style(
         ProgressStyle::with_template(
             "{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta} {msg}",
@@ -56,12 +43,20 @@ pub fn run(args: &GenModelArgs) -> Result<(), GenError> {
     );
     let written = write_file(args.preset, args.ty, args.seed, &args.out, &progress);
     progress.finish_and_clear();
+    // Reported once the file exists, so a failure stays one line.
     written?;
+    for note in plan.fallback_notes() {
+        eprintln!("fallback: {note}");
+    }
     let size = std::fs::metadata(&args.out).map_or(0, |m| m.len());
     eprintln!(
-        "wrote {}: {} in {:.1} s",
+        "wrote {}: {} ({} {}, seed {}, {} tensors) in {:.1} s",
         args.out.display(),
         mib(size),
+        args.preset.name,
+        args.ty,
+        args.seed,
+        plan.tensors.len(),
         start.elapsed().as_secs_f64()
     );
     Ok(())

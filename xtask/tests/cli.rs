@@ -94,7 +94,7 @@ fn unwritable_path() {
         "--out",
         "/nonexistent-dir/model.gguf",
     ]);
-    assert_one_line_error(&out, 1, "/nonexistent-dir/model.gguf.tmp");
+    assert_one_line_error(&out, 1, "/nonexistent-dir/model.gguf.tmp.");
 }
 
 #[test]

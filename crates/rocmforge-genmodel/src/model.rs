@@ -199,10 +199,13 @@ fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) ->
     }
 }
 
-/// `model.gguf` → `model.gguf.tmp`, next to it so the rename stays on one
-/// filesystem and is atomic.
+/// `model.gguf` → `model.gguf.tmp.<pid>.<n>`, next to it so the rename stays
+/// on one filesystem and is atomic, and unique so that two writers of the
+/// same model (tests running in parallel) never rename each other's file.
 fn tmp_path(out: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut s = out.as_os_str().to_owned();
-    s.push(".tmp");
+    s.push(format!(".tmp.{}.{n}", std::process::id()));
     PathBuf::from(s)
 }
