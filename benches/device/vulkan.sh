@@ -37,6 +37,13 @@ if [ "$mode" = conformance ] || [ "$mode" = all ]; then
     echo "== $t"
     "$t" --test-threads=1 2>&1 | tee -a "$out/conformance.log" | grep -E "^test |test result|conformance:|vs cpu|vs llama|panicked"
   done
+  # The 128x128 matrix-core matmul on the small test models too (by default
+  # they take the 64x64 one).
+  if [ -x .gpu/bin/test-vs_cpu ]; then
+    echo "== .gpu/bin/test-vs_cpu tiny_llama long_prompt, ROCMFORGE_VULKAN_BIG_TILES=0"
+    ROCMFORGE_VULKAN_BIG_TILES=0 .gpu/bin/test-vs_cpu --test-threads=1 tiny_llama long_prompt 2>&1 |
+      tee -a "$out/conformance.log" | grep -E "^test |test result|panicked|σ"
+  fi
 fi
 
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
@@ -47,5 +54,16 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   for preset in qwen2-0.5b llama2-7b; do
     .gpu/bin/xtask bench --backend vulkan,cpu --model "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" \
       -p 512 -n 128 -r 3 -o md 2>&1 | tee -a "$out/bench.md"
+  done
+  # Where prefill time goes (measurement only, results wrong: see
+  # ROCMFORGE_VULKAN_SKIP_DISPATCHES in commands.rs), and the matrix-core
+  # tile choice (ROCMFORGE_VULKAN_BIG_TILES: 0 = all 128x128, huge = all 64x64).
+  for preset in qwen2-0.5b llama2-7b; do
+    for v in SKIP_DISPATCHES=Attention SKIP_DISPATCHES=MatMul BIG_TILES=0 BIG_TILES=1000000 COOPMAT_PREFETCH=0 COOPMAT=0; do
+      echo "== $preset pp512 with ROCMFORGE_VULKAN_$v"
+      env "ROCMFORGE_VULKAN_$v" .gpu/bin/xtask bench --backend vulkan \
+        --model "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" -p 512 -n 0 -r 3 -o md 2>&1 |
+        grep "pp512" | sed 's/|.*matrix cores: [^|]*|/|/' | tee -a "$out/bench.md"
+    done
   done
 fi

@@ -48,6 +48,21 @@ const WEIGHT_KERNELS: &[(&str, &str, Defines)] = &[
     ("embed", "embed.comp", &[("WG_SIZE", "64")]),
     ("matvec", "matvec.comp", &[("WG_SIZE", "64")]),
     ("matmul", "matmul.comp", &[]),
+    // Matrix-core prefill (used only where the device has
+    // VK_KHR_cooperative_matrix): 128x128 and 64x64 output tiles.
+    ("matmul_cm", "matmul_coopmat.comp", &[]),
+    (
+        "matmul_cms",
+        "matmul_coopmat.comp",
+        &[("WARPS_R", "2"), ("FT", "2")],
+    ),
+    // The same with the next k step prefetched into registers.
+    ("matmul_cmp", "matmul_coopmat.comp", &[("PREFETCH", "1")]),
+    (
+        "matmul_cmps",
+        "matmul_coopmat.comp",
+        &[("PREFETCH", "1"), ("WARPS_R", "2"), ("FT", "2")],
+    ),
 ];
 
 /// Kernels independent of the weight type: (variant name, file, defines).

@@ -133,7 +133,10 @@ impl VulkanBackend {
             allow_cpu: opts.allow_cpu,
         })?;
         let pipes = match Pipelines::new(&gpu.device) {
-            Ok(p) => p,
+            Ok(mut p) => {
+                p.coopmat = gpu.props.coopmat;
+                p
+            }
             Err(e) => {
                 // SAFETY: nothing was created on the device.
                 unsafe { gpu.destroy() };

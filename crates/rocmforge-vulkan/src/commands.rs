@@ -208,7 +208,7 @@ impl<'a> Recorder<'a> {
         groups: u32,
         label: String,
     ) {
-        if groups == 0 {
+        if groups == 0 || skipped(&label) {
             return;
         }
         let (x, y) = grid(groups, self.max_groups);
@@ -273,4 +273,18 @@ impl<'a> Recorder<'a> {
         unsafe { self.device.end_command_buffer(self.cb) }.check("vkEndCommandBuffer")?;
         Ok(self.labels)
     }
+}
+
+/// Measurement only: `ROCMFORGE_VULKAN_SKIP_DISPATCHES=text` leaves out every
+/// dispatch whose label contains `text` (e.g. `Attention`, `MatMul`), so a
+/// benchmark shows what the rest costs. Results are wrong then.
+fn skipped(label: &str) -> bool {
+    static SKIP: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    SKIP.get_or_init(|| {
+        std::env::var("ROCMFORGE_VULKAN_SKIP_DISPATCHES")
+            .ok()
+            .filter(|s| !s.is_empty())
+    })
+    .as_deref()
+    .is_some_and(|s| label.contains(s))
 }

@@ -31,6 +31,11 @@ pub struct DeviceProps {
     /// memory: weights are written straight from the file mapping.
     pub uma: bool,
     pub fp16: bool,
+    /// `VK_KHR_cooperative_matrix` with 16x16x16 f16 x f16 -> f32 subgroup
+    /// matrices on 32-wide subgroups, f16 arithmetic and the Vulkan memory
+    /// model: the prefill matmul runs on matrix cores
+    /// (`matmul_coopmat.comp`). Off with `ROCMFORGE_VULKAN_COOPMAT=0`.
+    pub coopmat: bool,
     /// Largest single allocation and buffer.
     pub max_region: u64,
     pub max_workgroups: [u32; 3],
@@ -40,9 +45,9 @@ pub struct DeviceProps {
 
 /// An open logical device and the objects it came from.
 pub struct Gpu {
-    // Kept alive: the loader library must outlive every handle.
+    // The loader and the process's instance (both live for the process).
     _entry: ash::Entry,
-    pub instance: ash::Instance,
+    _instance: ash::Instance,
     pub device: ash::Device,
     pub queue: vk::Queue,
     pub queue_family: u32,
@@ -91,37 +96,53 @@ fn loader() -> Result<ash::Entry, BackendError> {
         .map_err(BackendError::Unavailable)
 }
 
+/// The process's one Vulkan instance, created on first use and never
+/// destroyed. Creating and destroying an instance per backend made NVIDIA's
+/// driver refuse `vkCreateInstance` ("Unable to find a Vulkan driver")
+/// after about a dozen sessions in one process on an H100; llama.cpp keeps
+/// one instance per process too.
+fn shared_instance() -> Result<(ash::Entry, ash::Instance), BackendError> {
+    static INSTANCE: std::sync::OnceLock<Result<(ash::Entry, ash::Instance), String>> =
+        std::sync::OnceLock::new();
+    INSTANCE
+        .get_or_init(|| {
+            let entry = loader().map_err(|e| e.to_string())?;
+            // SAFETY: plain query on a loaded entry.
+            let version = unsafe { entry.try_enumerate_instance_version() }
+                .map_err(|e| format!("vkEnumerateInstanceVersion: {e}"))?
+                .unwrap_or(vk::API_VERSION_1_0);
+            if version < vk::API_VERSION_1_2 {
+                return Err(format!(
+                    "the Vulkan loader supports API {}.{}, 1.2 is needed",
+                    vk::api_version_major(version),
+                    vk::api_version_minor(version)
+                ));
+            }
+            let app = vk::ApplicationInfo::default()
+                .application_name(c"rocmforge")
+                .api_version(vk::API_VERSION_1_2);
+            let ci = vk::InstanceCreateInfo::default().application_info(&app);
+            // SAFETY: `ci` and what it points to live across the call.
+            let instance = unsafe { entry.create_instance(&ci, None) }
+                .map_err(|e| format!("vkCreateInstance failed: {e}"))?;
+            Ok((entry, instance))
+        })
+        .clone()
+        .map_err(BackendError::Unavailable)
+}
+
 impl Gpu {
     pub fn open(choice: DeviceChoice) -> Result<Gpu, BackendError> {
-        let entry = loader()?;
-        // SAFETY: plain query on a loaded entry.
-        let version = unsafe { entry.try_enumerate_instance_version() }
-            .check("vkEnumerateInstanceVersion")?
-            .unwrap_or(vk::API_VERSION_1_0);
-        if version < vk::API_VERSION_1_2 {
-            return Err(BackendError::Unavailable(format!(
-                "the Vulkan loader supports API {}.{}, 1.2 is needed",
-                vk::api_version_major(version),
-                vk::api_version_minor(version)
-            )));
-        }
-        let app = vk::ApplicationInfo::default()
-            .application_name(c"rocmforge")
-            .api_version(vk::API_VERSION_1_2);
-        let ci = vk::InstanceCreateInfo::default().application_info(&app);
-        // SAFETY: `ci` and what it points to live across the call.
-        let instance = unsafe { entry.create_instance(&ci, None) }.check("vkCreateInstance")?;
-        match Self::pick(&instance, choice) {
-            Ok(c) => Self::create(entry, instance, c),
-            Err(e) => {
-                // SAFETY: no object was created from the instance.
-                unsafe { instance.destroy_instance(None) };
-                Err(e)
-            }
-        }
+        let (entry, instance) = shared_instance()?;
+        let c = Self::pick(&entry, &instance, choice)?;
+        Self::create(entry, instance, c)
     }
 
-    fn pick(instance: &ash::Instance, choice: DeviceChoice) -> Result<Candidate, BackendError> {
+    fn pick(
+        entry: &ash::Entry,
+        instance: &ash::Instance,
+        choice: DeviceChoice,
+    ) -> Result<Candidate, BackendError> {
         // SAFETY: valid instance.
         let physicals =
             unsafe { instance.enumerate_physical_devices() }.check("vkEnumeratePhysicalDevices")?;
@@ -135,12 +156,12 @@ impl Gpu {
                     physicals.len()
                 ))
             })?;
-            return candidate(instance, pd, i).map_err(BackendError::Unavailable);
+            return candidate(entry, instance, pd, i).map_err(BackendError::Unavailable);
         }
         let mut usable = Vec::new();
         let mut rejected = Vec::new();
         for (i, &pd) in physicals.iter().enumerate() {
-            match candidate(instance, pd, i) {
+            match candidate(entry, instance, pd, i) {
                 Ok(c) if c.props.device_type == vk::PhysicalDeviceType::CPU && !choice.allow_cpu => {
                     rejected.push(format!(
                         "{} is a CPU implementation (pick it with --device {i} or ROCMFORGE_VULKAN_ALLOW_CPU=1)",
@@ -168,24 +189,33 @@ impl Gpu {
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
             .buffer_device_address(true)
             .storage_buffer8_bit_access(true)
-            .shader_float16(c.props.fp16);
+            .shader_float16(c.props.fp16)
+            .vulkan_memory_model(c.props.coopmat);
+        let mut coopmat =
+            vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut extensions = Vec::new();
+        if c.props.coopmat {
+            extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+        }
         let features = vk::PhysicalDeviceFeatures::default().shader_int64(true);
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(c.queue_family)
             .queue_priorities(&priorities)];
-        let ci = vk::DeviceCreateInfo::default()
+        let mut ci = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
+            .enabled_extension_names(&extensions)
             .enabled_features(&features)
             .push_next(&mut f11)
             .push_next(&mut f12);
+        if c.props.coopmat {
+            ci = ci.push_next(&mut coopmat);
+        }
         // SAFETY: the physical device came from this instance and supports
         // every feature enabled here (checked in `candidate`).
         let device = match unsafe { instance.create_device(c.physical, &ci, None) } {
             Ok(d) => d,
             Err(e) => {
-                // SAFETY: nothing else was created from the instance.
-                unsafe { instance.destroy_instance(None) };
                 return Err(crate::error::VkError {
                     call: "vkCreateDevice",
                     result: e,
@@ -200,7 +230,7 @@ impl Gpu {
         let memory = unsafe { instance.get_physical_device_memory_properties(c.physical) };
         Ok(Gpu {
             _entry: entry,
-            instance,
+            _instance: instance,
             device,
             queue,
             queue_family: c.queue_family,
@@ -209,7 +239,8 @@ impl Gpu {
         })
     }
 
-    /// Destroys the device and instance.
+    /// Destroys the device (the instance is the process's, see
+    /// `shared_instance`).
     ///
     /// # Safety
     /// Every object created from the device is destroyed and the device is
@@ -218,13 +249,13 @@ impl Gpu {
         // SAFETY: per the contract above.
         unsafe {
             self.device.destroy_device(None);
-            self.instance.destroy_instance(None);
         }
     }
 }
 
 /// Checks one device against the requirements; the error says what it lacks.
 fn candidate(
+    entry: &ash::Entry,
     instance: &ash::Instance,
     pd: vk::PhysicalDevice,
     index: usize,
@@ -298,6 +329,13 @@ fn candidate(
     let int_dot =
         p.api_version >= vk::API_VERSION_1_3 || has_ext(ash::khr::shader_integer_dot_product::NAME);
     let coopmat = has_ext(ash::khr::cooperative_matrix::NAME);
+    let fp16 = f12.shader_float16 == vk::TRUE;
+    let use_coopmat = coopmat
+        && fp16
+        && f12.vulkan_memory_model == vk::TRUE
+        && subgroup.subgroup_size == 32
+        && std::env::var("ROCMFORGE_VULKAN_COOPMAT").map_or(true, |v| v != "0")
+        && coopmat_f16_16x16(entry, instance, pd);
     // SAFETY: plain query.
     let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
     let host_local = vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE;
@@ -309,7 +347,6 @@ fn candidate(
             p.device_type,
             vk::PhysicalDeviceType::INTEGRATED_GPU | vk::PhysicalDeviceType::CPU
         );
-    let fp16 = f12.shader_float16 == vk::TRUE;
     let max_region = maint3.max_memory_allocation_size;
     let summary = format!(
         "{name} ({}: {}) | uma: {} | fp16: {} | warp size: {} | shared memory: {} | int dot: {} | matrix cores: {}",
@@ -320,7 +357,11 @@ fn candidate(
         subgroup.subgroup_size,
         p.limits.max_compute_shared_memory_size,
         u8::from(int_dot),
-        if coopmat { "KHR_coopmat" } else { "none" },
+        match (coopmat, use_coopmat) {
+            (true, true) => "KHR_coopmat",
+            (true, false) => "KHR_coopmat (unused)",
+            _ => "none",
+        },
     );
     Ok(Candidate {
         physical: pd,
@@ -331,9 +372,38 @@ fn candidate(
             device_type: p.device_type,
             uma,
             fp16,
+            coopmat: use_coopmat,
             max_region,
             max_workgroups: p.limits.max_compute_work_group_count,
             summary,
         },
+    })
+}
+
+/// Whether the device offers 16x16x16 f16 x f16 + f32 -> f32 subgroup
+/// matrices (the shape `matmul_coopmat.comp` is written for) and the
+/// cooperativeMatrix feature.
+fn coopmat_f16_16x16(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevice) -> bool {
+    let mut cm = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+    let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut cm);
+    // SAFETY: the device exposes VK_KHR_cooperative_matrix (checked by the
+    // caller), so its feature struct may be chained.
+    unsafe { instance.get_physical_device_features2(pd, &mut f2) };
+    if cm.cooperative_matrix != vk::TRUE {
+        return false;
+    }
+    let ext = ash::khr::cooperative_matrix::Instance::new(entry, instance);
+    // SAFETY: plain query on a device exposing the extension.
+    let Ok(shapes) = (unsafe { ext.get_physical_device_cooperative_matrix_properties(pd) }) else {
+        return false;
+    };
+    use vk::ComponentTypeKHR as C;
+    shapes.iter().any(|s| {
+        (s.m_size, s.n_size, s.k_size) == (16, 16, 16)
+            && s.a_type == C::FLOAT16
+            && s.b_type == C::FLOAT16
+            && s.c_type == C::FLOAT32
+            && s.result_type == C::FLOAT32
+            && s.scope == vk::ScopeKHR::SUBGROUP
     })
 }

@@ -31,6 +31,30 @@ pub struct DeviceWeight {
 pub const MATVEC_MAX_TOKENS: usize = 8;
 /// Most matmuls one dispatch fuses (the push block holds three).
 const MAX_PARTS: usize = 3;
+/// Fewest tokens for the matrix-core matmul. Its f16 operands move results
+/// by ~0.06σ from the f32 kernels' (within the tolerance against the CPU);
+/// keeping short graphs (decode batches, split prompts) on the f32 kernels
+/// keeps them consistent with each other.
+const COOPMAT_MIN_TOKENS: usize = 32;
+/// The matrix-core matmul uses 128x128 tiles when there are at least this
+/// many of them and k is at least `COOPMAT_BIG_MIN_K`, else 64x64 ones.
+/// Measured on the H100 (docs/vulkan.md): 128x128 everywhere is best for
+/// llama2-7b (k 4096 / 11008, >= 128 tiles), 64x64 everywhere for
+/// qwen2-0.5b (k 896 / 4864, gate+up 304 big tiles, down 28).
+const COOPMAT_BIG_MIN_TILES: usize = 96;
+const COOPMAT_BIG_MIN_K: usize = 2048;
+/// Whether a matmul of `tiles` 128x128 tiles and inner size `k` takes them;
+/// `ROCMFORGE_VULKAN_BIG_TILES=n` replaces the rule by "at least n tiles"
+/// (tests use 0 to run the 128x128 kernel on small models).
+fn coopmat_big(tiles: usize, k: usize) -> bool {
+    match std::env::var("ROCMFORGE_VULKAN_BIG_TILES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(min) => tiles >= min,
+        None => tiles >= COOPMAT_BIG_MIN_TILES && k >= COOPMAT_BIG_MIN_K,
+    }
+}
 /// Largest head size the attention kernel takes (`ATT_DIMS * WG_SIZE`).
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -441,7 +465,8 @@ fn eltwise(
 }
 
 /// One dispatch for matmuls sharing input and weight type: the decode
-/// mat-vec for up to `MATVEC_MAX_TOKENS` tokens, else the tiled matmul.
+/// mat-vec for up to `MATVEC_MAX_TOKENS` tokens, else the tiled matmul (on
+/// matrix cores where the device has them, from `COOPMAT_MIN_TOKENS`).
 #[allow(clippy::too_many_arguments)]
 fn record_matmuls(
     rec: &mut Recorder,
@@ -509,12 +534,32 @@ fn record_matmuls(
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
         ("matvec", n_rows)
     } else {
-        let tiles_n = n.div_ceil(32);
-        let tiles: usize = ops
-            .iter()
-            .map(|op| matmul_weight(op, a).rows.div_ceil(64) * tiles_n)
-            .sum();
-        ("matmul", tiles)
+        // Workgroups of a tiling by `bt` tokens x `br` rows.
+        let tiles = |bt: usize, br: usize| -> usize {
+            ops.iter()
+                .map(|op| matmul_weight(op, a).rows.div_ceil(br) * n.div_ceil(bt))
+                .sum()
+        };
+        // Matrix cores take f16 operands: exact for activations rounded to
+        // Q8 / f16 times f16 weights up to one f16 rounding of the product
+        // terms, but F32 weights keep the f32 kernel (and their tight
+        // agreement with the CPU).
+        if pipes.coopmat && w.ty != QuantType::F32 && n >= COOPMAT_MIN_TOKENS {
+            // 128x128 tiles where they still fill the GPU, else 64x64.
+            // The register-prefetching variants unless
+            // ROCMFORGE_VULKAN_COOPMAT_PREFETCH=0.
+            let prefetch =
+                std::env::var("ROCMFORGE_VULKAN_COOPMAT_PREFETCH").map_or(true, |v| v != "0");
+            let big = tiles(128, 128);
+            match (coopmat_big(big, push.k as usize), prefetch) {
+                (true, true) => ("matmul_cmp", big),
+                (true, false) => ("matmul_cm", big),
+                (false, true) => ("matmul_cmps", tiles(64, 64)),
+                (false, false) => ("matmul_cms", tiles(64, 64)),
+            }
+        } else {
+            ("matmul", tiles(32, 64))
+        }
     };
     let p = pipes.get(device, &format!("{kernel}_{suffix}"))?;
     let what = if ops.len() == 1 {

@@ -49,6 +49,9 @@ fn spirv(name: &str) -> Option<Vec<u32>> {
 
 pub struct Pipelines {
     pub layout: vk::PipelineLayout,
+    /// The device runs the matrix-core prefill matmul (`matmul_cm*`
+    /// kernels; see `DeviceProps::coopmat`).
+    pub coopmat: bool,
     cache: vk::PipelineCache,
     map: HashMap<String, (vk::ShaderModule, vk::Pipeline)>,
 }
@@ -82,6 +85,7 @@ impl Pipelines {
         };
         Ok(Pipelines {
             layout,
+            coopmat: false,
             cache,
             map: HashMap::new(),
         })
