@@ -9,9 +9,16 @@
 //     every fused multiply-add and every rescale.
 // Token t attends to cache positions 0 .. pos0 + t, with pos0 read from the
 // step-input region, so the grid depends only on the graph shape. Positions
-// are taken WG_SIZE at a time: each invocation scores one, then every
-// invocation walks the chunk in order for its own head dimensions (up to
-// ATT_DIMS), repeating the max/sum recurrence so all agree bit for bit.
+// are taken a chunk at a time (up to WG_SIZE, as many as fit the staging
+// buffer): the chunk's K rows are staged in shared memory with coalesced
+// loads and each invocation scores one position from there; then the V rows
+// are staged the same way and every invocation walks the chunk in order for
+// its own head dimensions (up to ATT_DIMS), repeating the max/sum recurrence
+// so all agree bit for bit. STAGE_KV (the decode variant) stages K and V
+// rows in shared memory with coalesced loads, keeping global-memory latency
+// out of that serial walk when a step has few (token, head) workgroups;
+// without it (prefill: thousands of workgroups hide the latency, and 17 KiB
+// of shared memory per workgroup would cut occupancy) rows are read in place.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -37,7 +44,41 @@ layout(push_constant, std430) uniform Push {
 
 shared float qs[MAX_HEAD_DIM];
 shared float scores[WG_SIZE];
+#ifdef STAGE_KV
+// Staged K or V rows of a chunk (pairs of halves), row stride hd / 2 + 1
+// words so that invocations reading different rows hit different banks.
+#define STAGE_WORDS 4224
+shared uint stage[STAGE_WORDS];
 
+// q . k for the staged row starting at word `kw` (pairs of halves), in
+// ggml's AVX2 order; a tail past a multiple of 32 is added in order.
+float dot_ggml(uint kw, uint hd) {
+    float acc[32];
+    for (uint l = 0u; l < 32u; l++) {
+        acc[l] = 0.0;
+    }
+    uint body = hd - hd % 32u;
+    for (uint i = 0u; i < body; i += 32u) {
+        for (uint l = 0u; l < 32u; l += 2u) {
+            vec2 k = unpackHalf2x16(stage[kw + (i + l) / 2u]);
+            acc[l] = fma(k.x, qs[i + l], acc[l]);
+            acc[l + 1u] = fma(k.y, qs[i + l + 1u], acc[l + 1u]);
+        }
+    }
+    float v[8];
+    for (uint l = 0u; l < 8u; l++) {
+        v[l] = (acc[l] + acc[16u + l]) + (acc[8u + l] + acc[24u + l]);
+    }
+    float s = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+    for (uint d = body; d < hd; d += 2u) {
+        vec2 k = unpackHalf2x16(stage[kw + d / 2u]);
+        s += k.x * qs[d];
+        s += k.y * qs[d + 1u];
+    }
+    return s;
+}
+
+#else
 // q . k for the cache row starting at word `kw` (pairs of halves), in
 // ggml's AVX2 order; a tail past a multiple of 32 is added in order.
 float dot_ggml(U32s kc, uint kw, uint hd) {
@@ -65,6 +106,8 @@ float dot_ggml(U32s kc, uint kw, uint hd) {
     }
     return s;
 }
+
+#endif
 
 void main() {
     uint g = wg_linear();
@@ -100,6 +143,55 @@ void main() {
     for (uint i = 0u; i < ATT_DIMS; i++) {
         acc[i] = 0.0;
     }
+#ifdef STAGE_KV
+    uint hw = hd / 2u;
+    uint stride = hw + 1u;
+    uint chunk = min(uint(WG_SIZE), STAGE_WORDS / stride);
+    for (uint base = 0u; base < n_kv; base += chunk) {
+        uint cnt = min(chunk, n_kv - base);
+        for (uint i = tid; i < cnt * hw; i += WG_SIZE) {
+            uint pp = i / hw;
+            stage[pp * stride + i % hw] = kc.v[(base + pp) * row_words + head_word + i % hw];
+        }
+        memoryBarrierShared();
+        barrier();
+        if (tid < cnt) {
+            scores[tid] = dot_ggml(tid * stride, hd) * pc.scale;
+        }
+        memoryBarrierShared();
+        barrier();
+        for (uint i = tid; i < cnt * hw; i += WG_SIZE) {
+            uint pp = i / hw;
+            stage[pp * stride + i % hw] = vc.v[(base + pp) * row_words + head_word + i % hw];
+        }
+        memoryBarrierShared();
+        barrier();
+        for (uint pp = 0u; pp < cnt; pp++) {
+            float s = scores[pp];
+            float ms = 1.0;
+            float vs = 1.0;
+            bool rescale = s > m;
+            if (rescale) {
+                ms = isinf(m) ? 0.0 : exp(m - s);
+                m = s;
+            } else {
+                vs = exp(s - m);
+            }
+            for (uint i = 0u; i < ATT_DIMS; i++) {
+                uint d = tid + i * WG_SIZE;
+                if (d < hd) {
+                    float a = rescale ? round_f16(acc[i] * ms) : acc[i];
+                    vec2 vv = unpackHalf2x16(stage[pp * stride + d / 2u]);
+                    float x = (d & 1u) != 0u ? vv.y : vv.x;
+                    acc[i] = round_f16(d < body ? fma(x, vs, a) : a + x * vs);
+                }
+            }
+            l = l * ms + vs;
+        }
+        memoryBarrierShared();
+        barrier();
+    }
+#else
     for (uint base = 0u; base < n_kv; base += WG_SIZE) {
         uint p = base + tid;
         if (p < n_kv) {
@@ -134,6 +226,7 @@ void main() {
         memoryBarrierShared();
         barrier();
     }
+#endif
     F32s o = F32s(pc.out_ + (uint64_t(t) * q_dim + h * hd) * 4u);
     float inv = l == 0.0 ? 0.0 : 1.0 / l;
     for (uint i = 0u; i < ATT_DIMS; i++) {

@@ -5,6 +5,27 @@
 #ifndef QUANT_GLSL
 #define QUANT_GLSL
 
+// How the integer forms (`block_q8`) read a block: 16-bit half or 32-bit
+// word `i` of block `ib` of `row`. By default `row` is a device address; a
+// kernel that stages blocks in shared memory defines these first
+// (matvec_int.comp, STAGE_W).
+#ifndef Q8_ROW
+#define Q8_ROW uint64_t
+#define Q8_HALF(row, ib, i) uint(U16s((row) + uint64_t(ib) * QUANT_BLOCK_BYTES).v[i])
+#define Q8_WORD(row, ib, i) U32s((row) + uint64_t(ib) * QUANT_BLOCK_BYTES).v[i]
+#endif
+
+// Byte-wise helpers for the integer forms (`block_q8`, see quant/README.md).
+// Subtracts the per-byte offsets `o` (each <= 16) from bytes 0..31, giving
+// signed bytes: setting bit 7 first keeps borrows inside each byte.
+uint q8_sub_bytes(uint q, uint o) {
+    return ((q | 0x80808080u) - o) ^ 0x80808080u;
+}
+// Bits 0..3 of `h` moved to bit 4 of bytes 0..3 (Q5's fifth bits).
+uint q8_fifth_bits(uint h) {
+    return ((h & 1u) | ((h & 2u) << 7) | ((h & 4u) << 14) | ((h & 8u) << 21)) << 4;
+}
+
 #if defined(WEIGHT_F32)
 #include "quant/f32.glsl"
 #elif defined(WEIGHT_F16)

@@ -17,5 +17,6 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32s { float
 // Four f32 at a 16-byte-aligned address (activation rows: arena offsets are
 // 256-aligned and row lengths multiples of 32).
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4s { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4s { uvec4 v[]; };
 
 #endif

@@ -6,6 +6,7 @@
 #
 #   benches/device/vulkan.sh conformance   # the suite, on the GPU
 #   benches/device/vulkan.sh bench         # xtask bench vs the CPU rows
+#   benches/device/vulkan.sh decode        # tg128 with the decode switches
 #   benches/device/vulkan.sh all
 set -uo pipefail
 mode=${1:-all}
@@ -46,11 +47,34 @@ if [ "$mode" = conformance ] || [ "$mode" = all ]; then
   fi
 fi
 
-if [ "$mode" = bench ] || [ "$mode" = all ]; then
+gen_models() {
   for preset in qwen2-0.5b llama2-7b; do
+    [ -f "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" ] && continue
     .gpu/bin/xtask gen-model --preset "$preset" --type Q4_0 \
       --out "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" 2>&1 | tail -1
   done
+}
+
+if [ "$mode" = decode ]; then
+  gen_models
+  # Where decode time goes and what each switch does (measurement only;
+  # SKIP_DISPATCHES gives wrong results): the integer mat-vec's shapes, the
+  # f32 mat-vec (MATVEC_INT=0), no dotPacked4x8 (INT_DOT=0), breadcrumbs
+  # every N dispatches.
+  for preset in qwen2-0.5b llama2-7b; do
+    for v in DEFAULT=1 MATVEC_STAGE=0 MATVEC_INT=0 INT_DOT=0 MARKER=0 CRUMB_EVERY=1 CRUMB_EVERY=1000000 \
+      SKIP_DISPATCHES=MatMul SKIP_DISPATCHES=rounding SKIP_DISPATCHES=Attention; do
+      echo "== $preset tg128 with ROCMFORGE_VULKAN_$v"
+      # shellcheck disable=SC2046 # A=1+B=2: several switches at once.
+      env $(echo "ROCMFORGE_VULKAN_$v" | sed 's/+/ ROCMFORGE_VULKAN_/g') .gpu/bin/xtask bench --backend vulkan \
+        --model "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" -p 0 -n 128 -r 3 -o md 2>&1 |
+        grep "tg128" | sed 's/|.*matrix cores: [^|]*|/|/' | tee -a "$out/decode.md"
+    done
+  done
+fi
+
+if [ "$mode" = bench ] || [ "$mode" = all ]; then
+  gen_models
   for preset in qwen2-0.5b llama2-7b; do
     .gpu/bin/xtask bench --backend vulkan,cpu --model "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" \
       -p 512 -n 128 -r 3 -o md 2>&1 | tee -a "$out/bench.md"

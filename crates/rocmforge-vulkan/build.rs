@@ -65,17 +65,62 @@ const WEIGHT_KERNELS: &[(&str, &str, Defines)] = &[
     ),
 ];
 
+/// Kernel families compiled for the weight types with an integer form
+/// (`QUANT_Q8_BLOCK` in their quant/ file): the decode mat-vec over Q8
+/// activations, as (variant prefix, file, defines): 64 invocations x 2 rows
+/// per workgroup (measured best of 32x4, 64x2, 64x4, 128x1 on the H100);
+/// `_staged` copies weight blocks through shared memory (rows of an even
+/// number of blocks), `_dot` uses GL_EXT_integer_dot_product (picked where
+/// the device has it).
+const INT_KERNELS: &[(&str, &str, Defines)] = &[
+    (
+        "matvec_int",
+        "matvec_int.comp",
+        &[("WG_SIZE", "64"), ("NR", "2")],
+    ),
+    (
+        "matvec_int_dot",
+        "matvec_int.comp",
+        &[("WG_SIZE", "64"), ("NR", "2"), ("INT_DOT", "1")],
+    ),
+    (
+        "matvec_int_staged",
+        "matvec_int.comp",
+        &[("WG_SIZE", "64"), ("NR", "2"), ("STAGE_W", "1")],
+    ),
+    (
+        "matvec_int_staged_dot",
+        "matvec_int.comp",
+        &[
+            ("WG_SIZE", "64"),
+            ("NR", "2"),
+            ("STAGE_W", "1"),
+            ("INT_DOT", "1"),
+        ],
+    ),
+];
+
 /// Kernels independent of the weight type: (variant name, file, defines).
 const KERNELS: &[(&str, &str, Defines)] = &[
     ("rmsnorm", "rmsnorm.comp", &[("WG_SIZE", "64")]),
     ("rope", "rope.comp", &[]),
     ("store_kv", "store_kv.comp", &[]),
     ("attention", "attention.comp", &[("WG_SIZE", "64")]),
+    (
+        "attention_staged",
+        "attention.comp",
+        &[("WG_SIZE", "64"), ("STAGE_KV", "1")],
+    ),
     ("add", "eltwise.comp", &[("OP_ADD", "1")]),
     ("swiglu", "eltwise.comp", &[("OP_SWIGLU", "1")]),
     ("copy", "eltwise.comp", &[("OP_COPY", "1")]),
     ("quantize_q8_0", "quantize_act.comp", &[("ACT_Q8_0", "1")]),
     ("quantize_q8_k", "quantize_act.comp", &[("ACT_Q8_K", "1")]),
+    (
+        "quantize_q8_packed",
+        "quantize_act.comp",
+        &[("ACT_Q8_PACKED", "1")],
+    ),
     ("quantize_f16", "quantize_act.comp", &[("ACT_F16", "1")]),
     ("quantize_bf16", "quantize_act.comp", &[("ACT_BF16", "1")]),
     ("spin", "spin.comp", &[]),
@@ -165,12 +210,26 @@ fn main() {
     let compiler = Compiler::acquire().expect("glslang initialises");
     let mut variants: Vec<Variant> = Vec::new();
     let mut types = Vec::new();
+    let mut int_types = Vec::new();
     for &(ty, define) in WEIGHT_TYPES {
-        if !root.join("quant").join(format!("{ty}.glsl")).is_file() {
+        let Ok(text) = std::fs::read_to_string(root.join("quant").join(format!("{ty}.glsl")))
+        else {
             println!("cargo:warning=shaders/quant/{ty}.glsl is missing: {ty} weights will be unsupported");
             continue;
-        }
+        };
         types.push(ty);
+        if text.contains("#define QUANT_Q8_BLOCK") {
+            int_types.push(ty);
+            for &(prefix, file, defs) in INT_KERNELS {
+                let mut d = defs.to_vec();
+                d.push((define, "1"));
+                variants.push(Variant {
+                    name: format!("{prefix}_{ty}"),
+                    file,
+                    defines: d,
+                });
+            }
+        }
         for &(prefix, file, defs) in WEIGHT_KERNELS {
             let mut d = defs.to_vec();
             d.push((define, "1"));
@@ -217,6 +276,10 @@ fn main() {
     }
     table.push_str("];\n\n/// Weight types with dequantizers, by quant/ file name.\npub static WEIGHT_TYPES: &[&str] = &[\n");
     for ty in types {
+        let _ = writeln!(table, "    {ty:?},");
+    }
+    table.push_str("];\n\n/// Weight types with an integer form (`matvec_int` kernels).\npub static INT_WEIGHT_TYPES: &[&str] = &[\n");
+    for ty in int_types {
         let _ = writeln!(table, "    {ty:?},");
     }
     table.push_str("];\n");

@@ -16,3 +16,23 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
     lo = iq4nl_levels4(uint(b.v[k]) | (uint(b.v[k + 1u]) << 16), shift) * d;
     hi = iq4nl_levels4(uint(b.v[k + 2u]) | (uint(b.v[k + 3u]) << 16), shift) * d;
 }
+
+// Integer form for the decode mat-vec over Q8_0 activations (matvec_int.comp):
+// the 32 levels as signed bytes, word i = elements 4i..4i+3.
+#define QUANT_Q8_BLOCK 1
+uint iq4nl_bytes4(uint w) {
+    uint r = 0u;
+    for (uint k = 0u; k < 4u; k++) {
+        uint q = (w >> (8u * k)) & 0x0Fu;
+        r |= ((IQ4NL_PACKED[q >> 2] >> (8u * (q & 3u))) & 0xFFu) << (8u * k);
+    }
+    return r;
+}
+void block_q8(Q8_ROW row, uint ib, out uint q[8], out vec2 dm) {
+    dm = vec2(unpackHalf2x16(Q8_HALF(row, ib, 0)).x, 0.0);
+    for (uint i = 0u; i < 4u; i++) {
+        uint w = Q8_HALF(row, ib, 1u + 2u * i) | (Q8_HALF(row, ib, 2u + 2u * i) << 16);
+        q[i] = iq4nl_bytes4(w & 0x0F0F0F0Fu);
+        q[i + 4u] = iq4nl_bytes4((w >> 4) & 0x0F0F0F0Fu);
+    }
+}

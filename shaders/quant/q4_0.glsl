@@ -15,3 +15,15 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
     lo = (vec4(uvec4(q0, q0 >> 8, q0 >> 16, q0 >> 24) & 0xFFu) - 8.0) * d;
     hi = (vec4(uvec4(q1, q1 >> 8, q1 >> 16, q1 >> 24) & 0xFFu) - 8.0) * d;
 }
+
+// Integer form for the decode mat-vec over Q8_0 activations (matvec_int.comp):
+// the 32 quants minus 8 as signed bytes, word i = elements 4i..4i+3.
+#define QUANT_Q8_BLOCK 1
+void block_q8(Q8_ROW row, uint ib, out uint q[8], out vec2 dm) {
+    dm = vec2(unpackHalf2x16(Q8_HALF(row, ib, 0)).x, 0.0);
+    for (uint i = 0u; i < 4u; i++) {
+        uint w = Q8_HALF(row, ib, 1u + 2u * i) | (Q8_HALF(row, ib, 2u + 2u * i) << 16);
+        q[i] = q8_sub_bytes(w & 0x0F0F0F0Fu, 0x08080808u);
+        q[i + 4u] = q8_sub_bytes((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    }
+}

@@ -15,3 +15,17 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
     lo = vec4(uvec4(q0, q0 >> 8, q0 >> 16, q0 >> 24) & 0xFFu) * dm.x + dm.y;
     hi = vec4(uvec4(q1, q1 >> 8, q1 >> 16, q1 >> 24) & 0xFFu) * dm.x + dm.y;
 }
+
+// Integer form for the decode mat-vec over Q8_1 activations (matvec_int.comp):
+// the 32 quants as bytes (0..15), word i = elements 4i..4i+3, with the
+// block minimum as dm.y.
+#define QUANT_Q8_BLOCK 1
+#define QUANT_Q8_MIN 1
+void block_q8(Q8_ROW row, uint ib, out uint q[8], out vec2 dm) {
+    dm = unpackHalf2x16(Q8_WORD(row, ib, 0));
+    for (uint i = 0u; i < 4u; i++) {
+        uint w = Q8_WORD(row, ib, 1u + i);
+        q[i] = w & 0x0F0F0F0Fu;
+        q[i + 4u] = (w >> 4) & 0x0F0F0F0Fu;
+    }
+}

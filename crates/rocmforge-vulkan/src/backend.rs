@@ -17,7 +17,7 @@ use rocmforge_core::model::{Model, WEIGHT_ALIGN};
 use rocmforge_core::plan::{split_regions, ArenaPlan, KvLayout, StepInputLayout};
 use rocmforge_core::quant::QuantType;
 
-use crate::commands::{Commands, Crumbs, Recorder, WaitError};
+use crate::commands::{in_flight, Commands, Crumbs, Recorder, WaitError};
 use crate::device::{DeviceChoice, Gpu};
 use crate::error::Check;
 use crate::kernels::{self, DeviceWeight, GraphAddresses, SpinPush};
@@ -105,6 +105,8 @@ struct Reserved {
 struct Recorded {
     cb: vk::CommandBuffer,
     labels: Vec<String>,
+    /// Dispatches per breadcrumb (see `commands::Crumbs`).
+    crumb_every: usize,
     step: StepInputLayout,
     logits_bytes: usize,
     n_tokens: usize,
@@ -135,6 +137,7 @@ impl VulkanBackend {
         let pipes = match Pipelines::new(&gpu.device) {
             Ok(mut p) => {
                 p.coopmat = gpu.props.coopmat;
+                p.int_dot = gpu.props.int_dot;
                 p
             }
             Err(e) => {
@@ -357,6 +360,8 @@ impl VulkanBackend {
         let crumbs = Crumbs {
             buffer: buf.buffer,
             offset: 16,
+            every: 1,
+            marker: None,
         };
         let mut rec = Recorder::begin(
             &self.gpu.device,
@@ -644,10 +649,7 @@ impl Backend for VulkanBackend {
             step: host.address,
             n_vocab: loaded.n_vocab,
         };
-        let crumbs = Crumbs {
-            buffer: host.buffer,
-            offset: r.crumb_offset,
-        };
+        let crumbs = Crumbs::new(host.buffer, r.crumb_offset, self.gpu.marker.as_ref());
         let (arena_buf, host_buf, logits_offset) = (r.arena.buffer, host.buffer, r.logits_offset);
         let cb = self.cmds.allocate(&self.gpu.device)?;
         let recorded = (|| {
@@ -685,6 +687,7 @@ impl Backend for VulkanBackend {
         self.graphs.push(Recorded {
             cb,
             labels,
+            crumb_every: crumbs.every,
             step: plan.step_inputs,
             logits_bytes,
             n_tokens: graph.n_tokens,
@@ -739,7 +742,7 @@ impl Backend for VulkanBackend {
                 )
             } as usize;
             let g = &self.graphs[id.0];
-            let what = match g.labels.get(done) {
+            let what = match in_flight(&g.labels, done, g.crumb_every) {
                 Some(l) => format!("{l} of the {}-token graph", g.n_tokens),
                 None => format!("the end of the {}-token graph", g.n_tokens),
             };

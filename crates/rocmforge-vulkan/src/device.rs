@@ -36,6 +36,14 @@ pub struct DeviceProps {
     /// model: the prefill matmul runs on matrix cores
     /// (`matmul_coopmat.comp`). Off with `ROCMFORGE_VULKAN_COOPMAT=0`.
     pub coopmat: bool,
+    /// `VK_KHR_shader_integer_dot_product` with its feature: the integer
+    /// decode mat-vec uses `dotPacked4x8EXT` (`matvec_int_dot_*` kernels).
+    /// Off with `ROCMFORGE_VULKAN_INT_DOT=0`.
+    pub int_dot: bool,
+    /// `VK_AMD_buffer_marker`: breadcrumbs are pipelined marker writes after
+    /// every dispatch instead of a transfer every few dispatches. Off with
+    /// `ROCMFORGE_VULKAN_MARKER=0`.
+    pub buffer_marker: bool,
     /// Largest single allocation and buffer.
     pub max_region: u64,
     pub max_workgroups: [u32; 3],
@@ -53,6 +61,8 @@ pub struct Gpu {
     pub queue_family: u32,
     pub memory: vk::PhysicalDeviceMemoryProperties,
     pub props: DeviceProps,
+    /// `vkCmdWriteBufferMarkerAMD`, where `props.buffer_marker`.
+    pub marker: Option<ash::amd::buffer_marker::Device>,
 }
 
 struct Candidate {
@@ -193,9 +203,17 @@ impl Gpu {
             .vulkan_memory_model(c.props.coopmat);
         let mut coopmat =
             vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut int_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+            .shader_integer_dot_product(true);
         let mut extensions = Vec::new();
         if c.props.coopmat {
             extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+        }
+        if c.props.int_dot {
+            extensions.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
+        }
+        if c.props.buffer_marker {
+            extensions.push(ash::amd::buffer_marker::NAME.as_ptr());
         }
         let features = vk::PhysicalDeviceFeatures::default().shader_int64(true);
         let priorities = [1.0f32];
@@ -210,6 +228,9 @@ impl Gpu {
             .push_next(&mut f12);
         if c.props.coopmat {
             ci = ci.push_next(&mut coopmat);
+        }
+        if c.props.int_dot {
+            ci = ci.push_next(&mut int_dot);
         }
         // SAFETY: the physical device came from this instance and supports
         // every feature enabled here (checked in `candidate`).
@@ -228,7 +249,12 @@ impl Gpu {
         let queue = unsafe { device.get_device_queue(c.queue_family, 0) };
         // SAFETY: plain query.
         let memory = unsafe { instance.get_physical_device_memory_properties(c.physical) };
+        let marker = c
+            .props
+            .buffer_marker
+            .then(|| ash::amd::buffer_marker::Device::new(&instance, &device));
         Ok(Gpu {
+            marker,
             _entry: entry,
             _instance: instance,
             device,
@@ -326,8 +352,18 @@ fn candidate(
         exts.iter()
             .any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == want))
     };
-    let int_dot =
-        p.api_version >= vk::API_VERSION_1_3 || has_ext(ash::khr::shader_integer_dot_product::NAME);
+    let int_dot = has_ext(ash::khr::shader_integer_dot_product::NAME) && {
+        let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
+        let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut dot);
+        // SAFETY: `pd` came from this instance and offers the extension
+        // whose feature struct is chained.
+        unsafe { instance.get_physical_device_features2(pd, &mut f2) };
+        dot.shader_integer_dot_product == vk::TRUE
+    };
+    let buffer_marker = has_ext(ash::amd::buffer_marker::NAME)
+        && std::env::var("ROCMFORGE_VULKAN_MARKER").map_or(true, |v| v != "0");
+    let use_int_dot =
+        int_dot && std::env::var("ROCMFORGE_VULKAN_INT_DOT").map_or(true, |v| v != "0");
     let coopmat = has_ext(ash::khr::cooperative_matrix::NAME);
     let fp16 = f12.shader_float16 == vk::TRUE;
     let use_coopmat = coopmat
@@ -349,19 +385,20 @@ fn candidate(
         );
     let max_region = maint3.max_memory_allocation_size;
     let summary = format!(
-        "{name} ({}: {}) | uma: {} | fp16: {} | warp size: {} | shared memory: {} | int dot: {} | matrix cores: {}",
+        "{name} ({}: {}) | uma: {} | fp16: {} | warp size: {} | shared memory: {} | int dot: {} | matrix cores: {} | markers: {}",
         cstr(&driver.driver_name),
         cstr(&driver.driver_info),
         u8::from(uma),
         u8::from(fp16),
         subgroup.subgroup_size,
         p.limits.max_compute_shared_memory_size,
-        u8::from(int_dot),
+        u8::from(use_int_dot),
         match (coopmat, use_coopmat) {
             (true, true) => "KHR_coopmat",
             (true, false) => "KHR_coopmat (unused)",
             _ => "none",
         },
+        u8::from(buffer_marker),
     );
     Ok(Candidate {
         physical: pd,
@@ -373,6 +410,8 @@ fn candidate(
             uma,
             fp16,
             coopmat: use_coopmat,
+            int_dot: use_int_dot,
+            buffer_marker,
             max_region,
             max_workgroups: p.limits.max_compute_work_group_count,
             summary,

@@ -14,7 +14,7 @@ use rocmforge_core::plan::{ArenaPlan, KvLayout};
 use rocmforge_core::quant::QuantType;
 
 use crate::commands::{Push, Recorder};
-use crate::pipelines::{weight_suffix, Pipelines};
+use crate::pipelines::{has_int_form, weight_suffix, Pipelines};
 
 /// A weight as kernels see it.
 #[derive(Clone, Debug)]
@@ -81,8 +81,11 @@ pub struct MatPush {
     pub k: u32,
     pub n: u32,
     pub n_parts: u32,
+    /// Per-block (d, s) of Q8-packed activations (`matvec_int` only).
+    pub x_scales: u64,
 }
-// SAFETY: repr(C), ten u64 then six u32: 104 bytes, no padding.
+// SAFETY: repr(C), ten u64, six u32 (ending at byte 104, 8-aligned), one
+// u64: 112 bytes, no padding.
 unsafe impl Push for MatPush {}
 
 #[repr(C)]
@@ -170,8 +173,10 @@ pub struct QuantizePush {
     pub out: u64,
     pub n: u32,
     pub pad: u32,
+    /// Where `quantize_q8_packed` writes the per-block (d, s).
+    pub scales: u64,
 }
-// SAFETY: repr(C), two u64 then two u32: 24 bytes, no padding.
+// SAFETY: repr(C), two u64, two u32, one u64: 32 bytes, no padding.
 unsafe impl Push for QuantizePush {}
 
 /// The kernel that rounds a matmul's activations the way the CPU reference
@@ -190,18 +195,53 @@ pub fn activation_kernel(ty: QuantType) -> Option<&'static str> {
 }
 
 /// Bytes of scratch a graph needs: one rounded copy of the largest matmul
-/// input.
+/// input (f32), or its Q8-packed form (`q8_packed_layout`), whichever is
+/// larger.
 pub fn scratch_bytes(graph: &Graph) -> usize {
     graph
         .ops
         .iter()
         .filter_map(|op| match *op {
-            Op::MatMul { x, .. } => Some(graph.tensor(x).bytes()),
+            Op::MatMul { x, .. } => {
+                let d = graph.tensor(x);
+                let (scales, total) = q8_packed_layout(d.rows * d.cols);
+                debug_assert!(scales <= total);
+                Some(d.bytes().max(total))
+            }
             _ => None,
         })
         .max()
         .unwrap_or(0)
         .next_multiple_of(256)
+}
+
+/// Layout of `n` activations quantized by `quantize_q8_packed`: int8 quants
+/// from byte 0, then per block of 32 a (d, s) pair of f32 from the returned
+/// offset; returns (scales offset, total bytes).
+pub fn q8_packed_layout(n: usize) -> (usize, usize) {
+    let scales = n.next_multiple_of(256);
+    (scales, scales + n / 32 * 8)
+}
+
+/// Rows per workgroup of the `matvec_int` kernels (`NR` in build.rs).
+const MATVEC_INT_ROWS: usize = 2;
+
+/// Whether the integer mat-vec stages weight blocks through shared memory
+/// (`STAGE_W` in matvec_int.comp): only on request,
+/// `ROCMFORGE_VULKAN_MATVEC_STAGE=1`, and only where rows hold an even
+/// number of blocks (so every staged run is whole 32-bit words). On the
+/// H100 it was slower (7B tg128 112 vs 146 t/s; docs/vulkan.md); it stays
+/// as the measured alternative for devices whose L1 handles 16-bit loads
+/// across 18-byte blocks worse.
+fn matvec_staged(k: usize) -> bool {
+    (k / 32).is_multiple_of(2)
+        && std::env::var("ROCMFORGE_VULKAN_MATVEC_STAGE").is_ok_and(|v| v == "1")
+}
+
+/// Whether the decode mat-vec in integers is on
+/// (`ROCMFORGE_VULKAN_MATVEC_INT=0` keeps the f32 one, for measurement).
+fn matvec_int_enabled() -> bool {
+    std::env::var("ROCMFORGE_VULKAN_MATVEC_INT").map_or(true, |v| v != "0")
 }
 
 /// Everything a graph's dispatches refer to.
@@ -362,7 +402,14 @@ pub fn record_graph(
             Op::Attention { layer, q, out } => {
                 let s = &graph.attention;
                 let l = a.kv_layout;
-                let p = pipes.get(device, "attention")?;
+                // Few (token, head) workgroups: stage K/V rows in shared
+                // memory (attention.comp, STAGE_KV).
+                let kernel = if graph.n_tokens <= MATVEC_MAX_TOKENS {
+                    "attention_staged"
+                } else {
+                    "attention"
+                };
+                let p = pipes.get(device, kernel)?;
                 let push = AttentionPush {
                     q: t(q),
                     out: t(out),
@@ -488,6 +535,7 @@ fn record_matmuls(
         k: 0,
         n: 0,
         n_parts: ops.len() as u32,
+        x_scales: 0,
     };
     let mut names = Vec::new();
     let mut weight: Option<&DeviceWeight> = None;
@@ -511,6 +559,43 @@ fn record_matmuls(
     }
     let w = weight.expect("at least one matmul");
     let suffix = weight_kernel(w)?;
+    let n = push.n as usize;
+    let activations = format!("op {first} of {n_ops} (rounding {} activations)", w.ty);
+    if n <= MATVEC_MAX_TOKENS
+        && has_int_form(w.ty)
+        && matvec_int_enabled()
+        && push.k.is_multiple_of(32)
+    {
+        // Decode in integers: quantize the activations to Q8 blocks, then
+        // the integer mat-vec.
+        let values = push.n * push.k;
+        let (scales, _) = q8_packed_layout(values as usize);
+        let quant = QuantizePush {
+            x: push.x,
+            out: a.scratch,
+            n: values,
+            pad: 0,
+            scales: a.scratch + scales as u64,
+        };
+        let p = pipes.get(device, "quantize_q8_packed")?;
+        rec.dispatch(p, &quant, (values / 32).div_ceil(64), activations);
+        push.x = quant.out;
+        push.x_scales = quant.scales;
+        let staged = if matvec_staged(push.k as usize) {
+            "_staged"
+        } else {
+            ""
+        };
+        let dot = if pipes.int_dot { "_dot" } else { "" };
+        let groups: usize = ops
+            .iter()
+            .map(|op| matmul_weight(op, a).rows.div_ceil(MATVEC_INT_ROWS))
+            .sum();
+        let p = pipes.get(device, &format!("matvec_int{staged}{dot}_{suffix}"))?;
+        let what = matmul_label(&names, w.ty, first, ops.len(), n_ops);
+        rec.dispatch(p, &push, u32_of(groups, "matmul workgroups")?, what);
+        return Ok(());
+    }
     if let Some(q) = activation_kernel(w.ty) {
         let p = pipes.get(device, q)?;
         let n = push.n * push.k;
@@ -519,6 +604,7 @@ fn record_matmuls(
             out: a.scratch,
             n,
             pad: 0,
+            scales: 0,
         };
         // One invocation per block of 32 (256 for Q8_K, 8 for floats).
         let block = match q {
@@ -526,11 +612,9 @@ fn record_matmuls(
             "quantize_q8_k" => 256,
             _ => 8,
         };
-        let what = format!("op {first} of {n_ops} (rounding {} activations)", w.ty);
-        rec.dispatch(p, &quant, (n / block).div_ceil(64), what);
+        rec.dispatch(p, &quant, (n / block).div_ceil(64), activations);
         push.x = a.scratch;
     }
-    let n = push.n as usize;
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
         ("matvec", n_rows)
     } else {
@@ -562,16 +646,20 @@ fn record_matmuls(
         }
     };
     let p = pipes.get(device, &format!("{kernel}_{suffix}"))?;
-    let what = if ops.len() == 1 {
-        format!("op {first} of {n_ops} (MatMul {} {})", names[0], w.ty)
-    } else {
-        format!(
-            "ops {first}..{} of {n_ops} (MatMul {} {})",
-            first + ops.len(),
-            names.join("+"),
-            w.ty
-        )
-    };
+    let what = matmul_label(&names, w.ty, first, ops.len(), n_ops);
     rec.dispatch(p, &push, u32_of(groups, "matmul workgroups")?, what);
     Ok(())
+}
+
+/// The timeout label of a (fused) matmul dispatch.
+fn matmul_label(names: &[String], ty: QuantType, first: usize, len: usize, n_ops: usize) -> String {
+    if len == 1 {
+        format!("op {first} of {n_ops} (MatMul {} {ty})", names[0])
+    } else {
+        format!(
+            "ops {first}..{} of {n_ops} (MatMul {} {ty})",
+            first + len,
+            names.join("+")
+        )
+    }
 }

@@ -42,6 +42,12 @@ pub fn weight_suffix(ty: QuantType) -> Option<&'static str> {
     compiled::WEIGHT_TYPES.iter().copied().find(|&n| n == name)
 }
 
+/// Whether weights of this type have the integer decode mat-vec
+/// (`matvec_int_*` kernels).
+pub fn has_int_form(ty: QuantType) -> bool {
+    weight_suffix(ty).is_some_and(|n| compiled::INT_WEIGHT_TYPES.contains(&n))
+}
+
 fn spirv(name: &str) -> Option<Vec<u32>> {
     let bytes = compiled::SHADERS.iter().find(|(n, _)| *n == name)?.1;
     ash::util::read_spv(&mut std::io::Cursor::new(bytes)).ok()
@@ -52,6 +58,8 @@ pub struct Pipelines {
     /// The device runs the matrix-core prefill matmul (`matmul_cm*`
     /// kernels; see `DeviceProps::coopmat`).
     pub coopmat: bool,
+    /// The device takes `dotPacked4x8EXT` (see `DeviceProps::int_dot`).
+    pub int_dot: bool,
     cache: vk::PipelineCache,
     map: HashMap<String, (vk::ShaderModule, vk::Pipeline)>,
 }
@@ -86,6 +94,7 @@ impl Pipelines {
         Ok(Pipelines {
             layout,
             coopmat: false,
+            int_dot: false,
             cache,
             map: HashMap::new(),
         })
