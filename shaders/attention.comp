@@ -49,9 +49,17 @@ shared float scores[WG_SIZE];
 // words so that invocations reading different rows hit different banks.
 #define STAGE_WORDS 4224
 shared uint stage[STAGE_WORDS];
+// Word w of the K / V row starting at word `row` (of the stage here, of the
+// layer's cache block otherwise).
+#define K_WORD(row, w) stage[(row) + (w)]
+#define V_WORD(row, w) stage[(row) + (w)]
+#else
+#define K_WORD(row, w) U32s(pc.k_cache).v[(row) + (w)]
+#define V_WORD(row, w) U32s(pc.v_cache).v[(row) + (w)]
+#endif
 
-// q . k for the staged row starting at word `kw` (pairs of halves), in
-// ggml's AVX2 order; a tail past a multiple of 32 is added in order.
+// q . k for the K row starting at word `kw` (pairs of halves), in ggml's
+// AVX2 order; a tail past a multiple of 32 is added in order.
 float dot_ggml(uint kw, uint hd) {
     float acc[32];
     for (uint l = 0u; l < 32u; l++) {
@@ -60,7 +68,7 @@ float dot_ggml(uint kw, uint hd) {
     uint body = hd - hd % 32u;
     for (uint i = 0u; i < body; i += 32u) {
         for (uint l = 0u; l < 32u; l += 2u) {
-            vec2 k = unpackHalf2x16(stage[kw + (i + l) / 2u]);
+            vec2 k = unpackHalf2x16(K_WORD(kw, (i + l) / 2u));
             acc[l] = fma(k.x, qs[i + l], acc[l]);
             acc[l + 1u] = fma(k.y, qs[i + l + 1u], acc[l + 1u]);
         }
@@ -71,43 +79,38 @@ float dot_ggml(uint kw, uint hd) {
     }
     float s = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
     for (uint d = body; d < hd; d += 2u) {
-        vec2 k = unpackHalf2x16(stage[kw + d / 2u]);
+        vec2 k = unpackHalf2x16(K_WORD(kw, d / 2u));
         s += k.x * qs[d];
         s += k.y * qs[d + 1u];
     }
     return s;
 }
 
-#else
-// q . k for the cache row starting at word `kw` (pairs of halves), in
-// ggml's AVX2 order; a tail past a multiple of 32 is added in order.
-float dot_ggml(U32s kc, uint kw, uint hd) {
-    float acc[32];
-    for (uint l = 0u; l < 32u; l++) {
-        acc[l] = 0.0;
-    }
+// One position of the in-order walk: score `s`, V row at word `vw`; updates
+// the running max `m`, sum `l` and this invocation's f16 accumulators.
+void walk(float s, uint vw, uint hd, inout float m, inout float l, inout float acc[ATT_DIMS]) {
+    // Past a multiple of 32 dims ggml's V update is not fused.
     uint body = hd - hd % 32u;
-    for (uint i = 0u; i < body; i += 32u) {
-        for (uint l = 0u; l < 32u; l += 2u) {
-            vec2 k = unpackHalf2x16(kc.v[kw + (i + l) / 2u]);
-            acc[l] = fma(k.x, qs[i + l], acc[l]);
-            acc[l + 1u] = fma(k.y, qs[i + l + 1u], acc[l + 1u]);
+    float ms = 1.0;
+    float vs = 1.0;
+    bool rescale = s > m;
+    if (rescale) {
+        ms = isinf(m) ? 0.0 : exp(m - s);
+        m = s;
+    } else {
+        vs = exp(s - m);
+    }
+    for (uint i = 0u; i < ATT_DIMS; i++) {
+        uint d = gl_LocalInvocationID.x + i * WG_SIZE;
+        if (d < hd) {
+            float a = rescale ? round_f16(acc[i] * ms) : acc[i];
+            vec2 vv = unpackHalf2x16(V_WORD(vw, d / 2u));
+            float x = (d & 1u) != 0u ? vv.y : vv.x;
+            acc[i] = round_f16(d < body ? fma(x, vs, a) : a + x * vs);
         }
     }
-    float v[8];
-    for (uint l = 0u; l < 8u; l++) {
-        v[l] = (acc[l] + acc[16u + l]) + (acc[8u + l] + acc[24u + l]);
-    }
-    float s = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-    for (uint d = body; d < hd; d += 2u) {
-        vec2 k = unpackHalf2x16(kc.v[kw + d / 2u]);
-        s += k.x * qs[d];
-        s += k.y * qs[d + 1u];
-    }
-    return s;
+    l = l * ms + vs;
 }
-
-#endif
 
 void main() {
     uint g = wg_linear();
@@ -130,12 +133,8 @@ void main() {
     barrier();
 
     // Cache rows as u32 pairs of halves; this head starts kvh * hd halves in.
-    U32s kc = U32s(pc.k_cache);
-    U32s vc = U32s(pc.v_cache);
     uint row_words = pc.kv_dim / 2u;
     uint head_word = kvh * hd / 2u;
-    // Past a multiple of 32 dims ggml's V update is not fused.
-    uint body = hd - hd % 32u;
 
     float m = -1.0 / 0.0;
     float l = 0.0;
@@ -144,6 +143,8 @@ void main() {
         acc[i] = 0.0;
     }
 #ifdef STAGE_KV
+    U32s kc = U32s(pc.k_cache);
+    U32s vc = U32s(pc.v_cache);
     uint hw = hd / 2u;
     uint stride = hw + 1u;
     uint chunk = min(uint(WG_SIZE), STAGE_WORDS / stride);
@@ -167,26 +168,7 @@ void main() {
         memoryBarrierShared();
         barrier();
         for (uint pp = 0u; pp < cnt; pp++) {
-            float s = scores[pp];
-            float ms = 1.0;
-            float vs = 1.0;
-            bool rescale = s > m;
-            if (rescale) {
-                ms = isinf(m) ? 0.0 : exp(m - s);
-                m = s;
-            } else {
-                vs = exp(s - m);
-            }
-            for (uint i = 0u; i < ATT_DIMS; i++) {
-                uint d = tid + i * WG_SIZE;
-                if (d < hd) {
-                    float a = rescale ? round_f16(acc[i] * ms) : acc[i];
-                    vec2 vv = unpackHalf2x16(stage[pp * stride + d / 2u]);
-                    float x = (d & 1u) != 0u ? vv.y : vv.x;
-                    acc[i] = round_f16(d < body ? fma(x, vs, a) : a + x * vs);
-                }
-            }
-            l = l * ms + vs;
+            walk(scores[pp], pp * stride, hd, m, l, acc);
         }
         memoryBarrierShared();
         barrier();
@@ -195,33 +177,13 @@ void main() {
     for (uint base = 0u; base < n_kv; base += WG_SIZE) {
         uint p = base + tid;
         if (p < n_kv) {
-            scores[tid] = dot_ggml(kc, p * row_words + head_word, hd) * pc.scale;
+            scores[tid] = dot_ggml(p * row_words + head_word, hd) * pc.scale;
         }
         memoryBarrierShared();
         barrier();
         uint cnt = min(uint(WG_SIZE), n_kv - base);
         for (uint pp = 0u; pp < cnt; pp++) {
-            float s = scores[pp];
-            float ms = 1.0;
-            float vs = 1.0;
-            bool rescale = s > m;
-            if (rescale) {
-                ms = isinf(m) ? 0.0 : exp(m - s);
-                m = s;
-            } else {
-                vs = exp(s - m);
-            }
-            uint vw = (base + pp) * row_words + head_word;
-            for (uint i = 0u; i < ATT_DIMS; i++) {
-                uint d = tid + i * WG_SIZE;
-                if (d < hd) {
-                    float a = rescale ? round_f16(acc[i] * ms) : acc[i];
-                    vec2 vv = unpackHalf2x16(vc.v[vw + d / 2u]);
-                    float x = (d & 1u) != 0u ? vv.y : vv.x;
-                    acc[i] = round_f16(d < body ? fma(x, vs, a) : a + x * vs);
-                }
-            }
-            l = l * ms + vs;
+            walk(scores[pp], (base + pp) * row_words + head_word, hd, m, l, acc);
         }
         memoryBarrierShared();
         barrier();

@@ -14,29 +14,10 @@
 // workgroup holds several subgroups, through shared memory: correct for any
 // subgroup size. INT_DOT uses GL_EXT_integer_dot_product (one instruction
 // for four products where the hardware has it).
-//
-// STAGE_W (opt-in) first copies the WG_SIZE blocks of each row that an
-// iteration uses into shared memory as 32-bit words, adjacent invocations
-// reading adjacent words, and decodes from there: blocks of 18, 22 or 34
-// bytes read in place take one 16-bit load per half per invocation, each
-// touching every cache sector of the subgroup's span. On the H100 the
-// staging's barriers cost more than that saved (docs/vulkan.md). Needs rows
-// of an even number of blocks (4-aligned; the host checks).
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
-#ifdef STAGE_W
-#define STAGE_WORDS (WG_SIZE * 34 / 4)
-shared uint wst[NR][STAGE_WORDS];
-// In the staged form `row` is the row's index in the workgroup and `ib` the
-// block's index in the stage.
-#define Q8_ROW uint
-#define Q8_WORD(row, ib, i) wst[row][(ib) * (QUANT_BLOCK_BYTES / 4u) + uint(i)]
-#define Q8_HALF(row, ib, i) \
-    ((wst[row][((ib) * (QUANT_BLOCK_BYTES / 2u) + uint(i)) >> 1] >> \
-      (16u * (((ib) * (QUANT_BLOCK_BYTES / 2u) + uint(i)) & 1u))) & 0xFFFFu)
-#endif
 #include "quant.glsl"
 #ifdef INT_DOT
 #extension GL_EXT_integer_dot_product : require
@@ -118,33 +99,6 @@ void main() {
             acc[r][t] = 0.0;
         }
     }
-#ifdef STAGE_W
-    uint tid = gl_LocalInvocationID.x;
-    for (uint b0 = 0u; b0 < nb; b0 += WG_SIZE) {
-        uint cnt = min(uint(WG_SIZE), nb - b0);
-        uint words = cnt * QUANT_BLOCK_BYTES / 4u;
-        for (uint r = 0u; r < NR; r++) {
-            uint rr = min(r0 + r, m - 1u);
-            U32s src = U32s(pc.w[p] + uint64_t(rr) * row_bytes + uint64_t(b0) * QUANT_BLOCK_BYTES);
-            for (uint i = tid; i < words; i += WG_SIZE) {
-                wst[r][i] = src.v[i];
-            }
-        }
-        memoryBarrierShared();
-        barrier();
-        if (tid < cnt) {
-            uint b = b0 + tid;
-            uint q[NR][8];
-            vec2 dm[NR];
-            for (uint r = 0u; r < NR; r++) {
-                block_q8(r, tid, q[r], dm[r]);
-            }
-            accumulate(b, nb, q, dm, acc);
-        }
-        memoryBarrierShared();
-        barrier();
-    }
-#else
     for (uint b = gl_LocalInvocationID.x; b < nb; b += WG_SIZE) {
         uint q[NR][8];
         vec2 dm[NR];
@@ -155,7 +109,6 @@ void main() {
         }
         accumulate(b, nb, q, dm, acc);
     }
-#endif
     // Subgroup sums, then one slot per subgroup in shared memory.
     // (Only the n sums in use: pc.n is uniform, so these branches are too.)
     for (uint r = 0u; r < NR; r++) {

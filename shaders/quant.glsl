@@ -5,16 +5,6 @@
 #ifndef QUANT_GLSL
 #define QUANT_GLSL
 
-// How the integer forms (`block_q8`) read a block: 16-bit half or 32-bit
-// word `i` of block `ib` of `row`. By default `row` is a device address; a
-// kernel that stages blocks in shared memory defines these first
-// (matvec_int.comp, STAGE_W).
-#ifndef Q8_ROW
-#define Q8_ROW uint64_t
-#define Q8_HALF(row, ib, i) uint(U16s((row) + uint64_t(ib) * QUANT_BLOCK_BYTES).v[i])
-#define Q8_WORD(row, ib, i) U32s((row) + uint64_t(ib) * QUANT_BLOCK_BYTES).v[i]
-#endif
-
 // Byte-wise helpers for the integer forms (`block_q8`, see quant/README.md).
 // Subtracts the per-byte offsets `o` (each <= 16) from bytes 0..31, giving
 // signed bytes: setting bit 7 first keeps borrows inside each byte.

@@ -62,7 +62,7 @@ if [ "$mode" = decode ]; then
   # f32 mat-vec (MATVEC_INT=0), no dotPacked4x8 (INT_DOT=0), breadcrumbs
   # every N dispatches.
   for preset in qwen2-0.5b llama2-7b; do
-    for v in DEFAULT=1 MATVEC_STAGE=0 MATVEC_INT=0 INT_DOT=0 MARKER=0 CRUMB_EVERY=1 CRUMB_EVERY=1000000 \
+    for v in DEFAULT=1 MATVEC_INT=0 INT_DOT=0 MARKER=0 CRUMB_EVERY=1 CRUMB_EVERY=1000000 \
       SKIP_DISPATCHES=MatMul SKIP_DISPATCHES=rounding SKIP_DISPATCHES=Attention; do
       echo "== $preset tg128 with ROCMFORGE_VULKAN_$v"
       # shellcheck disable=SC2046 # A=1+B=2: several switches at once.

@@ -69,9 +69,7 @@ const WEIGHT_KERNELS: &[(&str, &str, Defines)] = &[
 /// (`QUANT_Q8_BLOCK` in their quant/ file): the decode mat-vec over Q8
 /// activations, as (variant prefix, file, defines): 64 invocations x 2 rows
 /// per workgroup (measured best of 32x4, 64x2, 64x4, 128x1 on the H100);
-/// `_staged` copies weight blocks through shared memory (rows of an even
-/// number of blocks), `_dot` uses GL_EXT_integer_dot_product (picked where
-/// the device has it).
+/// `_dot` uses GL_EXT_integer_dot_product (picked where the device has it).
 const INT_KERNELS: &[(&str, &str, Defines)] = &[
     (
         "matvec_int",
@@ -82,21 +80,6 @@ const INT_KERNELS: &[(&str, &str, Defines)] = &[
         "matvec_int_dot",
         "matvec_int.comp",
         &[("WG_SIZE", "64"), ("NR", "2"), ("INT_DOT", "1")],
-    ),
-    (
-        "matvec_int_staged",
-        "matvec_int.comp",
-        &[("WG_SIZE", "64"), ("NR", "2"), ("STAGE_W", "1")],
-    ),
-    (
-        "matvec_int_staged_dot",
-        "matvec_int.comp",
-        &[
-            ("WG_SIZE", "64"),
-            ("NR", "2"),
-            ("STAGE_W", "1"),
-            ("INT_DOT", "1"),
-        ],
     ),
 ];
 
@@ -218,19 +201,12 @@ fn main() {
             continue;
         };
         types.push(ty);
+        let mut families = WEIGHT_KERNELS.to_vec();
         if text.contains("#define QUANT_Q8_BLOCK") {
             int_types.push(ty);
-            for &(prefix, file, defs) in INT_KERNELS {
-                let mut d = defs.to_vec();
-                d.push((define, "1"));
-                variants.push(Variant {
-                    name: format!("{prefix}_{ty}"),
-                    file,
-                    defines: d,
-                });
-            }
+            families.extend_from_slice(INT_KERNELS);
         }
-        for &(prefix, file, defs) in WEIGHT_KERNELS {
+        for (prefix, file, defs) in families {
             let mut d = defs.to_vec();
             d.push((define, "1"));
             variants.push(Variant {

@@ -28,10 +28,11 @@ uint iq4nl_bytes4(uint w) {
     }
     return r;
 }
-void block_q8(Q8_ROW row, uint ib, out uint q[8], out vec2 dm) {
-    dm = vec2(unpackHalf2x16(Q8_HALF(row, ib, 0)).x, 0.0);
+void block_q8(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
+    U16s b = U16s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
+    dm = vec2(unpackHalf2x16(uint(b.v[0])).x, 0.0);
     for (uint i = 0u; i < 4u; i++) {
-        uint w = Q8_HALF(row, ib, 1u + 2u * i) | (Q8_HALF(row, ib, 2u + 2u * i) << 16);
+        uint w = uint(b.v[1u + 2u * i]) | (uint(b.v[2u + 2u * i]) << 16);
         q[i] = iq4nl_bytes4(w & 0x0F0F0F0Fu);
         q[i + 4u] = iq4nl_bytes4((w >> 4) & 0x0F0F0F0Fu);
     }

@@ -25,11 +25,12 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
 // the block minimum as dm.y.
 #define QUANT_Q8_BLOCK 1
 #define QUANT_Q8_MIN 1
-void block_q8(Q8_ROW row, uint ib, out uint q[8], out vec2 dm) {
-    dm = unpackHalf2x16(Q8_WORD(row, ib, 0));
-    uint qh = Q8_WORD(row, ib, 1);
+void block_q8(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
+    U32s b = U32s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
+    dm = unpackHalf2x16(b.v[0]);
+    uint qh = b.v[1];
     for (uint i = 0u; i < 4u; i++) {
-        uint w = Q8_WORD(row, ib, 2u + i);
+        uint w = b.v[2u + i];
         q[i] = (w & 0x0F0F0F0Fu) | q8_fifth_bits(qh >> (4u * i));
         q[i + 4u] = ((w >> 4) & 0x0F0F0F0Fu) | q8_fifth_bits(qh >> (16u + 4u * i));
     }

@@ -19,9 +19,10 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
 // Integer form for the decode mat-vec over Q8_0 activations (matvec_int.comp):
 // the 32 signed quants, word i = elements 4i..4i+3.
 #define QUANT_Q8_BLOCK 1
-void block_q8(Q8_ROW row, uint ib, out uint q[8], out vec2 dm) {
-    dm = vec2(unpackHalf2x16(Q8_HALF(row, ib, 0)).x, 0.0);
+void block_q8(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
+    U16s b = U16s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
+    dm = vec2(unpackHalf2x16(uint(b.v[0])).x, 0.0);
     for (uint i = 0u; i < 8u; i++) {
-        q[i] = Q8_HALF(row, ib, 1u + 2u * i) | (Q8_HALF(row, ib, 2u + 2u * i) << 16);
+        q[i] = uint(b.v[1u + 2u * i]) | (uint(b.v[2u + 2u * i]) << 16);
     }
 }

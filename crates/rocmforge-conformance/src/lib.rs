@@ -95,44 +95,14 @@ pub fn fixture_path(name: &str) -> PathBuf {
 pub fn generated_model(preset: &str, ty: QuantType) -> Arc<Model> {
     static LOCK: Mutex<()> = Mutex::new(());
     let dir = repo_root().join("target/conformance-models");
-    let path = dir.join(format!("{preset}-{}.gguf", ty.name()));
-    {
+    let path = {
         let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        if !path.exists() {
-            std::fs::create_dir_all(&dir).expect("create target/conformance-models");
-            let p = rocmforge_genmodel::find(preset).expect("known preset");
-            let progress = indicatif::ProgressBar::hidden();
-            rocmforge_genmodel::write_file(
-                p,
-                ty,
-                rocmforge_genmodel::DEFAULT_SEED,
-                &path,
-                &progress,
-            )
-            .unwrap_or_else(|e| panic!("generate {}: {e}", path.display()));
-        }
-    }
+        let p = rocmforge_genmodel::find(preset).expect("known preset");
+        rocmforge_genmodel::cached(p, ty, &dir)
+            .unwrap_or_else(|e| panic!("generate {preset} {ty}: {e}"))
+    };
     Arc::new(Model::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
 }
-
-/// Every weight type the core supports.
-pub const WEIGHT_TYPES: &[QuantType] = &[
-    QuantType::F32,
-    QuantType::F16,
-    QuantType::BF16,
-    QuantType::Q4_0,
-    QuantType::Q4_1,
-    QuantType::Q5_0,
-    QuantType::Q5_1,
-    QuantType::Q8_0,
-    QuantType::Q2K,
-    QuantType::Q3K,
-    QuantType::Q4K,
-    QuantType::Q5K,
-    QuantType::Q6K,
-    QuantType::IQ4NL,
-    QuantType::IQ4XS,
-];
 
 /// Error of a logits row relative to the reference row's standard
 /// deviation: (max |Δ|/σ, mean |Δ|/σ).

@@ -15,7 +15,7 @@ fn check_preset(preset: &str) {
         eprintln!("weight types on {preset}: no backend but the reference (cpu) here");
         return;
     }
-    for &ty in WEIGHT_TYPES {
+    for ty in rocmforge_core::quant::QuantType::supported() {
         let model = generated_model(preset, ty);
         for &backend in &backends {
             let _device = device_lock();

@@ -14,7 +14,7 @@
 pub mod model;
 pub mod presets;
 
-pub use model::{write_file, GenError, DEFAULT_SEED};
+pub use model::{cached, write_file, GenError, DEFAULT_SEED};
 pub use presets::{find, Preset};
 
 /// The repository root: where this crate was built from, or, for a binary

@@ -190,6 +190,20 @@ pub fn write_file(
     std::fs::rename(&tmp, out).map_err(io_error("rename to final path", &tmp))
 }
 
+/// The default-seed model of `preset` with `ty` weights in `dir`
+/// (`<preset>-<TYPE>.gguf`), written first if it is not there yet: the model
+/// cache of test suites. Concurrent callers may both write it; the
+/// temporary names differ and the rename is atomic, so readers never see
+/// half a file.
+pub fn cached(preset: &Preset, ty: QuantType, dir: &Path) -> Result<PathBuf, GenError> {
+    let path = dir.join(format!("{}-{}.gguf", preset.name, ty.name()));
+    if !path.exists() {
+        std::fs::create_dir_all(dir).map_err(io_error("create", dir))?;
+        write_file(preset, ty, DEFAULT_SEED, &path, &ProgressBar::hidden())?;
+    }
+    Ok(path)
+}
+
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> GenError {
     let path = path.to_path_buf();
     move |source| GenError::Io {

@@ -55,6 +55,10 @@ fn coopmat_big(tiles: usize, k: usize) -> bool {
         None => tiles >= COOPMAT_BIG_MIN_TILES && k >= COOPMAT_BIG_MIN_K,
     }
 }
+/// Largest graph (tokens) whose attention stages K/V rows in shared memory
+/// (`attention_staged`): on the H100 staging halved decode attention time
+/// and cost prefill a fifth of its speed (docs/vulkan.md).
+const STAGED_ATTENTION_MAX_TOKENS: usize = 8;
 /// Largest head size the attention kernel takes (`ATT_DIMS * WG_SIZE`).
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -204,9 +208,7 @@ pub fn scratch_bytes(graph: &Graph) -> usize {
         .filter_map(|op| match *op {
             Op::MatMul { x, .. } => {
                 let d = graph.tensor(x);
-                let (scales, total) = q8_packed_layout(d.rows * d.cols);
-                debug_assert!(scales <= total);
-                Some(d.bytes().max(total))
+                Some(d.bytes().max(q8_packed_layout(d.rows * d.cols).1))
             }
             _ => None,
         })
@@ -225,18 +227,6 @@ pub fn q8_packed_layout(n: usize) -> (usize, usize) {
 
 /// Rows per workgroup of the `matvec_int` kernels (`NR` in build.rs).
 const MATVEC_INT_ROWS: usize = 2;
-
-/// Whether the integer mat-vec stages weight blocks through shared memory
-/// (`STAGE_W` in matvec_int.comp): only on request,
-/// `ROCMFORGE_VULKAN_MATVEC_STAGE=1`, and only where rows hold an even
-/// number of blocks (so every staged run is whole 32-bit words). On the
-/// H100 it was slower (7B tg128 112 vs 146 t/s; docs/vulkan.md); it stays
-/// as the measured alternative for devices whose L1 handles 16-bit loads
-/// across 18-byte blocks worse.
-fn matvec_staged(k: usize) -> bool {
-    (k / 32).is_multiple_of(2)
-        && std::env::var("ROCMFORGE_VULKAN_MATVEC_STAGE").is_ok_and(|v| v == "1")
-}
 
 /// Whether the decode mat-vec in integers is on
 /// (`ROCMFORGE_VULKAN_MATVEC_INT=0` keeps the f32 one, for measurement).
@@ -404,7 +394,7 @@ pub fn record_graph(
                 let l = a.kv_layout;
                 // Few (token, head) workgroups: stage K/V rows in shared
                 // memory (attention.comp, STAGE_KV).
-                let kernel = if graph.n_tokens <= MATVEC_MAX_TOKENS {
+                let kernel = if graph.n_tokens <= STAGED_ATTENTION_MAX_TOKENS {
                     "attention_staged"
                 } else {
                     "attention"
@@ -581,17 +571,12 @@ fn record_matmuls(
         rec.dispatch(p, &quant, (values / 32).div_ceil(64), activations);
         push.x = quant.out;
         push.x_scales = quant.scales;
-        let staged = if matvec_staged(push.k as usize) {
-            "_staged"
-        } else {
-            ""
-        };
         let dot = if pipes.int_dot { "_dot" } else { "" };
         let groups: usize = ops
             .iter()
             .map(|op| matmul_weight(op, a).rows.div_ceil(MATVEC_INT_ROWS))
             .sum();
-        let p = pipes.get(device, &format!("matvec_int{staged}{dot}_{suffix}"))?;
+        let p = pipes.get(device, &format!("matvec_int{dot}_{suffix}"))?;
         let what = matmul_label(&names, w.ty, first, ops.len(), n_ops);
         rec.dispatch(p, &push, u32_of(groups, "matmul workgroups")?, what);
         return Ok(());

@@ -21,20 +21,7 @@ fn options() -> VulkanOptions {
 
 fn generated(preset: &str, ty: QuantType) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vulkan-models");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{preset}-{}.gguf", ty.name()));
-    if !path.exists() {
-        let p = rocmforge_genmodel::find(preset).unwrap();
-        rocmforge_genmodel::write_file(
-            p,
-            ty,
-            rocmforge_genmodel::DEFAULT_SEED,
-            &path,
-            &indicatif::ProgressBar::hidden(),
-        )
-        .unwrap();
-    }
-    path
+    rocmforge_genmodel::cached(rocmforge_genmodel::find(preset).unwrap(), ty, &dir).unwrap()
 }
 
 /// Logits of a short prompt and two decode steps, and the allocation count.

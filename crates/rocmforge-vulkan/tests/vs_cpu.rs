@@ -72,20 +72,7 @@ fn vulkan_or_skip() -> Option<VulkanBackend> {
 
 fn generated(preset: &str, ty: QuantType) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vulkan-models");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{preset}-{}.gguf", ty.name()));
-    if !path.exists() {
-        let p = rocmforge_genmodel::find(preset).unwrap();
-        rocmforge_genmodel::write_file(
-            p,
-            ty,
-            rocmforge_genmodel::DEFAULT_SEED,
-            &path,
-            &indicatif::ProgressBar::hidden(),
-        )
-        .unwrap();
-    }
-    path
+    rocmforge_genmodel::cached(rocmforge_genmodel::find(preset).unwrap(), ty, &dir).unwrap()
 }
 
 /// The fixture with every tensor dequantized to F32 (written once).
@@ -231,26 +218,6 @@ fn check_within(path: &std::path::Path, max_rel: f32, mean_rel: f32) {
     }
 }
 
-/// Every weight type the shaders implement, on tiny-llama (rows are
-/// multiples of 256, so the K-quants apply without fallback).
-const ALL_TYPES: [QuantType; 15] = [
-    QuantType::F32,
-    QuantType::F16,
-    QuantType::BF16,
-    QuantType::Q4_0,
-    QuantType::Q8_0,
-    QuantType::Q4_1,
-    QuantType::Q5_0,
-    QuantType::Q5_1,
-    QuantType::Q2K,
-    QuantType::Q3K,
-    QuantType::Q4K,
-    QuantType::Q5K,
-    QuantType::Q6K,
-    QuantType::IQ4NL,
-    QuantType::IQ4XS,
-];
-
 /// The qwen presets' 64-wide rows take K-quants only through fallbacks, so
 /// they run the plain types plus one K-quant (the conformance suite covers
 /// every type on a ragged shape too).
@@ -263,9 +230,11 @@ const QWEN_TYPES: [QuantType; 6] = [
     QuantType::Q4K,
 ];
 
+/// Every weight type the core supports, on tiny-llama (rows are multiples
+/// of 256, so the K-quants apply without fallback).
 #[test]
 fn tiny_llama() {
-    for ty in ALL_TYPES {
+    for ty in QuantType::supported() {
         check(&generated("tiny-llama", ty));
     }
 }

@@ -158,6 +158,11 @@ impl QuantType {
     pub fn all() -> impl Iterator<Item = QuantType> {
         TABLE.iter().map(|r| r.0)
     }
+
+    /// The types of `is_supported`, in ggml id order.
+    pub fn supported() -> impl Iterator<Item = QuantType> {
+        QuantType::all().filter(|t| t.is_supported())
+    }
 }
 
 impl fmt::Display for QuantType {
