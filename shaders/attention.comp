@@ -9,23 +9,35 @@
 //     every fused multiply-add and every rescale.
 // Token t attends to cache positions 0 .. pos0 + t, with pos0 read from the
 // step-input region, so the grid depends only on the graph shape. Positions
-// are taken a chunk at a time (up to WG_SIZE, as many as fit the staging
-// buffer): the chunk's K rows are staged in shared memory with coalesced
-// loads and each invocation scores one position from there; then the V rows
-// are staged the same way and every invocation walks the chunk in order for
-// its own head dimensions (up to ATT_DIMS), repeating the max/sum recurrence
-// so all agree bit for bit. STAGE_KV (the decode variant) stages K and V
-// rows in shared memory with coalesced loads, keeping global-memory latency
-// out of that serial walk when a step has few (token, head) workgroups;
-// without it (prefill: thousands of workgroups hide the latency, and 17 KiB
-// of shared memory per workgroup would cut occupancy) rows are read in place.
+// are taken a chunk at a time; each invocation scores one position of the
+// chunk, then every invocation walks the chunk in order for its own head
+// dimensions (up to ATT_DIMS), repeating the max/sum recurrence so all agree
+// bit for bit.
+//
+// STAGE_KV (the decode variant: a step has few (token, head) workgroups, so
+// nothing hides a global load in the serial walk) first copies the chunk's
+// K and V rows into shared memory: 16-byte loads, all of them issued before
+// the first store (a fixed count of STAGE_LOADS per invocation), so the
+// chunk costs one memory latency rather than one per row. It needs the head
+// size to be a multiple of 8 and the cache blocks 16-byte aligned (the host
+// checks). Without it (prefill: thousands of workgroups hide the latency,
+// and the staging buffers would cut occupancy) rows are read in place.
+//
+// OUT_Q8 (decode, when the output projection is the integer mat-vec) also
+// writes the head's output Q8-packed (q8_packed.glsl), so that projection
+// needs no rounding pass; the head size is then a multiple of 32.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#ifdef OUT_Q8
+#include "q8_packed.glsl"
+#endif
 
 layout(local_size_x = WG_SIZE) in;
 
+#ifndef ATT_DIMS
 #define ATT_DIMS 4
+#endif
 #define MAX_HEAD_DIM (ATT_DIMS * WG_SIZE)
 
 layout(push_constant, std430) uniform Push {
@@ -40,19 +52,24 @@ layout(push_constant, std430) uniform Push {
     uint head_dim;
     uint kv_dim;
     float scale;
+    uint64_t q8; // OUT_Q8 only
+    uint64_t q8_scales;
 } pc;
 
 shared float qs[MAX_HEAD_DIM];
 shared float scores[WG_SIZE];
 #ifdef STAGE_KV
-// Staged K or V rows of a chunk (pairs of halves), row stride hd / 2 + 1
-// words so that invocations reading different rows hit different banks.
-#define STAGE_WORDS 4224
-shared uint stage[STAGE_WORDS];
+// A chunk's K and V rows (pairs of halves), row stride hd / 2 + 1 words so
+// that invocations reading different rows hit different banks. 28 KiB in
+// all, within the 32 KiB that lavapipe offers.
+#define STAGE_WORDS 3584
+#define STAGE_LOADS 16
+shared uint k_stage[STAGE_WORDS];
+shared uint v_stage[STAGE_WORDS];
 // Word w of the K / V row starting at word `row` (of the stage here, of the
 // layer's cache block otherwise).
-#define K_WORD(row, w) stage[(row) + (w)]
-#define V_WORD(row, w) stage[(row) + (w)]
+#define K_WORD(row, w) k_stage[(row) + (w)]
+#define V_WORD(row, w) v_stage[(row) + (w)]
 #else
 #define K_WORD(row, w) U32s(pc.k_cache).v[(row) + (w)]
 #define V_WORD(row, w) U32s(pc.v_cache).v[(row) + (w)]
@@ -143,27 +160,49 @@ void main() {
         acc[i] = 0.0;
     }
 #ifdef STAGE_KV
-    U32s kc = U32s(pc.k_cache);
-    U32s vc = U32s(pc.v_cache);
+    U4s kc = U4s(pc.k_cache);
+    U4s vc = U4s(pc.v_cache);
     uint hw = hd / 2u;
+    uint hq = hd / 8u; // 16-byte quads per row
     uint stride = hw + 1u;
-    uint chunk = min(uint(WG_SIZE), STAGE_WORDS / stride);
+    uint chunk = min(min(uint(WG_SIZE), STAGE_WORDS / stride), STAGE_LOADS * WG_SIZE / (2u * hq));
+    uint row_quads = pc.kv_dim / 8u;
+    uint head_quad = kvh * hq;
     for (uint base = 0u; base < n_kv; base += chunk) {
         uint cnt = min(chunk, n_kv - base);
-        for (uint i = tid; i < cnt * hw; i += WG_SIZE) {
-            uint pp = i / hw;
-            stage[pp * stride + i % hw] = kc.v[(base + pp) * row_words + head_word + i % hw];
+        // Quads 0 .. cnt * hq - 1 are K's, the next cnt * hq V's.
+        uint quads = cnt * hq;
+        uvec4 r[STAGE_LOADS];
+        for (uint j = 0u; j < STAGE_LOADS; j++) {
+            uint i = tid + j * WG_SIZE;
+            uint iv = i - quads;
+            if (i < quads) {
+                r[j] = kc.v[(base + i / hq) * row_quads + head_quad + i % hq];
+            } else if (iv < quads) {
+                r[j] = vc.v[(base + iv / hq) * row_quads + head_quad + iv % hq];
+            }
+        }
+        for (uint j = 0u; j < STAGE_LOADS; j++) {
+            uint i = tid + j * WG_SIZE;
+            uint iv = i - quads;
+            if (i < quads) {
+                uint at = (i / hq) * stride + (i % hq) * 4u;
+                k_stage[at] = r[j].x;
+                k_stage[at + 1u] = r[j].y;
+                k_stage[at + 2u] = r[j].z;
+                k_stage[at + 3u] = r[j].w;
+            } else if (iv < quads) {
+                uint at = (iv / hq) * stride + (iv % hq) * 4u;
+                v_stage[at] = r[j].x;
+                v_stage[at + 1u] = r[j].y;
+                v_stage[at + 2u] = r[j].z;
+                v_stage[at + 3u] = r[j].w;
+            }
         }
         memoryBarrierShared();
         barrier();
         if (tid < cnt) {
             scores[tid] = dot_ggml(tid * stride, hd) * pc.scale;
-        }
-        memoryBarrierShared();
-        barrier();
-        for (uint i = tid; i < cnt * hw; i += WG_SIZE) {
-            uint pp = i / hw;
-            stage[pp * stride + i % hw] = vc.v[(base + pp) * row_words + head_word + i % hw];
         }
         memoryBarrierShared();
         barrier();
@@ -195,6 +234,23 @@ void main() {
         uint d = tid + i * WG_SIZE;
         if (d < hd) {
             o.v[d] = acc[i] * inv;
+#ifdef OUT_Q8
+            qs[d] = acc[i] * inv;
+#endif
         }
     }
+#ifdef OUT_Q8
+    // The head's blocks of 32, one invocation each, from shared memory (the
+    // last reads of qs were before the loop's final barrier).
+    memoryBarrierShared();
+    barrier();
+    if (tid < hd / 32u) {
+        vec4 v[8];
+        for (uint j = 0u; j < 8u; j++) {
+            uint d = tid * 32u + j * 4u;
+            v[j] = vec4(qs[d], qs[d + 1u], qs[d + 2u], qs[d + 3u]);
+        }
+        store_q8_packed(v, pc.q8, pc.q8_scales, (t * q_dim + h * hd) / 32u + tid);
+    }
+#endif
 }

@@ -1,6 +1,6 @@
 // Decode matmul in integers (1..MV_MAX_TOKENS tokens) for the 32-element
-// weight types: out[t][r] = x[t] . W[r] (+ bias[r]), with x already
-// quantized to Q8_0 / Q8_1 blocks by quantize_act.comp (ACT_Q8_PACKED):
+// weight types: out[t][r] = x[t] . W[r] (+ bias[r]) (+ residual[t][r]),
+// with x already quantized to Q8_0 / Q8_1 blocks (q8_packed.glsl):
 // int8 quants at `x` (32 bytes per block) and per block (d, s) at
 // `x_scales`. Per block, as ggml's CPU dot products:
 //   (d_w * d_x) * sum(q_w * q_x)  [+ m_w * s_x for Q4_1 / Q5_1].
@@ -37,6 +37,9 @@ layout(push_constant, std430) uniform Push {
     uint n;
     uint n_parts;
     uint64_t x_scales;
+    // Rows added to the output (a residual add fused into the projection),
+    // laid out as the output; 0 = none.
+    uint64_t residual;
 } pc;
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer V2s { vec2 v[]; };
@@ -160,6 +163,9 @@ void main() {
             float s = acc[0][0];
             if (pc.bias[p] != 0ul) {
                 s += F32s(pc.bias[p]).v[r];
+            }
+            if (pc.residual != 0ul) {
+                s += F32s(pc.residual).v[t * m + r];
             }
             F32s(pc.out_[p]).v[t * m + r] = s;
         }

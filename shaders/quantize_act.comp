@@ -9,12 +9,14 @@
 //             magnitude, first one), q = clamp(rne(iscale * x)), d = 1 / iscale;
 //   ACT_F16 / ACT_BF16: every value rounded to nearest even.
 // ACT_Q8_PACKED quantizes for real, for the integer mat-vec
-// (matvec_int.comp): Q8_0's rounding, int8 quants at `out` (32 bytes per
-// block) and per block vec2(d, s) at `scales`, where s = f16(amax / 127 *
-// sum(q)) is Q8_1's block sum (the same quants serve Q8_0 and Q8_1).
+// (matvec_int.comp), into the layout of q8_packed.glsl: quants at `out`,
+// (d, s) per block at `scales`. With SWIGLU it first computes the values as
+// silu(gate) * up (gate at `x`, up at `up`), writes them as f32 to `act` and
+// quantizes them: the SwiGLU op and the rounding of its output in one pass.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "q8_packed.glsl"
 
 layout(local_size_x = 64) in;
 
@@ -24,15 +26,9 @@ layout(push_constant, std430) uniform Push {
     uint n; // values (rows * k; k is a multiple of the block size)
     uint pad;
     uint64_t scales; // ACT_Q8_PACKED only
+    uint64_t up;     // SWIGLU only
+    uint64_t act;
 } pc;
-
-// a / b correctly rounded: GLSL division may be off by 2.5 ulp; one fma
-// step on the exact residual fixes the last bit.
-float div_rn(float a, float b) {
-    float q = a / b;
-    float r = fma(-q, b, a);
-    return fma(r, 1.0 / b, q);
-}
 
 #if defined(ACT_Q8_0) || defined(ACT_Q8_PACKED)
 #define BLOCK 32u
@@ -65,29 +61,21 @@ void main() {
     // The block as eight vec4 loads issued together (rows are 16-aligned).
     V4s xv = V4s(pc.x + uint64_t(b) * BLOCK * 4u);
     vec4 v[8];
-    vec4 m4 = vec4(0.0);
+#ifdef SWIGLU
+    V4s uv = V4s(pc.up + uint64_t(b) * BLOCK * 4u);
+    V4s av = V4s(pc.act + uint64_t(b) * BLOCK * 4u);
+    for (uint w = 0u; w < 8u; w++) {
+        // As eltwise.comp's OP_SWIGLU, component by component.
+        vec4 g = xv.v[w];
+        v[w] = g / (1.0 + exp(-g)) * uv.v[w];
+        av.v[w] = v[w];
+    }
+#else
     for (uint w = 0u; w < 8u; w++) {
         v[w] = xv.v[w];
-        m4 = max(m4, abs(v[w]));
     }
-    float amax = max(max(m4.x, m4.y), max(m4.z, m4.w));
-    float d = div_rn(amax, 127.0);
-    float id = amax != 0.0 ? div_rn(127.0, amax) : 0.0;
-    ivec4 sum4 = ivec4(0);
-    uvec4 words[2];
-    for (uint w = 0u; w < 8u; w++) {
-        ivec4 q = ivec4(roundEven(v[w] * id));
-        sum4 += q;
-        uvec4 u = uvec4(q) & 0xFFu;
-        words[w / 4u][w % 4u] = u.x | (u.y << 8) | (u.z << 16) | (u.w << 24);
-    }
-    int sum = sum4.x + sum4.y + sum4.z + sum4.w;
-    U4s qo = U4s(pc.out_ + uint64_t(b) * 32u);
-    qo.v[0] = words[0];
-    qo.v[1] = words[1];
-    F32s so = F32s(pc.scales + uint64_t(b) * 8u);
-    so.v[0] = round_f16(d);
-    so.v[1] = round_f16(d * float(sum));
+#endif
+    store_q8_packed(v, pc.out_, pc.scales, b);
 #elif defined(ACT_Q8_K)
     float amax = 0.0;
     float mx = 0.0;

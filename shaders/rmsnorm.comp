@@ -1,9 +1,16 @@
 // RMSNorm over groups of `group` values (a row, or one head for Qwen3's Q/K
 // norms): out = x / sqrt(mean(x^2) + eps) * w. One workgroup per group.
+// OUT_Q8 (a row that only the integer mat-vec reads next) also writes the
+// row Q8-packed (q8_packed.glsl) to `q8` / `q8_scales`, one invocation per
+// block of 32, so the mat-vec needs no separate rounding pass; `group` is
+// then a multiple of 32.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #define NEEDS_REDUCE
 #include "common.glsl"
+#ifdef OUT_Q8
+#include "q8_packed.glsl"
+#endif
 
 layout(local_size_x = WG_SIZE) in;
 
@@ -14,6 +21,9 @@ layout(push_constant, std430) uniform Push {
     uint group;
     uint n_groups;
     float eps;
+    uint pad;
+    uint64_t q8; // OUT_Q8 only
+    uint64_t q8_scales;
 } pc;
 
 void main() {
@@ -31,7 +41,23 @@ void main() {
     }
     ss = wg_sum(ss);
     float scale = 1.0 / sqrt(ss / float(pc.group) + pc.eps);
+#ifdef OUT_Q8
+    uint nb = pc.group / 32u;
+    V4s xv = V4s(pc.x + uint64_t(g) * pc.group * 4u);
+    V4s ov = V4s(pc.out_ + uint64_t(g) * pc.group * 4u);
+    V4s wv = V4s(pc.w);
+    for (uint b = gl_LocalInvocationID.x; b < nb; b += WG_SIZE) {
+        vec4 v[8];
+        for (uint j = 0u; j < 8u; j++) {
+            uint i = b * 8u + j;
+            v[j] = xv.v[i] * scale * wv.v[i];
+            ov.v[i] = v[j];
+        }
+        store_q8_packed(v, pc.q8, pc.q8_scales, g * nb + b);
+    }
+#else
     for (uint i = gl_LocalInvocationID.x; i < pc.group; i += WG_SIZE) {
         o.v[i] = x.v[i] * scale * w.v[i];
     }
+#endif
 }

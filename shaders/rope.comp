@@ -5,12 +5,36 @@
 // instead of the device's sin/cos, whose precision Vulkan leaves undefined
 // outside [-pi, pi]. One invocation per (token, head, pair); the position
 // comes from the step-input region.
+//
+// STORE_KV rotates Q and K of a step in one dispatch and also stores the
+// step's K and V rows into the layer's f16 cache, as store_kv.comp does (f16
+// rounding to nearest even): one invocation per item of four ranges, Q pairs,
+// K pairs (rotated, then stored), K's unrotated dims past n_rot, V values.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
 
+#ifdef STORE_KV
+layout(push_constant, std430) uniform Push {
+    uint64_t x; // Q
+    uint64_t step;
+    uint64_t freq_factors; // 0 = none
+    uint rows;
+    uint n_heads; // Q heads
+    uint head_dim;
+    uint n_rot;
+    uint neox;
+    float theta_scale;
+    float freq_scale;
+    uint n_heads_kv;
+    uint64_t k;
+    uint64_t v;
+    uint64_t k_cache; // the layer's K block
+    uint64_t v_cache;
+} pc;
+#else
 layout(push_constant, std430) uniform Push {
     uint64_t x;
     uint64_t step;
@@ -23,6 +47,7 @@ layout(push_constant, std430) uniform Push {
     float theta_scale;
     float freq_scale;
 } pc;
+#endif
 
 // sin and cos of x, accurate to a few ulp for |x| < 8192 * pi/4 and
 // degrading gracefully beyond.
@@ -58,27 +83,74 @@ vec2 sincos_(float x) {
     return vec2(sn * sin_sign, cs * cos_sign);
 }
 
-void main() {
+// Rotates pair i of the head at `head` (token r) in place and returns the
+// pair's two dims and new values.
+void rotate(uint64_t head, uint r, uint i, out uint a, out uint b, out vec2 ab) {
     uint half_rot = pc.n_rot / 2u;
-    uint idx = wg_linear() * 64u + gl_LocalInvocationID.x;
-    uint per_row = pc.n_heads * half_rot;
-    if (idx >= pc.rows * per_row) {
-        return;
-    }
-    uint r = idx / per_row;
-    uint head = (idx % per_row) / half_rot;
-    uint i = idx % half_rot;
     float theta = float(step_pos0(pc.step) + r);
     for (uint q = 0u; q < i; q++) {
         theta *= pc.theta_scale;
     }
     float ff = pc.freq_factors != 0ul ? F32s(pc.freq_factors).v[i] : 1.0;
     vec2 sc = sincos_(pc.freq_scale * (theta / ff));
-    uint a = pc.neox != 0u ? i : 2u * i;
-    uint b = pc.neox != 0u ? i + half_rot : 2u * i + 1u;
-    F32s x = F32s(pc.x + (uint64_t(r) * pc.n_heads + head) * pc.head_dim * 4u);
+    a = pc.neox != 0u ? i : 2u * i;
+    b = pc.neox != 0u ? i + half_rot : 2u * i + 1u;
+    F32s x = F32s(head);
     float x0 = x.v[a];
     float x1 = x.v[b];
-    x.v[a] = x0 * sc.y - x1 * sc.x;
-    x.v[b] = x0 * sc.x + x1 * sc.y;
+    ab = vec2(x0 * sc.y - x1 * sc.x, x0 * sc.x + x1 * sc.y);
+    x.v[a] = ab.x;
+    x.v[b] = ab.y;
+}
+
+void main() {
+    uint half_rot = pc.n_rot / 2u;
+    uint idx = wg_linear() * 64u + gl_LocalInvocationID.x;
+    uint per_row = pc.n_heads * half_rot;
+    uint a;
+    uint b;
+    vec2 ab;
+    if (idx < pc.rows * per_row) {
+        uint r = idx / per_row;
+        uint head = (idx % per_row) / half_rot;
+        uint64_t at = pc.x + (uint64_t(r) * pc.n_heads + head) * pc.head_dim * 4u;
+        rotate(at, r, idx % half_rot, a, b, ab);
+        return;
+    }
+#ifdef STORE_KV
+    idx -= pc.rows * per_row;
+    uint kv_dim = pc.n_heads_kv * pc.head_dim;
+    uint pos0 = step_pos0(pc.step);
+    U16s kc = U16s(pc.k_cache);
+    // K pairs: rotate, then store both halves.
+    uint kv_pairs = pc.n_heads_kv * half_rot;
+    if (idx < pc.rows * kv_pairs) {
+        uint r = idx / kv_pairs;
+        uint head = (idx % kv_pairs) / half_rot;
+        uint64_t at = pc.k + (uint64_t(r) * pc.n_heads_kv + head) * pc.head_dim * 4u;
+        rotate(at, r, idx % half_rot, a, b, ab);
+        uint row = (pos0 + r) * kv_dim + head * pc.head_dim;
+        kc.v[row + a] = uint16_t(f16_bits(ab.x));
+        kc.v[row + b] = uint16_t(f16_bits(ab.y));
+        return;
+    }
+    idx -= pc.rows * kv_pairs;
+    // K dims past n_rot, stored as they are.
+    uint plain = pc.head_dim - pc.n_rot;
+    uint kv_plain = pc.n_heads_kv * plain;
+    if (idx < pc.rows * kv_plain) {
+        uint r = idx / kv_plain;
+        uint head = (idx % kv_plain) / plain;
+        uint d = head * pc.head_dim + pc.n_rot + idx % plain;
+        kc.v[(pos0 + r) * kv_dim + d] = uint16_t(f16_bits(F32s(pc.k).v[r * kv_dim + d]));
+        return;
+    }
+    idx -= pc.rows * kv_plain;
+    // V values.
+    if (idx < pc.rows * kv_dim) {
+        uint r = idx / kv_dim;
+        uint d = idx % kv_dim;
+        U16s(pc.v_cache).v[(pos0 + r) * kv_dim + d] = uint16_t(f16_bits(F32s(pc.v).v[idx]));
+    }
+#endif
 }

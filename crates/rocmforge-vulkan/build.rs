@@ -88,11 +88,28 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ("rmsnorm", "rmsnorm.comp", &[("WG_SIZE", "64")]),
     ("rope", "rope.comp", &[]),
     ("store_kv", "store_kv.comp", &[]),
+    (
+        "rmsnorm_q8",
+        "rmsnorm.comp",
+        &[("WG_SIZE", "64"), ("OUT_Q8", "1")],
+    ),
+    ("rope_kv", "rope.comp", &[("STORE_KV", "1")]),
     ("attention", "attention.comp", &[("WG_SIZE", "64")]),
+    // Decode: 128 invocations, one head dimension each for 128-dim heads.
     (
         "attention_staged",
         "attention.comp",
-        &[("WG_SIZE", "64"), ("STAGE_KV", "1")],
+        &[("WG_SIZE", "128"), ("ATT_DIMS", "2"), ("STAGE_KV", "1")],
+    ),
+    (
+        "attention_staged_q8",
+        "attention.comp",
+        &[
+            ("WG_SIZE", "128"),
+            ("ATT_DIMS", "2"),
+            ("STAGE_KV", "1"),
+            ("OUT_Q8", "1"),
+        ],
     ),
     ("add", "eltwise.comp", &[("OP_ADD", "1")]),
     ("swiglu", "eltwise.comp", &[("OP_SWIGLU", "1")]),
@@ -103,6 +120,11 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         "quantize_q8_packed",
         "quantize_act.comp",
         &[("ACT_Q8_PACKED", "1")],
+    ),
+    (
+        "swiglu_q8",
+        "quantize_act.comp",
+        &[("ACT_Q8_PACKED", "1"), ("SWIGLU", "1")],
     ),
     ("quantize_f16", "quantize_act.comp", &[("ACT_F16", "1")]),
     ("quantize_bf16", "quantize_act.comp", &[("ACT_BF16", "1")]),

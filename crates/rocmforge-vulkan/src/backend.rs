@@ -684,6 +684,20 @@ impl Backend for VulkanBackend {
                 return Err(e);
             }
         };
+        // For measurement: how many dispatches a step of this graph replays
+        // (`ROCMFORGE_VULKAN_LOG_DISPATCHES=all` lists them).
+        if let Ok(log) = std::env::var("ROCMFORGE_VULKAN_LOG_DISPATCHES") {
+            eprintln!(
+                "vulkan: graph of {} tokens records {} dispatches",
+                graph.n_tokens,
+                labels.len()
+            );
+            if log == "all" {
+                for l in &labels {
+                    eprintln!("  {l}");
+                }
+            }
+        }
         self.graphs.push(Recorded {
             cb,
             labels,

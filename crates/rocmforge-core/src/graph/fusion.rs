@@ -56,3 +56,95 @@ pub fn group_starting_at(groups: &[Range<usize>], i: usize) -> Option<Range<usiz
         .ok()
         .map(|k| groups[k].clone())
 }
+
+/// A residual add a backend may fold into the matmul before it: op `i` is a
+/// single matmul whose output only op `i + 1`, an `Add`, reads; the fused
+/// kernel writes `out = W x (+ bias) + residual` straight into the add's
+/// output (the same sum: f32 addition commutes exactly).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResidualAdd {
+    /// The add's other operand.
+    pub residual: TensorId,
+    /// The add's output, written by the fused matmul.
+    pub out: TensorId,
+}
+
+/// The residual add that follows matmul op `i`, if it may be fused. The
+/// add's output must be the residual's own bytes (each value read, then
+/// written, by the same invocation) or share none with it, and share none
+/// with the matmul's input (which the kernel reads throughout).
+pub fn residual_add_after(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<ResidualAdd> {
+    let Op::MatMul { x, out: mm_out, .. } = *graph.ops.get(i)? else {
+        return None;
+    };
+    let Op::Add { a, b, out } = *graph.ops.get(i + 1)? else {
+        return None;
+    };
+    let residual = match (a == mm_out, b == mm_out) {
+        (true, false) => b,
+        (false, true) => a,
+        _ => return None,
+    };
+    let read_later = graph.ops[i + 2..]
+        .iter()
+        .any(|op| op.inputs().contains(&mm_out));
+    if read_later || mm_out == graph.logits {
+        return None;
+    }
+    let span = |t: TensorId| {
+        let start = plan.offsets[t];
+        (start, start + graph.tensor(t).bytes())
+    };
+    let overlaps = |p: (usize, usize), q: (usize, usize)| p.0 < q.1 && q.0 < p.1;
+    let (o, r) = (span(out), span(residual));
+    if (o != r && overlaps(o, r)) || overlaps(o, span(x)) {
+        return None;
+    }
+    Some(ResidualAdd { residual, out })
+}
+
+/// Rotary embedding of Q and K and the KV store of one layer, which a
+/// backend may run as one kernel: ops `i`, `i + 1`, `i + 2` are `Rope` of
+/// `q`, `Rope` of `k` and `StoreKv` of that `k` (the order `build_graph`
+/// emits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RopeStore {
+    pub layer: usize,
+    pub q: TensorId,
+    pub n_head: usize,
+    pub k: TensorId,
+    pub n_head_kv: usize,
+    pub v: TensorId,
+}
+
+/// The rope-and-store run starting at op `i`, if any.
+pub fn rope_store_at(graph: &Graph, i: usize) -> Option<RopeStore> {
+    let ops = graph.ops.get(i..i + 3)?;
+    match *ops {
+        [Op::Rope {
+            x: q,
+            n_heads: n_head,
+        }, Op::Rope {
+            x: k,
+            n_heads: n_head_kv,
+        }, Op::StoreKv { layer, k: k2, v }]
+            if k == k2 && q != k =>
+        {
+            Some(RopeStore {
+                layer,
+                q,
+                n_head,
+                k,
+                n_head_kv,
+                v,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Whether op `i + 1` is a matmul reading `t`, the output of op `i`: the
+/// producer may then also write `t` in the matmul's activation format.
+pub fn next_matmul_reads(graph: &Graph, i: usize, t: TensorId) -> bool {
+    matches!(graph.ops.get(i + 1), Some(&Op::MatMul { x, .. }) if x == t)
+}

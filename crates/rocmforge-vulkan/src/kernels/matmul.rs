@@ -1,0 +1,245 @@
+//! Matmul dispatches: the decode mat-vec (in integers over Q8-packed
+//! activations where the weight type has an integer form, else in f32), the
+//! portable tiled matmul, and the matrix-core matmul for prefill.
+
+use rocmforge_core::backend::BackendError;
+use rocmforge_core::graph::fusion::ResidualAdd;
+use rocmforge_core::graph::{Graph, Op, TensorId};
+use rocmforge_core::model::WeightId;
+use rocmforge_core::quant::QuantType;
+
+use super::push::{MatPush, QuantizePush};
+use super::{q8_packed_layout, u32_of, weight_kernel, DeviceWeight, GraphAddresses};
+use crate::commands::Recorder;
+use crate::pipelines::{has_int_form, Pipelines};
+
+/// Largest token count the decode mat-vec kernel takes (`MV_MAX_TOKENS`).
+const MATVEC_MAX_TOKENS: usize = 8;
+/// Fewest tokens for the matrix-core matmul. Its f16 operands move results
+/// by ~0.06σ from the f32 kernels' (within the tolerance against the CPU);
+/// keeping short graphs (decode batches, split prompts) on the f32 kernels
+/// keeps them consistent with each other.
+const COOPMAT_MIN_TOKENS: usize = 32;
+/// The matrix-core matmul uses 128x128 tiles when there are at least this
+/// many of them and k is at least `COOPMAT_BIG_MIN_K`, else 64x64 ones.
+/// Measured on the H100 (docs/vulkan.md): 128x128 everywhere is best for
+/// llama2-7b (k 4096 / 11008, >= 128 tiles), 64x64 everywhere for
+/// qwen2-0.5b (k 896 / 4864, gate+up 304 big tiles, down 28).
+const COOPMAT_BIG_MIN_TILES: usize = 96;
+const COOPMAT_BIG_MIN_K: usize = 2048;
+/// Rows per workgroup of the `matvec_int` kernels (`NR` in build.rs).
+const MATVEC_INT_ROWS: usize = 2;
+
+/// Whether a matmul of `tiles` 128x128 tiles and inner size `k` takes them;
+/// `ROCMFORGE_VULKAN_BIG_TILES=n` replaces the rule by "at least n tiles"
+/// (tests use 0 to run the 128x128 kernel on small models).
+fn coopmat_big(tiles: usize, k: usize) -> bool {
+    match std::env::var("ROCMFORGE_VULKAN_BIG_TILES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(min) => tiles >= min,
+        None => tiles >= COOPMAT_BIG_MIN_TILES && k >= COOPMAT_BIG_MIN_K,
+    }
+}
+
+/// Whether the decode mat-vec in integers is on
+/// (`ROCMFORGE_VULKAN_MATVEC_INT=0` keeps the f32 one, for measurement).
+fn matvec_int_enabled() -> bool {
+    std::env::var("ROCMFORGE_VULKAN_MATVEC_INT").map_or(true, |v| v != "0")
+}
+
+/// Whether matmuls of weight `w` over `n` tokens of `k` values run as the
+/// integer mat-vec, reading Q8-packed activations from the scratch.
+pub fn int_route(w: &DeviceWeight, n: usize, k: usize) -> bool {
+    n <= MATVEC_MAX_TOKENS && has_int_form(w.ty) && matvec_int_enabled() && k.is_multiple_of(32)
+}
+
+/// The kernel that rounds a matmul's activations the way the CPU reference
+/// (ggml) quantizes them for this weight type, if any: Q8_0 (and Q8_1,
+/// which rounds the same) for the 32-blocks, Q8_K for the K-quants and
+/// IQ4_XS, f16 / bf16 for those weights.
+fn activation_kernel(ty: QuantType) -> Option<&'static str> {
+    use QuantType as T;
+    match ty {
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4NL => Some("quantize_q8_0"),
+        T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4XS => Some("quantize_q8_k"),
+        T::F16 => Some("quantize_f16"),
+        T::BF16 => Some("quantize_bf16"),
+        _ => None,
+    }
+}
+
+pub fn matmul_weight<'w>(op: &Op, a: &'w GraphAddresses) -> &'w DeviceWeight {
+    match *op {
+        Op::MatMul { w, .. } => &a.weights[w],
+        _ => unreachable!("matmul groups hold matmuls only"),
+    }
+}
+
+/// Matmuls that one dispatch computes: they share their input and weight
+/// type (at most three: the push block's size).
+pub struct MatmulRun<'g> {
+    pub ops: &'g [Op],
+    /// Index of the first in the graph (for labels).
+    pub first: usize,
+    /// The scratch already holds the input Q8-packed (a fused producer
+    /// wrote it, or an earlier run of the same group quantized it).
+    pub prequantized: bool,
+    /// A residual add folded into the (single, integer-route) matmul.
+    pub residual: Option<ResidualAdd>,
+}
+
+/// Records one run; returns whether it left the input Q8-packed in the
+/// scratch (the integer route) rather than some other rounding.
+pub fn record_matmuls(
+    rec: &mut Recorder,
+    pipes: &mut Pipelines,
+    device: &ash::Device,
+    graph: &Graph,
+    run: &MatmulRun,
+    a: &GraphAddresses,
+    t: &dyn Fn(TensorId) -> u64,
+) -> Result<bool, BackendError> {
+    let n_ops = graph.ops.len();
+    let mut push = MatPush {
+        x: 0,
+        w: [0; 3],
+        out: [0; 3],
+        bias: [0; 3],
+        rows: [0; 3],
+        k: 0,
+        n: 0,
+        n_parts: run.ops.len() as u32,
+        x_scales: 0,
+        residual: 0,
+    };
+    let mut names = Vec::new();
+    let mut weight: Option<&DeviceWeight> = None;
+    let mut n_rows = 0;
+    for (p, op) in run.ops.iter().enumerate() {
+        let Op::MatMul { w, x, bias, out } = *op else {
+            unreachable!("matmul groups hold matmuls only")
+        };
+        let dw: &DeviceWeight = &a.weights[w as WeightId];
+        let xd = graph.tensor(x);
+        push.x = t(x);
+        push.k = u32_of(xd.cols, "inner size")?;
+        push.n = u32_of(xd.rows, "tokens")?;
+        push.w[p] = dw.address;
+        push.out[p] = t(out);
+        push.bias[p] = bias.map_or(0, |b| a.weights[b].address);
+        push.rows[p] = u32_of(dw.rows, "rows")?;
+        n_rows += dw.rows;
+        names.push(dw.name.clone());
+        weight = Some(dw);
+    }
+    let w = weight.expect("at least one matmul");
+    let suffix = weight_kernel(w)?;
+    let n = push.n as usize;
+    let first = run.first;
+    let what = matmul_label(&names, w.ty, first, run.ops.len(), n_ops);
+    let activations = format!("op {first} of {n_ops} (rounding {} activations)", w.ty);
+    if int_route(w, n, push.k as usize) {
+        // Decode in integers: the activations as Q8 blocks (unless a fused
+        // producer wrote them), then the integer mat-vec.
+        let values = push.n * push.k;
+        let (scales, _) = q8_packed_layout(values as usize);
+        if !run.prequantized {
+            let quant = QuantizePush {
+                x: push.x,
+                out: a.scratch,
+                n: values,
+                pad: 0,
+                scales: a.scratch + scales as u64,
+                up: 0,
+                act: 0,
+            };
+            let p = pipes.get(device, "quantize_q8_packed")?;
+            rec.dispatch(p, &quant, (values / 32).div_ceil(64), activations);
+        }
+        push.x = a.scratch;
+        push.x_scales = a.scratch + scales as u64;
+        if let (Some(r), 1) = (run.residual, run.ops.len()) {
+            push.out[0] = t(r.out);
+            push.residual = t(r.residual);
+        }
+        let dot = if pipes.int_dot { "_dot" } else { "" };
+        let groups: usize = run
+            .ops
+            .iter()
+            .map(|op| matmul_weight(op, a).rows.div_ceil(MATVEC_INT_ROWS))
+            .sum();
+        let p = pipes.get(device, &format!("matvec_int{dot}_{suffix}"))?;
+        rec.dispatch(p, &push, u32_of(groups, "matmul workgroups")?, what);
+        return Ok(true);
+    }
+    if let Some(q) = activation_kernel(w.ty) {
+        let p = pipes.get(device, q)?;
+        let n = push.n * push.k;
+        let quant = QuantizePush {
+            x: push.x,
+            out: a.scratch,
+            n,
+            pad: 0,
+            scales: 0,
+            up: 0,
+            act: 0,
+        };
+        // One invocation per block of 32 (256 for Q8_K, 8 for floats).
+        let block = match q {
+            "quantize_q8_0" => 32,
+            "quantize_q8_k" => 256,
+            _ => 8,
+        };
+        rec.dispatch(p, &quant, (n / block).div_ceil(64), activations);
+        push.x = a.scratch;
+    }
+    let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
+        ("matvec", n_rows)
+    } else {
+        // Workgroups of a tiling by `bt` tokens x `br` rows.
+        let tiles = |bt: usize, br: usize| -> usize {
+            run.ops
+                .iter()
+                .map(|op| matmul_weight(op, a).rows.div_ceil(br) * n.div_ceil(bt))
+                .sum()
+        };
+        // Matrix cores take f16 operands: exact for activations rounded to
+        // Q8 / f16 times f16 weights up to one f16 rounding of the product
+        // terms, but F32 weights keep the f32 kernel (and their tight
+        // agreement with the CPU).
+        if pipes.coopmat && w.ty != QuantType::F32 && n >= COOPMAT_MIN_TOKENS {
+            // 128x128 tiles where they still fill the GPU, else 64x64.
+            // The register-prefetching variants unless
+            // ROCMFORGE_VULKAN_COOPMAT_PREFETCH=0.
+            let prefetch =
+                std::env::var("ROCMFORGE_VULKAN_COOPMAT_PREFETCH").map_or(true, |v| v != "0");
+            let big = tiles(128, 128);
+            match (coopmat_big(big, push.k as usize), prefetch) {
+                (true, true) => ("matmul_cmp", big),
+                (true, false) => ("matmul_cm", big),
+                (false, true) => ("matmul_cmps", tiles(64, 64)),
+                (false, false) => ("matmul_cms", tiles(64, 64)),
+            }
+        } else {
+            ("matmul", tiles(32, 64))
+        }
+    };
+    let p = pipes.get(device, &format!("{kernel}_{suffix}"))?;
+    rec.dispatch(p, &push, u32_of(groups, "matmul workgroups")?, what);
+    Ok(false)
+}
+
+/// The timeout label of a (fused) matmul dispatch.
+fn matmul_label(names: &[String], ty: QuantType, first: usize, len: usize, n_ops: usize) -> String {
+    if len == 1 {
+        format!("op {first} of {n_ops} (MatMul {} {ty})", names[0])
+    } else {
+        format!(
+            "ops {first}..{} of {n_ops} (MatMul {} {ty})",
+            first + len,
+            names.join("+")
+        )
+    }
+}

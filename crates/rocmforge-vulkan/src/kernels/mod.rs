@@ -1,0 +1,467 @@
+//! Dispatch recording: turns a planned graph into dispatches, once, at
+//! `prepare`.
+//!
+//! Decode steps are dominated by many small dispatches, each a barrier and a
+//! launch, so recording fuses where core's fusion rules allow
+//! (`rocmforge_core::graph::fusion`): RoPE of Q and K with the KV store, a
+//! residual add into the integer mat-vec before it, and the Q8 rounding of a
+//! mat-vec's input into the op that produces it (RmsNorm, SwiGLU, decode
+//! attention). `ROCMFORGE_VULKAN_FUSE=0` records them unfused.
+//!
+//! Every address is frozen at record time (weights, arena offsets, the KV
+//! cache, the step-input region); what changes per step (token ids, pos0,
+//! n_kv) is read by the kernels from the step-input region, so grids depend
+//! only on the graph's shape.
+
+mod matmul;
+mod push;
+
+use rocmforge_core::backend::BackendError;
+use rocmforge_core::graph::fusion::{
+    group_starting_at, matmul_groups, next_matmul_reads, residual_add_after, rope_store_at,
+    RopeStore,
+};
+use rocmforge_core::graph::{Graph, Op, TensorId};
+use rocmforge_core::plan::{ArenaPlan, KvLayout};
+use rocmforge_core::quant::QuantType;
+
+use crate::commands::Recorder;
+use crate::pipelines::{weight_suffix, Pipelines};
+use matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
+pub use push::*;
+
+/// A weight as kernels see it.
+#[derive(Clone, Debug)]
+pub struct DeviceWeight {
+    pub name: String,
+    pub ty: QuantType,
+    pub address: u64,
+    pub cols: usize,
+    pub rows: usize,
+    pub row_bytes: usize,
+}
+
+/// Largest graph (tokens) whose attention stages K/V rows in shared memory
+/// (`attention_staged`): on the H100 staging halved decode attention time
+/// and cost prefill a fifth of its speed (docs/vulkan.md).
+const STAGED_ATTENTION_MAX_TOKENS: usize = 8;
+/// Largest head size the attention kernel takes (`ATT_DIMS * WG_SIZE`).
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// Bytes of scratch a graph needs: one rounded copy of the largest matmul
+/// input (f32), or its Q8-packed form (`q8_packed_layout`), whichever is
+/// larger.
+pub fn scratch_bytes(graph: &Graph) -> usize {
+    graph
+        .ops
+        .iter()
+        .filter_map(|op| match *op {
+            Op::MatMul { x, .. } => {
+                let d = graph.tensor(x);
+                Some(d.bytes().max(q8_packed_layout(d.rows * d.cols).1))
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .next_multiple_of(256)
+}
+
+/// Layout of `n` activations quantized by `quantize_q8_packed`: int8 quants
+/// from byte 0, then per block of 32 a (d, s) pair of f32 from the returned
+/// offset; returns (scales offset, total bytes).
+pub fn q8_packed_layout(n: usize) -> (usize, usize) {
+    let scales = n.next_multiple_of(256);
+    (scales, scales + n / 32 * 8)
+}
+
+/// Everything a graph's dispatches refer to.
+pub struct GraphAddresses<'a> {
+    pub weights: &'a [DeviceWeight],
+    pub arena: u64,
+    /// Rounded matmul activations.
+    pub scratch: u64,
+    pub kv: u64,
+    pub kv_layout: KvLayout,
+    pub step: u64,
+    pub n_vocab: usize,
+}
+
+fn u32_of(v: usize, what: &str) -> Result<u32, BackendError> {
+    u32::try_from(v).map_err(|_| BackendError::Device(format!("{what} {v} exceeds 32 bits")))
+}
+
+/// The suffix of the kernels for weight `w`, or the unsupported-weight error.
+pub fn weight_kernel(w: &DeviceWeight) -> Result<&'static str, BackendError> {
+    let unsupported = || BackendError::UnsupportedWeight {
+        tensor: w.name.clone(),
+        ty: w.ty,
+    };
+    let suffix = weight_suffix(w.ty).ok_or_else(unsupported)?;
+    // Kernels read rows in units of 8 values (plain float rows need only be
+    // a multiple of 8; their 32-value "blocks" are contiguous).
+    if !w.cols.is_multiple_of(w.ty.block_size().max(8)) {
+        return Err(unsupported());
+    }
+    Ok(suffix)
+}
+
+/// Whether recording fuses (see the module doc); `ROCMFORGE_VULKAN_FUSE=0`
+/// turns it off, for measurement.
+fn fusion_enabled() -> bool {
+    std::env::var("ROCMFORGE_VULKAN_FUSE").map_or(true, |v| v != "0")
+}
+
+/// Records every op of `graph` into `rec`.
+pub fn record_graph(
+    rec: &mut Recorder,
+    pipes: &mut Pipelines,
+    device: &ash::Device,
+    graph: &Graph,
+    plan: &ArenaPlan,
+    a: &GraphAddresses,
+) -> Result<(), BackendError> {
+    let t = |id: TensorId| a.arena + plan.offsets[id] as u64;
+    let n_ops = graph.ops.len();
+    let groups = matmul_groups(graph, plan);
+    let fuse = fusion_enabled();
+    let label = |i: usize, what: String| format!("op {i} of {n_ops} ({what})");
+    // Where the Q8-packed form of `id` goes in the scratch: (quants, scales).
+    let q8_at = |id: TensorId| {
+        let d = graph.tensor(id);
+        (
+            a.scratch,
+            a.scratch + q8_packed_layout(d.rows * d.cols).0 as u64,
+        )
+    };
+    // Whether op i's output `out` is read next by an integer mat-vec, so op
+    // i may write it Q8-packed for it.
+    let feeds_int_matvec = |i: usize, out: TensorId| {
+        fuse && next_matmul_reads(graph, i, out) && {
+            let d = graph.tensor(out);
+            int_route(matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
+        }
+    };
+    // The tensor the scratch holds Q8-packed, if any.
+    let mut scratch_q8: Option<TensorId> = None;
+    let mut i = 0;
+    while i < n_ops {
+        let op = &graph.ops[i];
+        if let Op::MatMul { x, .. } = *op {
+            let group = group_starting_at(&groups, i).unwrap_or(i..i + 1);
+            let xd = graph.tensor(x);
+            let residual = residual_add_after(graph, plan, i).filter(|_| {
+                fuse && group.len() == 1 && int_route(matmul_weight(op, a), xd.rows, xd.cols)
+            });
+            // Runs of the group with one weight type, at most three each.
+            let mut start = group.start;
+            while start < group.end {
+                let ty = matmul_weight(&graph.ops[start], a).ty;
+                let mut end = start + 1;
+                while end < group.end
+                    && end - start < 3
+                    && matmul_weight(&graph.ops[end], a).ty == ty
+                {
+                    end += 1;
+                }
+                let run = MatmulRun {
+                    ops: &graph.ops[start..end],
+                    first: start,
+                    prequantized: scratch_q8 == Some(x),
+                    residual,
+                };
+                let int = record_matmuls(rec, pipes, device, graph, &run, a, &t)?;
+                scratch_q8 = int.then_some(x);
+                start = end;
+            }
+            // A fused residual add is done.
+            i = group.end + usize::from(residual.is_some());
+            continue;
+        }
+        scratch_q8 = None;
+        if fuse {
+            if let Some(rs) = rope_store_at(graph, i) {
+                record_rope_store(
+                    rec,
+                    pipes,
+                    device,
+                    graph,
+                    &rs,
+                    a,
+                    &t,
+                    label(i, format!("Rope+StoreKv layer {}", rs.layer)),
+                )?;
+                i += 3;
+                continue;
+            }
+        }
+        match *op {
+            Op::Embed { table, out } => {
+                let w = &a.weights[table];
+                let name = format!("embed_{}", weight_kernel(w)?);
+                let p = pipes.get(device, &name)?;
+                let push = EmbedPush {
+                    table: w.address,
+                    out: t(out),
+                    step: a.step,
+                    row_bytes: u32_of(w.row_bytes, "row bytes")?,
+                    cols: u32_of(w.cols, "columns")?,
+                    n_vocab: u32_of(a.n_vocab, "vocabulary")?,
+                    n_tokens: u32_of(graph.n_tokens, "tokens")?,
+                };
+                rec.dispatch(
+                    p,
+                    &push,
+                    push.n_tokens,
+                    label(i, format!("Embed {} {}", w.name, w.ty)),
+                );
+            }
+            Op::RmsNorm {
+                x,
+                weight,
+                out,
+                group,
+            } => {
+                let d = graph.tensor(x);
+                let w = &a.weights[weight];
+                // Whole rows of 16-byte-aligned values (vec4 access).
+                let q8 =
+                    feeds_int_matvec(i, out) && group == d.cols && w.address.is_multiple_of(16);
+                let p = pipes.get(device, if q8 { "rmsnorm_q8" } else { "rmsnorm" })?;
+                let n_groups = u32_of(d.rows * d.cols / group, "norm groups")?;
+                let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
+                let push = NormPush {
+                    x: t(x),
+                    w: w.address,
+                    out: t(out),
+                    group: u32_of(group, "norm group")?,
+                    n_groups,
+                    eps: graph.rms_eps,
+                    pad: 0,
+                    q8,
+                    q8_scales,
+                };
+                scratch_q8 = (q8 != 0).then_some(out);
+                rec.dispatch(p, &push, n_groups, label(i, format!("RmsNorm {}", w.name)));
+            }
+            Op::Rope { x, n_heads } => {
+                let d = graph.tensor(x);
+                let r = &graph.rope;
+                let p = pipes.get(device, "rope")?;
+                let push = RopePush {
+                    x: t(x),
+                    step: a.step,
+                    freq_factors: r.freq_factors.map_or(0, |f| a.weights[f].address),
+                    rows: u32_of(d.rows, "rows")?,
+                    n_heads: u32_of(n_heads, "heads")?,
+                    head_dim: u32_of(d.cols / n_heads, "head size")?,
+                    n_rot: u32_of(r.n_rot, "rotated dims")?,
+                    neox: u32::from(r.neox),
+                    theta_scale: r.theta_scale(),
+                    freq_scale: r.freq_scale,
+                    pad: 0,
+                };
+                let items = d.rows * n_heads * (r.n_rot / 2);
+                let groups = u32_of(items.div_ceil(64), "rope workgroups")?;
+                rec.dispatch(p, &push, groups, label(i, format!("Rope {n_heads} heads")));
+            }
+            Op::StoreKv { layer, k, v } => {
+                let d = graph.tensor(k);
+                let l = a.kv_layout;
+                let p = pipes.get(device, "store_kv")?;
+                let push = StoreKvPush {
+                    k: t(k),
+                    v: t(v),
+                    k_cache: a.kv + 2 * l.k_offset(layer) as u64,
+                    v_cache: a.kv + 2 * l.v_offset(layer) as u64,
+                    step: a.step,
+                    rows: u32_of(d.rows, "rows")?,
+                    kv_dim: u32_of(l.kv_dim, "kv width")?,
+                };
+                let groups = u32_of((d.rows * l.kv_dim / 2).div_ceil(64), "store workgroups")?;
+                rec.dispatch(p, &push, groups, label(i, format!("StoreKv layer {layer}")));
+            }
+            Op::Attention { layer, q, out } => {
+                let s = &graph.attention;
+                let l = a.kv_layout;
+                let k_cache = a.kv + 2 * l.k_offset(layer) as u64;
+                let v_cache = a.kv + 2 * l.v_offset(layer) as u64;
+                // Few (token, head) workgroups: stage K/V rows in shared
+                // memory with 16-byte loads (attention.comp, STAGE_KV).
+                let staged = graph.n_tokens <= STAGED_ATTENTION_MAX_TOKENS
+                    && s.head_dim.is_multiple_of(8)
+                    && l.kv_dim.is_multiple_of(8)
+                    && (k_cache | v_cache).is_multiple_of(16);
+                let q8 = staged && s.head_dim.is_multiple_of(32) && feeds_int_matvec(i, out);
+                let kernel = match (staged, q8) {
+                    (true, true) => "attention_staged_q8",
+                    (true, false) => "attention_staged",
+                    _ => "attention",
+                };
+                let p = pipes.get(device, kernel)?;
+                let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
+                let push = AttentionPush {
+                    q: t(q),
+                    out: t(out),
+                    k_cache,
+                    v_cache,
+                    step: a.step,
+                    n_tokens: u32_of(graph.n_tokens, "tokens")?,
+                    n_head: u32_of(s.n_head, "heads")?,
+                    n_head_kv: u32_of(s.n_head_kv, "kv heads")?,
+                    head_dim: u32_of(s.head_dim, "head size")?,
+                    kv_dim: u32_of(l.kv_dim, "kv width")?,
+                    scale: s.scale,
+                    q8,
+                    q8_scales,
+                };
+                scratch_q8 = (q8 != 0).then_some(out);
+                let groups = u32_of(graph.n_tokens * s.n_head, "attention workgroups")?;
+                rec.dispatch(
+                    p,
+                    &push,
+                    groups,
+                    label(i, format!("Attention layer {layer}")),
+                );
+            }
+            Op::SwiGlu { gate, up, out } => {
+                if feeds_int_matvec(i, out) {
+                    // SwiGLU and the Q8 rounding of its output in one pass.
+                    let d = graph.tensor(out);
+                    let n = u32_of(d.rows * d.cols, "elements")?;
+                    let (quants, scales) = q8_at(out);
+                    let push = QuantizePush {
+                        x: t(gate),
+                        out: quants,
+                        n,
+                        pad: 0,
+                        scales,
+                        up: t(up),
+                        act: t(out),
+                    };
+                    let p = pipes.get(device, "swiglu_q8")?;
+                    rec.dispatch(p, &push, (n / 32).div_ceil(64), label(i, "SwiGlu".into()));
+                    scratch_q8 = Some(out);
+                } else {
+                    eltwise(
+                        rec,
+                        pipes,
+                        device,
+                        "swiglu",
+                        t(gate),
+                        t(up),
+                        t(out),
+                        graph.tensor(out),
+                        label(i, "SwiGlu".into()),
+                    )?;
+                }
+            }
+            Op::Add { a: x, b, out } => {
+                eltwise(
+                    rec,
+                    pipes,
+                    device,
+                    "add",
+                    t(x),
+                    t(b),
+                    t(out),
+                    graph.tensor(out),
+                    label(i, "Add".into()),
+                )?;
+            }
+            Op::LastRow { x, out } => {
+                let d = graph.tensor(x);
+                let src = t(x) + ((d.rows - 1) * d.cols * 4) as u64;
+                eltwise(
+                    rec,
+                    pipes,
+                    device,
+                    "copy",
+                    src,
+                    0,
+                    t(out),
+                    graph.tensor(out),
+                    label(i, "LastRow".into()),
+                )?;
+            }
+            Op::MatMul { .. } => unreachable!("handled above"),
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// RoPE of a layer's Q and K and the store of its K and V rows into the
+/// cache, in one dispatch (`rope_kv`).
+#[allow(clippy::too_many_arguments)]
+fn record_rope_store(
+    rec: &mut Recorder,
+    pipes: &mut Pipelines,
+    device: &ash::Device,
+    graph: &Graph,
+    rs: &RopeStore,
+    a: &GraphAddresses,
+    t: &dyn Fn(TensorId) -> u64,
+    label: String,
+) -> Result<(), BackendError> {
+    let r = &graph.rope;
+    let l = a.kv_layout;
+    let q = graph.tensor(rs.q);
+    let head_dim = q.cols / rs.n_head;
+    if graph.tensor(rs.k).cols != l.kv_dim || rs.n_head_kv * head_dim != l.kv_dim {
+        return Err(BackendError::Device(format!(
+            "{label}: K rows of {} values do not match the cache's {}",
+            graph.tensor(rs.k).cols,
+            l.kv_dim
+        )));
+    }
+    let p = pipes.get(device, "rope_kv")?;
+    let push = RopeKvPush {
+        x: t(rs.q),
+        step: a.step,
+        freq_factors: r.freq_factors.map_or(0, |f| a.weights[f].address),
+        rows: u32_of(q.rows, "rows")?,
+        n_heads: u32_of(rs.n_head, "heads")?,
+        head_dim: u32_of(head_dim, "head size")?,
+        n_rot: u32_of(r.n_rot, "rotated dims")?,
+        neox: u32::from(r.neox),
+        theta_scale: r.theta_scale(),
+        freq_scale: r.freq_scale,
+        n_heads_kv: u32_of(rs.n_head_kv, "kv heads")?,
+        k: t(rs.k),
+        v: t(rs.v),
+        k_cache: a.kv + 2 * l.k_offset(rs.layer) as u64,
+        v_cache: a.kv + 2 * l.v_offset(rs.layer) as u64,
+    };
+    // Q pairs, K pairs, K's unrotated dims, V values (rope.comp, STORE_KV).
+    let half = r.n_rot / 2;
+    let per_row = rs.n_head * half + rs.n_head_kv * (half + head_dim - r.n_rot) + l.kv_dim;
+    let groups = u32_of((q.rows * per_row).div_ceil(64), "rope workgroups")?;
+    rec.dispatch(p, &push, groups, label);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn eltwise(
+    rec: &mut Recorder,
+    pipes: &mut Pipelines,
+    device: &ash::Device,
+    kernel: &str,
+    a: u64,
+    b: u64,
+    out: u64,
+    shape: rocmforge_core::graph::TensorDesc,
+    label: String,
+) -> Result<(), BackendError> {
+    let p = pipes.get(device, kernel)?;
+    let n = u32_of(shape.rows * shape.cols, "elements")?;
+    let push = EltwisePush {
+        a,
+        b,
+        out,
+        n,
+        pad: 0,
+    };
+    rec.dispatch(p, &push, n.div_ceil(256), label);
+    Ok(())
+}

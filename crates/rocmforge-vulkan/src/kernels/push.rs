@@ -1,0 +1,166 @@
+//! Push-constant blocks, one per kernel family, laid out as the shaders'
+//! `Push` blocks (std430: every u64 8-aligned, so fields are ordered to
+//! leave no padding). The `Push` contract: `repr(C)`, no padding, at most
+//! `PUSH_BYTES` (128).
+
+use crate::commands::Push;
+
+#[repr(C)]
+pub struct EmbedPush {
+    pub table: u64,
+    pub out: u64,
+    pub step: u64,
+    pub row_bytes: u32,
+    pub cols: u32,
+    pub n_vocab: u32,
+    pub n_tokens: u32,
+}
+// SAFETY: repr(C), three u64 then four u32: 40 bytes, no padding.
+unsafe impl Push for EmbedPush {}
+
+#[repr(C)]
+pub struct MatPush {
+    pub x: u64,
+    pub w: [u64; 3],
+    pub out: [u64; 3],
+    pub bias: [u64; 3],
+    pub rows: [u32; 3],
+    pub k: u32,
+    pub n: u32,
+    pub n_parts: u32,
+    /// Per-block (d, s) of Q8-packed activations (`matvec_int` only).
+    pub x_scales: u64,
+    /// Rows added to the output, a fused residual add (`matvec_int` only;
+    /// 0 = none).
+    pub residual: u64,
+}
+// SAFETY: repr(C), ten u64, six u32 (ending at byte 104, 8-aligned), two
+// u64: 120 bytes, no padding.
+unsafe impl Push for MatPush {}
+
+#[repr(C)]
+pub struct NormPush {
+    pub x: u64,
+    pub w: u64,
+    pub out: u64,
+    pub group: u32,
+    pub n_groups: u32,
+    pub eps: f32,
+    pub pad: u32,
+    /// Where `rmsnorm_q8` also writes its output Q8-packed (quants, scales).
+    pub q8: u64,
+    pub q8_scales: u64,
+}
+// SAFETY: repr(C), three u64, four 4-byte fields, two u64: 56 bytes, no
+// padding.
+unsafe impl Push for NormPush {}
+
+#[repr(C)]
+pub struct RopePush {
+    pub x: u64,
+    pub step: u64,
+    pub freq_factors: u64,
+    pub rows: u32,
+    pub n_heads: u32,
+    pub head_dim: u32,
+    pub n_rot: u32,
+    pub neox: u32,
+    pub theta_scale: f32,
+    pub freq_scale: f32,
+    pub pad: u32,
+}
+// SAFETY: repr(C), three u64 then eight 4-byte fields: 56 bytes, no padding.
+unsafe impl Push for RopePush {}
+
+/// `rope_kv`: RoPE of Q (at `x`) and K, and the step's K / V rows stored
+/// into the layer's cache.
+#[repr(C)]
+pub struct RopeKvPush {
+    pub x: u64,
+    pub step: u64,
+    pub freq_factors: u64,
+    pub rows: u32,
+    pub n_heads: u32,
+    pub head_dim: u32,
+    pub n_rot: u32,
+    pub neox: u32,
+    pub theta_scale: f32,
+    pub freq_scale: f32,
+    pub n_heads_kv: u32,
+    pub k: u64,
+    pub v: u64,
+    pub k_cache: u64,
+    pub v_cache: u64,
+}
+// SAFETY: repr(C), three u64, eight 4-byte fields (ending at byte 56),
+// four u64: 88 bytes, no padding.
+unsafe impl Push for RopeKvPush {}
+
+#[repr(C)]
+pub struct StoreKvPush {
+    pub k: u64,
+    pub v: u64,
+    pub k_cache: u64,
+    pub v_cache: u64,
+    pub step: u64,
+    pub rows: u32,
+    pub kv_dim: u32,
+}
+// SAFETY: repr(C), five u64 then two u32: 48 bytes, no padding.
+unsafe impl Push for StoreKvPush {}
+
+#[repr(C)]
+pub struct AttentionPush {
+    pub q: u64,
+    pub out: u64,
+    pub k_cache: u64,
+    pub v_cache: u64,
+    pub step: u64,
+    pub n_tokens: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    pub kv_dim: u32,
+    pub scale: f32,
+    /// Where `attention_staged_q8` also writes its output Q8-packed.
+    pub q8: u64,
+    pub q8_scales: u64,
+}
+// SAFETY: repr(C), five u64, six 4-byte fields (ending at byte 64), two
+// u64: 80 bytes, no padding.
+unsafe impl Push for AttentionPush {}
+
+#[repr(C)]
+pub struct EltwisePush {
+    pub a: u64,
+    pub b: u64,
+    pub out: u64,
+    pub n: u32,
+    pub pad: u32,
+}
+// SAFETY: repr(C), three u64 then two u32: 32 bytes, no padding.
+unsafe impl Push for EltwisePush {}
+
+#[repr(C)]
+pub struct SpinPush {
+    pub flag: u64,
+    pub bound: u64,
+}
+// SAFETY: repr(C), two u64: 16 bytes.
+unsafe impl Push for SpinPush {}
+
+#[repr(C)]
+pub struct QuantizePush {
+    pub x: u64,
+    pub out: u64,
+    pub n: u32,
+    pub pad: u32,
+    /// Where `quantize_q8_packed` writes the per-block (d, s).
+    pub scales: u64,
+    /// `swiglu_q8` only: the up projection (`x` is the gate) and where the
+    /// f32 SwiGLU output goes.
+    pub up: u64,
+    pub act: u64,
+}
+// SAFETY: repr(C), two u64, two u32, three u64: 48 bytes, no padding.
+unsafe impl Push for QuantizePush {}
