@@ -58,17 +58,17 @@ gen_models() {
 if [ "$mode" = decode ]; then
   gen_models
   # Where decode time goes and what each switch does (measurement only;
-  # SKIP_DISPATCHES gives wrong results): the integer mat-vec's shapes, the
-  # f32 mat-vec (MATVEC_INT=0), no dotPacked4x8 (INT_DOT=0), breadcrumbs
-  # every N dispatches.
+  # SKIP_DISPATCHES gives wrong results): unfused recording (FUSE=0), no
+  # dotPacked4x8 (INT_DOT=0), the f32 mat-vec (MATVEC_INT=0), the mat-vecs
+  # or attention left out. LOG_DISPATCHES prints each graph's dispatch count.
   for preset in qwen2-0.5b llama2-7b; do
-    for v in DEFAULT=1 MATVEC_INT=0 INT_DOT=0 MARKER=0 CRUMB_EVERY=1 CRUMB_EVERY=1000000 \
-      SKIP_DISPATCHES=MatMul SKIP_DISPATCHES=rounding SKIP_DISPATCHES=Attention; do
+    for v in LOG_DISPATCHES=1 FUSE=0+LOG_DISPATCHES=1 INT_DOT=0 MATVEC_INT=0 \
+      SKIP_DISPATCHES=MatMul SKIP_DISPATCHES=Attention; do
       echo "== $preset tg128 with ROCMFORGE_VULKAN_$v"
       # shellcheck disable=SC2046 # A=1+B=2: several switches at once.
       env $(echo "ROCMFORGE_VULKAN_$v" | sed 's/+/ ROCMFORGE_VULKAN_/g') .gpu/bin/xtask bench --backend vulkan \
         --model "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" -p 0 -n 128 -r 3 -o md 2>&1 |
-        grep "tg128" | sed 's/|.*matrix cores: [^|]*|/|/' | tee -a "$out/decode.md"
+        grep -E "tg128|records" | sort -u | sed 's/|.*matrix cores: [^|]*|/|/' | tee -a "$out/decode.md"
     done
   done
 fi
@@ -80,10 +80,11 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
       -p 512 -n 128 -r 3 -o md 2>&1 | tee -a "$out/bench.md"
   done
   # Where prefill time goes (measurement only, results wrong: see
-  # ROCMFORGE_VULKAN_SKIP_DISPATCHES in commands.rs), and the matrix-core
-  # tile choice (ROCMFORGE_VULKAN_BIG_TILES: 0 = all 128x128, huge = all 64x64).
+  # ROCMFORGE_VULKAN_SKIP_DISPATCHES in commands.rs). The matrix-core tile
+  # choice was measured with ROCMFORGE_VULKAN_BIG_TILES (0 = all 128x128,
+  # huge = all 64x64) and COOPMAT_PREFETCH=0 / COOPMAT=0 (docs/vulkan.md).
   for preset in qwen2-0.5b llama2-7b; do
-    for v in SKIP_DISPATCHES=Attention SKIP_DISPATCHES=MatMul BIG_TILES=0 BIG_TILES=1000000 COOPMAT_PREFETCH=0 COOPMAT=0; do
+    for v in SKIP_DISPATCHES=Attention SKIP_DISPATCHES=MatMul; do
       echo "== $preset pp512 with ROCMFORGE_VULKAN_$v"
       env "ROCMFORGE_VULKAN_$v" .gpu/bin/xtask bench --backend vulkan \
         --model "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" -p 512 -n 0 -r 3 -o md 2>&1 |

@@ -40,6 +40,7 @@ mod commands;
 mod device;
 mod error;
 mod kernels;
+mod layout;
 mod memory;
 mod pipelines;
 
