@@ -18,7 +18,6 @@ layout(push_constant, std430) uniform Push {
 } pc;
 
 void main() {
-    quant_row_blocks = pc.cols / QUANT_K;
     uint r = wg_linear();
     if (r >= pc.n_tokens) {
         return;

@@ -30,7 +30,6 @@ shared float ws[BK][BM + 1];
 shared float xs[BK][BN + 1];
 
 void main() {
-    quant_row_blocks = pc.k / QUANT_K;
     uint tiles_n = (pc.n + BN - 1u) / BN;
     uint tile = wg_linear();
     uint p = 0u;

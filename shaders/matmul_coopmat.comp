@@ -135,7 +135,6 @@ void mma_step(uint wt, uint wr, inout ACC acc[FT][FR]) {
 }
 
 void main() {
-    quant_row_blocks = pc.k / QUANT_K;
     uint tiles_t = (pc.n + BT - 1u) / BT;
     uint tile = wg_linear();
     uint p = 0u;

@@ -25,7 +25,6 @@ layout(push_constant, std430) uniform Push {
 shared float part_sums[MV_MAX_TOKENS * WG_SIZE];
 
 void main() {
-    quant_row_blocks = pc.k / QUANT_K;
     uint r = wg_linear();
     uint p = 0u;
     while (p < pc.n_parts && r >= pc.rows[p]) {

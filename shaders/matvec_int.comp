@@ -83,7 +83,6 @@ void accumulate(uint b, uint nb, uint q[NR][8], vec2 dm[NR], inout float acc[NR]
 }
 
 void main() {
-    quant_row_blocks = pc.k / QUANT_K;
     uint g = wg_linear();
     uint p = 0u;
     while (p < pc.n_parts && g >= (pc.rows[p] + NR - 1u) / NR) {

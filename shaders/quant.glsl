@@ -5,29 +5,6 @@
 #ifndef QUANT_GLSL
 #define QUANT_GLSL
 
-// Blocks per weight row, for the types whose device layout splits each row
-// into its blocks' quants, then their scales (`QUANT_SPLIT_ROWS`, see
-// quant/README.md): every kernel that reads weights sets it first.
-uint quant_row_blocks = 0u;
-
-// The 16 bytes at `a` (2-byte aligned at least) in as few loads as its
-// alignment allows: one 16-byte load where rows keep blocks 16-aligned.
-uvec4 load16(uint64_t a) {
-    if ((a & 15ul) == 0ul) {
-        return U4s(a).v[0];
-    }
-    if ((a & 7ul) == 0ul) {
-        U2s p = U2s(a);
-        return uvec4(p.v[0], p.v[1]);
-    }
-    U16s h = U16s(a);
-    uvec4 r;
-    for (uint i = 0u; i < 4u; i++) {
-        r[i] = uint(h.v[2u * i]) | (uint(h.v[2u * i + 1u]) << 16);
-    }
-    return r;
-}
-
 // Byte-wise helpers for the integer forms (`block_q8`, see quant/README.md).
 // Subtracts the per-byte offsets `o` (each <= 16) from bytes 0..31, giving
 // signed bytes: setting bit 7 first keeps borrows inside each byte.

@@ -18,6 +18,5 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32s { float
 // 256-aligned and row lengths multiples of 32).
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4s { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4s { uvec4 v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 8) buffer U2s { uvec2 v[]; };
 
 #endif

@@ -216,7 +216,6 @@ fn main() {
     let mut variants: Vec<Variant> = Vec::new();
     let mut types = Vec::new();
     let mut int_types = Vec::new();
-    let mut split_types = Vec::new();
     for &(ty, define) in WEIGHT_TYPES {
         let Ok(text) = std::fs::read_to_string(root.join("quant").join(format!("{ty}.glsl")))
         else {
@@ -225,16 +224,6 @@ fn main() {
         };
         types.push(ty);
         let mut families = WEIGHT_KERNELS.to_vec();
-        if let Some(n) = text
-            .lines()
-            .find_map(|l| l.strip_prefix("#define QUANT_SPLIT_ROWS "))
-        {
-            let header: usize = n
-                .trim()
-                .parse()
-                .expect("QUANT_SPLIT_ROWS takes a byte count");
-            split_types.push((ty, header));
-        }
         if text.contains("#define QUANT_Q8_BLOCK") {
             int_types.push(ty);
             families.extend_from_slice(INT_KERNELS);
@@ -290,10 +279,6 @@ fn main() {
     table.push_str("];\n\n/// Weight types with an integer form (`matvec_int` kernels).\npub static INT_WEIGHT_TYPES: &[&str] = &[\n");
     for ty in int_types {
         let _ = writeln!(table, "    {ty:?},");
-    }
-    table.push_str("];\n\n/// Weight types whose device rows are split (`QUANT_SPLIT_ROWS`): (type,\n/// bytes at the start of each block that move to the row's tail).\npub static SPLIT_ROW_TYPES: &[(&str, usize)] = &[\n");
-    for (ty, header) in split_types {
-        let _ = writeln!(table, "    ({ty:?}, {header}),");
     }
     table.push_str("];\n");
     if !errors.is_empty() {

@@ -248,10 +248,10 @@ impl VulkanBackend {
         progress(0, total);
         if regions.iter().all(|r| r.mapped.is_some()) {
             for (id, &(region, offset)) in places.iter().enumerate() {
-                let src = device_bytes(model, id);
+                let src = model.weight_bytes(id);
                 // SAFETY: the range was assigned inside the region by
                 // split_regions, and no command uses the region yet.
-                unsafe { regions[region].host_slice(offset, src.len()) }.copy_from_slice(&src);
+                unsafe { regions[region].host_slice(offset, src.len()) }.copy_from_slice(src);
                 done += src.len() as u64;
                 progress(done, total);
             }
@@ -280,7 +280,7 @@ impl VulkanBackend {
         let mut done = 0u64;
         let mut result = Ok(());
         'weights: for (id, &(region, offset)) in places.iter().enumerate() {
-            let src = device_bytes(model, id);
+            let src = model.weight_bytes(id);
             let mut at = 0usize;
             while at < src.len() {
                 if fill == staging.size {
@@ -780,10 +780,4 @@ impl Backend for VulkanBackend {
             scratch_bytes: self.reserved.as_ref().map_or(0, |r| r.scratch_bytes),
         }
     }
-}
-
-/// Weight `id`'s bytes as the kernels read them (`layout.rs`).
-fn device_bytes(model: &Model, id: usize) -> std::borrow::Cow<'_, [u8]> {
-    let w = &model.weights.table[id];
-    crate::layout::device_bytes(w.ty, w.row_bytes(), model.weight_bytes(id))
 }

@@ -40,7 +40,6 @@ mod commands;
 mod device;
 mod error;
 mod kernels;
-mod layout;
 mod memory;
 mod pipelines;
 

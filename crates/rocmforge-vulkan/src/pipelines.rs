@@ -44,15 +44,6 @@ pub fn weight_suffix(ty: QuantType) -> Option<&'static str> {
 
 /// Whether weights of this type have the integer decode mat-vec
 /// (`matvec_int_*` kernels).
-/// Bytes at the start of each block that a split-row type moves to the
-/// row's tail on the device (`QUANT_SPLIT_ROWS`, see `layout.rs`).
-pub fn split_row_header(suffix: &str) -> Option<usize> {
-    compiled::SPLIT_ROW_TYPES
-        .iter()
-        .find(|(n, _)| *n == suffix)
-        .map(|&(_, h)| h)
-}
-
 pub fn has_int_form(ty: QuantType) -> bool {
     weight_suffix(ty).is_some_and(|n| compiled::INT_WEIGHT_TYPES.contains(&n))
 }
