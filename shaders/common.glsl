@@ -57,7 +57,18 @@ uint f16_bits(float f) {
     return sign | h;
 }
 
+// f rounded to the nearest f16 value (ties to even), as an f32. For
+// magnitudes in [2^-14, 2^15), f16 normals, that is the f32 mantissa rounded
+// to 10 bits in place (a carry into the exponent gives the right value):
+// four integer operations, where the decode attention's in-order walk does
+// two of these per position in its serial chain. Other magnitudes
+// (subnormals, overflow to infinity, NaN) take the full conversion.
 float round_f16(float f) {
+    uint x = floatBitsToUint(f);
+    uint e = (x >> 23) & 0xFFu;
+    if (e >= 113u && e <= 141u) {
+        return uintBitsToFloat((x + 0xFFFu + ((x >> 13) & 1u)) & 0xFFFFE000u);
+    }
     return unpackHalf2x16(f16_bits(f)).x;
 }
 
