@@ -36,7 +36,7 @@ mkdir -p "$CARGO_TARGET_DIR/models"
 if [ "$mode" = conformance ] || [ "$mode" = all ]; then
   for t in .gpu/bin/test-*; do
     echo "== $t"
-    "$t" --test-threads=1 2>&1 | tee -a "$out/conformance.log" | grep -E "^test |test result|conformance:|vs cpu|vs llama|panicked"
+    "$t" --test-threads=1 --nocapture 2>&1 | tee -a "$out/conformance.log" | grep -E "^test |test result|vs cpu|vs llama|panicked"
   done
   # The 128x128 matrix-core matmul on the small test models too (by default
   # they take the 64x64 one).

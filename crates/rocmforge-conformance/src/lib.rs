@@ -135,20 +135,6 @@ pub fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-/// Top-1 minus top-2 logit.
-pub fn margin(x: &[f32]) -> f32 {
-    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for &v in x {
-        if v > a {
-            b = a;
-            a = v;
-        } else if v > b {
-            b = v;
-        }
-    }
-    a - b
-}
-
 /// Tolerances of a backend against the CPU backend, in σ of the CPU's row.
 ///
 /// The CPU quantizes activations to Q8 as ggml does; a GPU backend may keep
@@ -185,6 +171,9 @@ pub fn random_tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
 /// sequence, cover graphs of 1..16 tokens and positions past a batch.
 pub const PROMPT_LENGTHS: &[usize] = &[1, 7, 23];
 
+/// Greedy decode steps a comparison checks after the prompts.
+pub const GREEDY_STEPS: usize = 16;
+
 /// Session options of every comparison: a small batch so a 23-token prompt
 /// takes 16 + 4 + 2 + 1, four graph sizes.
 pub fn compare_options(all_logits: bool) -> SessionOptions {
@@ -197,9 +186,10 @@ pub fn compare_options(all_logits: bool) -> SessionOptions {
 
 /// Runs `model` through `backend` and the CPU backend: each prompt length
 /// with all logits kept, then greedy decoding, and checks every row within
-/// `tol`. Greedy tokens must agree wherever the CPU's top-1/top-2 margin
-/// exceeds twice the largest logit difference seen on that row (closer calls
-/// are rounding's to make). Returns the worst (max, mean) error seen.
+/// `tol`. Greedy tokens (teacher-forced on the CPU's) must agree, unless the
+/// CPU's logit of ours is within twice the largest logit difference seen on
+/// that row of its top (closer calls are rounding's to make). Returns the
+/// worst (max, mean) error seen.
 pub fn compare_with_cpu(
     model: &Arc<Model>,
     backend: &str,
@@ -230,33 +220,40 @@ pub fn compare_with_cpu(
         let cpu = cpu_s.eval(&prompt).unwrap().to_vec();
         check(format!("prompt of {n}"), &ours, &cpu);
     }
-    // Greedy, free-running, continuing the last prompt.
+    // Greedy decoding, teacher-forced on the CPU's tokens so that one near
+    // tie does not end the comparison: at every step our top token must be
+    // the CPU's, or one whose CPU logit lies within twice the largest
+    // difference seen on that row (a tie rounding may break either way).
     let (mut ours, mut cpu) = (
         ours_s.eval(&[1]).unwrap().to_vec(),
         cpu_s.eval(&[1]).unwrap().to_vec(),
     );
-    let mut agreed = 0;
-    for step in 0..8 {
+    let mut equal = 0;
+    for step in 0..GREEDY_STEPS {
         check(format!("decode step {step}"), &ours, &cpu);
         let (t_ours, t_cpu) = (argmax(&ours), argmax(&cpu));
-        let max_diff = ours
-            .iter()
-            .zip(&cpu)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        if margin(&cpu) <= 2.0 * max_diff {
-            break;
+        if t_ours == t_cpu {
+            equal += 1;
+        } else {
+            let max_diff = ours
+                .iter()
+                .zip(&cpu)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            let gap = cpu[t_cpu as usize] - cpu[t_ours as usize];
+            assert!(
+                gap <= 2.0 * max_diff,
+                "{backend} vs cpu, {what}: greedy step {step} picks token {t_ours} where the \
+                 CPU picks {t_cpu}, {gap:.5} below its top (rounding explains at most {:.5})",
+                2.0 * max_diff
+            );
         }
-        assert_eq!(
-            t_ours, t_cpu,
-            "{backend} vs cpu, {what}: greedy token {step}"
-        );
-        agreed += 1;
-        ours = ours_s.eval(&[t_ours]).unwrap().to_vec();
+        ours = ours_s.eval(&[t_cpu]).unwrap().to_vec();
         cpu = cpu_s.eval(&[t_cpu]).unwrap().to_vec();
     }
     eprintln!(
-        "{backend} vs cpu, {what}: worst max {:.4}σ mean {:.4}σ, {agreed} greedy tokens agreed",
+        "{backend} vs cpu, {what}: worst max {:.4}σ mean {:.4}σ, greedy {equal}/{GREEDY_STEPS} \
+         tokens equal (the rest near ties)",
         worst.0, worst.1
     );
     worst

@@ -200,9 +200,14 @@ pub fn in_flight(labels: &[String], done: usize, every: usize) -> Option<String>
     })
 }
 
-/// Records dispatches into one command buffer, each followed by a full
-/// compute/transfer barrier and a breadcrumb, and remembers a label per
-/// dispatch for timeout messages.
+/// Records dispatches into one command buffer, each followed by a barrier
+/// (and, every `Crumbs::every` dispatches, a breadcrumb), and remembers a
+/// label per dispatch for timeout messages.
+///
+/// Barriers name exactly the stages that wrote before them: compute, plus
+/// transfer only while a breadcrumb fill is outstanding. A source mask that
+/// always named the transfer stage made every one of a decode step's ~300
+/// barriers wait on the copy engine too.
 pub struct Recorder<'a> {
     device: &'a ash::Device,
     cb: vk::CommandBuffer,
@@ -210,6 +215,9 @@ pub struct Recorder<'a> {
     max_groups: [u32; 3],
     crumbs: Crumbs<'a>,
     bound: vk::Pipeline,
+    /// A transfer (breadcrumb fill) was recorded since the last barrier
+    /// that waited on the transfer stage.
+    transfer_pending: bool,
     pub labels: Vec<String>,
 }
 
@@ -231,19 +239,31 @@ impl<'a> Recorder<'a> {
             max_groups,
             crumbs,
             bound: vk::Pipeline::null(),
+            transfer_pending: false,
             labels: Vec::new(),
         })
     }
 
-    fn barrier(&self, dst_stage: vk::PipelineStageFlags, dst_access: vk::AccessFlags) {
+    /// Orders the compute work recorded so far (and any outstanding
+    /// breadcrumb fill) before `dst_stage`'s `dst_access`.
+    fn barrier(&mut self, dst_stage: vk::PipelineStageFlags, dst_access: vk::AccessFlags) {
+        let (mut src_stage, mut src_access) = (
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::AccessFlags::SHADER_WRITE,
+        );
+        if self.transfer_pending {
+            src_stage |= vk::PipelineStageFlags::TRANSFER;
+            src_access |= vk::AccessFlags::TRANSFER_WRITE;
+            self.transfer_pending = false;
+        }
         let b = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+            .src_access_mask(src_access)
             .dst_access_mask(dst_access);
         // SAFETY: recording into a command buffer in the recording state.
         unsafe {
             self.device.cmd_pipeline_barrier(
                 self.cb,
-                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                src_stage,
                 dst_stage,
                 vk::DependencyFlags::empty(),
                 &[b],
@@ -330,12 +350,13 @@ impl<'a> Recorder<'a> {
                 self.labels.len() as u32,
             )
         };
+        self.transfer_pending = true;
     }
 
     /// Records the copy of `size` bytes (the logits) to host memory and a
     /// barrier making it visible to the host, then ends recording.
     pub fn finish(
-        self,
+        mut self,
         src: vk::Buffer,
         src_offset: u64,
         dst: vk::Buffer,
@@ -347,9 +368,15 @@ impl<'a> Recorder<'a> {
             dst_offset,
             size,
         };
+        // The last dispatch's barrier may have waited for compute only.
+        self.barrier(
+            vk::PipelineStageFlags::TRANSFER,
+            vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE,
+        );
         // SAFETY: recording state; both ranges are inside their buffers
         // (checked by the caller against the reservation).
         unsafe { self.device.cmd_copy_buffer(self.cb, src, dst, &[region]) };
+        self.transfer_pending = true;
         self.barrier(vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ);
         // SAFETY: recording state.
         unsafe { self.device.end_command_buffer(self.cb) }.check("vkEndCommandBuffer")?;
