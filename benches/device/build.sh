@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# Builds, on the dev machine, what `benches/device/vulkan.sh` runs on the lent
-# GPU: release xtask (gen-model, bench) and the conformance test binaries,
-# stripped, into `.gpu/bin/` (ignored by git; carried with the run).
+# Builds, on the dev machine, what `benches/device/vulkan.sh` and
+# `benches/device/hip.sh` run on the lent GPU: release xtask (gen-model,
+# bench) and the test binaries of the conformance suite and the GPU
+# backends, stripped, into `.gpu/bin/` (ignored by git; carried with the
+# run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .gpu/bin
 rm -f .gpu/bin/*
 cargo build --release -p xtask
 cp target/release/xtask .gpu/bin/xtask
-cargo test -p rocmforge-conformance -p rocmforge-vulkan --no-run --message-format=json 2>/dev/null |
+cargo test -p rocmforge-conformance -p rocmforge-vulkan -p rocmforge-hip -p hip-sys --no-run --message-format=json 2>/dev/null |
   python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])
-' | while read -r name exe; do cp "$exe" ".gpu/bin/test-$name"; done
+' | while read -r name exe; do
+  # Two crates have an `allocations` and a `timeout` test: keep both.
+  case "$exe" in */rocmforge_hip-*|*/hip_sys-*) name="hip-$name" ;; esac
+  cp "$exe" ".gpu/bin/test-$name"
+done
 strip .gpu/bin/*
 gzip -9 -f .gpu/bin/*
 du -sh .gpu/bin

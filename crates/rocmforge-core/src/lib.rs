@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod gguf;
+pub mod gpu;
 pub mod graph;
 pub mod model;
 pub mod plan;

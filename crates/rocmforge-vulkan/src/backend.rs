@@ -20,9 +20,10 @@ use rocmforge_core::quant::QuantType;
 use crate::commands::{in_flight, Commands, Crumbs, Recorder, WaitError};
 use crate::device::{DeviceChoice, Gpu};
 use crate::error::Check;
-use crate::kernels::{self, DeviceWeight, GraphAddresses, SpinPush};
 use crate::memory::{allocate, Allocation, Placement};
 use crate::pipelines::Pipelines;
+use rocmforge_core::gpu::push::{Push, SpinPush};
+use rocmforge_core::gpu::{self as kernels, DeviceWeight, GraphAddresses, KernelSink, Lowering};
 
 /// Default bound on one step's fence wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -378,7 +379,7 @@ impl VulkanBackend {
         // drain once the flag is set.
         rec.dispatch(
             pipeline,
-            &push,
+            push.bytes(),
             1 << 20,
             "op 0 of 1 (spin test kernel)".into(),
         );
@@ -660,14 +661,13 @@ impl Backend for VulkanBackend {
                 self.gpu.props.max_workgroups,
                 crumbs,
             )?;
-            kernels::record_graph(
-                &mut rec,
-                &mut self.pipes,
-                &self.gpu.device,
-                graph,
-                plan,
-                &addrs,
-            )?;
+            let lowering = lowering(&self.pipes);
+            let mut sink = Sink {
+                rec: &mut rec,
+                pipes: &mut self.pipes,
+                device: &self.gpu.device,
+            };
+            kernels::record_graph(&mut sink, &lowering, graph, plan, &addrs)?;
             rec.finish(
                 arena_buf,
                 plan.offsets[graph.logits] as u64,
@@ -779,5 +779,55 @@ impl Backend for VulkanBackend {
             arena_bytes: self.reserved.as_ref().map_or(0, |r| r.arena_bytes),
             scratch_bytes: self.reserved.as_ref().map_or(0, |r| r.scratch_bytes),
         }
+    }
+}
+
+/// Records the lowering's launches as dispatches of this device's
+/// pipelines.
+struct Sink<'r, 'a> {
+    rec: &'r mut Recorder<'a>,
+    pipes: &'r mut Pipelines,
+    device: &'r ash::Device,
+}
+
+impl KernelSink for Sink<'_, '_> {
+    fn dispatch(
+        &mut self,
+        kernel: &str,
+        push: &[u8],
+        groups: u32,
+        label: String,
+    ) -> Result<(), BackendError> {
+        let p = self.pipes.get(self.device, kernel)?;
+        self.rec.dispatch(p, push, groups, label);
+        Ok(())
+    }
+}
+
+/// What this device's pipelines offer, with the measurement switches
+/// `ROCMFORGE_VULKAN_FUSE=0` (one dispatch per op),
+/// `ROCMFORGE_VULKAN_MATVEC_INT=0` (the f32 decode mat-vec),
+/// `ROCMFORGE_VULKAN_BIG_TILES=n` (128x128 matrix-core tiles for matmuls
+/// of at least n of them; tests use 0) and
+/// `ROCMFORGE_VULKAN_COOPMAT_PREFETCH=0` (no register prefetch).
+fn lowering(pipes: &Pipelines) -> Lowering {
+    let off = |var: &str| std::env::var(var).is_ok_and(|v| v == "0");
+    let matrix = if !pipes.coopmat {
+        kernels::MatrixTiles::Off
+    } else {
+        match std::env::var("ROCMFORGE_VULKAN_BIG_TILES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            Some(min) => kernels::MatrixTiles::BigFrom(min),
+            None => kernels::MatrixTiles::Auto,
+        }
+    };
+    Lowering {
+        fuse: !off("ROCMFORGE_VULKAN_FUSE"),
+        int_matvec: !off("ROCMFORGE_VULKAN_MATVEC_INT"),
+        int_dot_names: pipes.int_dot,
+        matrix,
+        matrix_prefetch: !off("ROCMFORGE_VULKAN_COOPMAT_PREFETCH"),
     }
 }

@@ -7,32 +7,10 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 use rocmforge_core::backend::BackendError;
+use rocmforge_core::gpu::grid;
+use rocmforge_core::gpu::push::PUSH_BYTES;
 
 use crate::error::{Check, VkError};
-
-/// Push-constant blocks.
-///
-/// # Safety
-/// The implementing type is `#[repr(C)]`, has no padding bytes, and is at
-/// most [`crate::pipelines::PUSH_BYTES`] long.
-pub unsafe trait Push: Sized {
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: the trait's contract: every byte of `Self` is initialised.
-        unsafe {
-            std::slice::from_raw_parts(
-                (self as *const Self).cast::<u8>(),
-                std::mem::size_of::<Self>(),
-            )
-        }
-    }
-}
-
-/// Splits `count` workgroups into an (x, y) grid within the device limits;
-/// kernels flatten it back (`wg_linear` in common.glsl).
-pub fn grid(count: u32, max: [u32; 3]) -> (u32, u32) {
-    let x = count.min(max[0].min(65535));
-    (x, count.div_ceil(x.max(1)))
-}
 
 /// The command pool and the one fence every submit waits on.
 pub struct Commands {
@@ -276,19 +254,14 @@ impl<'a> Recorder<'a> {
     /// Records `groups` workgroups of `pipeline` with `push`, then the
     /// barrier that orders it before everything after, then its breadcrumb
     /// if one is due.
-    pub fn dispatch<P: Push>(
-        &mut self,
-        pipeline: vk::Pipeline,
-        push: &P,
-        groups: u32,
-        label: String,
-    ) {
+    pub fn dispatch(&mut self, pipeline: vk::Pipeline, push: &[u8], groups: u32, label: String) {
         if groups == 0 || skipped(&label) {
             return;
         }
-        let (x, y) = grid(groups, self.max_groups);
+        let (x, y) = grid(groups, self.max_groups[0]);
+        assert!(push.len() <= PUSH_BYTES, "argument block of {label} too long");
         // SAFETY: recording state; the pipeline uses `self.layout`, whose
-        // push range covers `push` (the `Push` contract bounds its size).
+        // push range (`PUSH_BYTES`) covers `push` (asserted above).
         unsafe {
             if pipeline != self.bound {
                 self.device
@@ -300,7 +273,7 @@ impl<'a> Recorder<'a> {
                 self.layout,
                 vk::ShaderStageFlags::COMPUTE,
                 0,
-                push.bytes(),
+                push,
             );
             self.device.cmd_dispatch(self.cb, x, y, 1);
         }

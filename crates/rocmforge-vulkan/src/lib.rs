@@ -39,7 +39,6 @@ mod backend;
 mod commands;
 mod device;
 mod error;
-mod kernels;
 mod memory;
 mod pipelines;
 

@@ -7,45 +7,16 @@ use std::collections::HashMap;
 
 use ash::vk;
 use rocmforge_core::backend::BackendError;
-use rocmforge_core::quant::QuantType;
+use rocmforge_core::gpu::push::PUSH_BYTES;
 
 use crate::error::Check;
 
+// The weight-type tables are read by the tests only: the lowering in core
+// decides which kernels a graph needs, and a missing one is an error naming
+// it at `prepare`.
+#[cfg_attr(not(test), allow(dead_code))]
 mod compiled {
     include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
-}
-
-/// Bytes of push constants every kernel may use (Vulkan's guaranteed minimum).
-pub const PUSH_BYTES: u32 = 128;
-
-/// The `quant/` file name of a weight type, if a dequantizer for it was
-/// compiled into this build.
-pub fn weight_suffix(ty: QuantType) -> Option<&'static str> {
-    let name = match ty {
-        QuantType::F32 => "f32",
-        QuantType::F16 => "f16",
-        QuantType::BF16 => "bf16",
-        QuantType::Q4_0 => "q4_0",
-        QuantType::Q4_1 => "q4_1",
-        QuantType::Q5_0 => "q5_0",
-        QuantType::Q5_1 => "q5_1",
-        QuantType::Q8_0 => "q8_0",
-        QuantType::Q2K => "q2_k",
-        QuantType::Q3K => "q3_k",
-        QuantType::Q4K => "q4_k",
-        QuantType::Q5K => "q5_k",
-        QuantType::Q6K => "q6_k",
-        QuantType::IQ4NL => "iq4_nl",
-        QuantType::IQ4XS => "iq4_xs",
-        _ => return None,
-    };
-    compiled::WEIGHT_TYPES.iter().copied().find(|&n| n == name)
-}
-
-/// Whether weights of this type have the integer decode mat-vec
-/// (`matvec_int_*` kernels).
-pub fn has_int_form(ty: QuantType) -> bool {
-    weight_suffix(ty).is_some_and(|n| compiled::INT_WEIGHT_TYPES.contains(&n))
 }
 
 fn spirv(name: &str) -> Option<Vec<u32>> {
@@ -69,7 +40,7 @@ impl Pipelines {
         let ranges = [vk::PushConstantRange {
             stage_flags: vk::ShaderStageFlags::COMPUTE,
             offset: 0,
-            size: PUSH_BYTES,
+            size: PUSH_BYTES as u32,
         }];
         let ci = vk::PipelineLayoutCreateInfo::default().push_constant_ranges(&ranges);
         // SAFETY: valid device and create info.
@@ -150,6 +121,30 @@ impl Pipelines {
             }
             device.destroy_pipeline_cache(self.cache, None);
             device.destroy_pipeline_layout(self.layout, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compiled;
+    use rocmforge_core::gpu::{has_int_form, weight_suffix};
+    use rocmforge_core::quant::QuantType;
+
+    /// The shaders cover every weight type core's lowering names kernels
+    /// for, with integer forms exactly where core expects them.
+    #[test]
+    fn compiled_kernels_match_the_lowering() {
+        for ty in QuantType::supported() {
+            let Some(suffix) = weight_suffix(ty) else {
+                continue;
+            };
+            assert!(compiled::WEIGHT_TYPES.contains(&suffix), "{suffix}");
+            assert_eq!(
+                compiled::INT_WEIGHT_TYPES.contains(&suffix),
+                has_int_form(ty),
+                "{suffix}"
+            );
         }
     }
 }

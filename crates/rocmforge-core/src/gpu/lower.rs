@@ -1,34 +1,30 @@
-//! Dispatch recording: turns a planned graph into dispatches, once, at
-//! `prepare`.
+//! Lowering: turns a planned graph into kernel launches, once, at a
+//! backend's `prepare`.
 //!
-//! Decode steps are dominated by many small dispatches, each a barrier and a
-//! launch, so recording fuses where core's fusion rules allow
-//! (`rocmforge_core::graph::fusion`): RoPE of Q and K with the KV store, a
-//! residual add into the integer mat-vec before it, and the Q8 rounding of a
-//! mat-vec's input into the op that produces it (RmsNorm, SwiGLU, decode
-//! attention). `ROCMFORGE_VULKAN_FUSE=0` records them unfused.
+//! Decode steps are dominated by many small launches, so lowering fuses
+//! where core's fusion rules allow ([`crate::graph::fusion`]): RoPE of Q
+//! and K with the KV store, a residual add into the integer mat-vec before
+//! it, and the Q8 rounding of a mat-vec's input into the op that produces it
+//! (RmsNorm, SwiGLU, decode attention). [`Lowering::fuse`] off lowers them
+//! unfused.
 //!
-//! Every address is frozen at record time (weights, arena offsets, the KV
+//! Every address is frozen at lowering time (weights, arena offsets, the KV
 //! cache, the step-input region); what changes per step (token ids, pos0,
 //! n_kv) is read by the kernels from the step-input region, so grids depend
 //! only on the graph's shape.
 
-mod matmul;
-mod push;
-
-use rocmforge_core::backend::BackendError;
-use rocmforge_core::graph::fusion::{
+use crate::backend::BackendError;
+use crate::graph::fusion::{
     group_starting_at, matmul_groups, next_matmul_reads, residual_add_after, rope_store_at,
     RopeStore,
 };
-use rocmforge_core::graph::{Graph, Op, TensorId};
-use rocmforge_core::plan::{ArenaPlan, KvLayout};
-use rocmforge_core::quant::QuantType;
+use crate::graph::{Graph, Op, TensorId};
+use crate::plan::{ArenaPlan, KvLayout};
+use crate::quant::QuantType;
 
-use crate::commands::Recorder;
-use crate::pipelines::{weight_suffix, Pipelines};
-use matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
-pub use push::*;
+use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
+use super::push::*;
+use super::{weight_suffix, KernelSink, Lowering};
 
 /// A weight as kernels see it.
 #[derive(Clone, Debug)]
@@ -87,7 +83,7 @@ pub struct GraphAddresses<'a> {
     pub n_vocab: usize,
 }
 
-fn u32_of(v: usize, what: &str) -> Result<u32, BackendError> {
+pub(super) fn u32_of(v: usize, what: &str) -> Result<u32, BackendError> {
     u32::try_from(v).map_err(|_| BackendError::Device(format!("{what} {v} exceeds 32 bits")))
 }
 
@@ -106,17 +102,10 @@ pub fn weight_kernel(w: &DeviceWeight) -> Result<&'static str, BackendError> {
     Ok(suffix)
 }
 
-/// Whether recording fuses (see the module doc); `ROCMFORGE_VULKAN_FUSE=0`
-/// turns it off, for measurement.
-fn fusion_enabled() -> bool {
-    std::env::var("ROCMFORGE_VULKAN_FUSE").map_or(true, |v| v != "0")
-}
-
-/// Records every op of `graph` into `rec`.
+/// Lowers every op of `graph` into launches recorded by `sink`.
 pub fn record_graph(
-    rec: &mut Recorder,
-    pipes: &mut Pipelines,
-    device: &ash::Device,
+    sink: &mut dyn KernelSink,
+    lw: &Lowering,
     graph: &Graph,
     plan: &ArenaPlan,
     a: &GraphAddresses,
@@ -124,7 +113,7 @@ pub fn record_graph(
     let t = |id: TensorId| a.arena + plan.offsets[id] as u64;
     let n_ops = graph.ops.len();
     let groups = matmul_groups(graph, plan);
-    let fuse = fusion_enabled();
+    let fuse = lw.fuse;
     let label = |i: usize, what: String| format!("op {i} of {n_ops} ({what})");
     // Where the Q8-packed form of `id` goes in the scratch: (quants, scales).
     let q8_at = |id: TensorId| {
@@ -139,7 +128,7 @@ pub fn record_graph(
     let feeds_int_matvec = |i: usize, out: TensorId| {
         fuse && next_matmul_reads(graph, i, out) && {
             let d = graph.tensor(out);
-            int_route(matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
+            int_route(lw, matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
         }
     };
     // The tensor the scratch holds Q8-packed, if any.
@@ -151,7 +140,7 @@ pub fn record_graph(
             let group = group_starting_at(&groups, i).unwrap_or(i..i + 1);
             let xd = graph.tensor(x);
             let residual = residual_add_after(graph, plan, i).filter(|_| {
-                fuse && group.len() == 1 && int_route(matmul_weight(op, a), xd.rows, xd.cols)
+                fuse && group.len() == 1 && int_route(lw, matmul_weight(op, a), xd.rows, xd.cols)
             });
             // Runs of the group with one weight type, at most three each.
             let mut start = group.start;
@@ -170,7 +159,7 @@ pub fn record_graph(
                     prequantized: scratch_q8 == Some(x),
                     residual,
                 };
-                let int = record_matmuls(rec, pipes, device, graph, &run, a, &t)?;
+                let int = record_matmuls(sink, lw, graph, &run, a, &t)?;
                 scratch_q8 = int.then_some(x);
                 start = end;
             }
@@ -182,9 +171,7 @@ pub fn record_graph(
         if fuse {
             if let Some(rs) = rope_store_at(graph, i) {
                 record_rope_store(
-                    rec,
-                    pipes,
-                    device,
+                    sink,
                     graph,
                     &rs,
                     a,
@@ -199,7 +186,6 @@ pub fn record_graph(
             Op::Embed { table, out } => {
                 let w = &a.weights[table];
                 let name = format!("embed_{}", weight_kernel(w)?);
-                let p = pipes.get(device, &name)?;
                 let push = EmbedPush {
                     table: w.address,
                     out: t(out),
@@ -209,12 +195,12 @@ pub fn record_graph(
                     n_vocab: u32_of(a.n_vocab, "vocabulary")?,
                     n_tokens: u32_of(graph.n_tokens, "tokens")?,
                 };
-                rec.dispatch(
-                    p,
-                    &push,
+                sink.dispatch(
+                    &name,
+                    push.bytes(),
                     push.n_tokens,
                     label(i, format!("Embed {} {}", w.name, w.ty)),
-                );
+                )?;
             }
             Op::RmsNorm {
                 x,
@@ -227,7 +213,7 @@ pub fn record_graph(
                 // Whole rows of 16-byte-aligned values (vec4 access).
                 let q8 =
                     feeds_int_matvec(i, out) && group == d.cols && w.address.is_multiple_of(16);
-                let p = pipes.get(device, if q8 { "rmsnorm_q8" } else { "rmsnorm" })?;
+                let kernel = if q8 { "rmsnorm_q8" } else { "rmsnorm" };
                 let n_groups = u32_of(d.rows * d.cols / group, "norm groups")?;
                 let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
                 let push = NormPush {
@@ -242,12 +228,12 @@ pub fn record_graph(
                     q8_scales,
                 };
                 scratch_q8 = (q8 != 0).then_some(out);
-                rec.dispatch(p, &push, n_groups, label(i, format!("RmsNorm {}", w.name)));
+                let what = label(i, format!("RmsNorm {}", w.name));
+                sink.dispatch(kernel, push.bytes(), n_groups, what)?;
             }
             Op::Rope { x, n_heads } => {
                 let d = graph.tensor(x);
                 let r = &graph.rope;
-                let p = pipes.get(device, "rope")?;
                 let push = RopePush {
                     x: t(x),
                     step: a.step,
@@ -263,12 +249,12 @@ pub fn record_graph(
                 };
                 let items = d.rows * n_heads * (r.n_rot / 2);
                 let groups = u32_of(items.div_ceil(64), "rope workgroups")?;
-                rec.dispatch(p, &push, groups, label(i, format!("Rope {n_heads} heads")));
+                let what = label(i, format!("Rope {n_heads} heads"));
+                sink.dispatch("rope", push.bytes(), groups, what)?;
             }
             Op::StoreKv { layer, k, v } => {
                 let d = graph.tensor(k);
                 let l = a.kv_layout;
-                let p = pipes.get(device, "store_kv")?;
                 let push = StoreKvPush {
                     k: t(k),
                     v: t(v),
@@ -279,7 +265,8 @@ pub fn record_graph(
                     kv_dim: u32_of(l.kv_dim, "kv width")?,
                 };
                 let groups = u32_of((d.rows * l.kv_dim / 2).div_ceil(64), "store workgroups")?;
-                rec.dispatch(p, &push, groups, label(i, format!("StoreKv layer {layer}")));
+                let what = label(i, format!("StoreKv layer {layer}"));
+                sink.dispatch("store_kv", push.bytes(), groups, what)?;
             }
             Op::Attention { layer, q, out } => {
                 let s = &graph.attention;
@@ -298,7 +285,6 @@ pub fn record_graph(
                     (true, false) => "attention_staged",
                     _ => "attention",
                 };
-                let p = pipes.get(device, kernel)?;
                 let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
                 let push = AttentionPush {
                     q: t(q),
@@ -317,12 +303,12 @@ pub fn record_graph(
                 };
                 scratch_q8 = (q8 != 0).then_some(out);
                 let groups = u32_of(graph.n_tokens * s.n_head, "attention workgroups")?;
-                rec.dispatch(
-                    p,
-                    &push,
+                sink.dispatch(
+                    kernel,
+                    push.bytes(),
                     groups,
                     label(i, format!("Attention layer {layer}")),
-                );
+                )?;
             }
             Op::SwiGlu { gate, up, out } => {
                 if feeds_int_matvec(i, out) {
@@ -339,14 +325,12 @@ pub fn record_graph(
                         up: t(up),
                         act: t(out),
                     };
-                    let p = pipes.get(device, "swiglu_q8")?;
-                    rec.dispatch(p, &push, (n / 32).div_ceil(64), label(i, "SwiGlu".into()));
+                    let groups = (n / 32).div_ceil(64);
+                    sink.dispatch("swiglu_q8", push.bytes(), groups, label(i, "SwiGlu".into()))?;
                     scratch_q8 = Some(out);
                 } else {
                     eltwise(
-                        rec,
-                        pipes,
-                        device,
+                        sink,
                         "swiglu",
                         t(gate),
                         t(up),
@@ -358,9 +342,7 @@ pub fn record_graph(
             }
             Op::Add { a: x, b, out } => {
                 eltwise(
-                    rec,
-                    pipes,
-                    device,
+                    sink,
                     "add",
                     t(x),
                     t(b),
@@ -373,9 +355,7 @@ pub fn record_graph(
                 let d = graph.tensor(x);
                 let src = t(x) + ((d.rows - 1) * d.cols * 4) as u64;
                 eltwise(
-                    rec,
-                    pipes,
-                    device,
+                    sink,
                     "copy",
                     src,
                     0,
@@ -393,11 +373,8 @@ pub fn record_graph(
 
 /// RoPE of a layer's Q and K and the store of its K and V rows into the
 /// cache, in one dispatch (`rope_kv`).
-#[allow(clippy::too_many_arguments)]
 fn record_rope_store(
-    rec: &mut Recorder,
-    pipes: &mut Pipelines,
-    device: &ash::Device,
+    sink: &mut dyn KernelSink,
     graph: &Graph,
     rs: &RopeStore,
     a: &GraphAddresses,
@@ -415,7 +392,6 @@ fn record_rope_store(
             l.kv_dim
         )));
     }
-    let p = pipes.get(device, "rope_kv")?;
     let push = RopeKvPush {
         x: t(rs.q),
         step: a.step,
@@ -437,23 +413,19 @@ fn record_rope_store(
     let half = r.n_rot / 2;
     let per_row = rs.n_head * half + rs.n_head_kv * (half + head_dim - r.n_rot) + l.kv_dim;
     let groups = u32_of((q.rows * per_row).div_ceil(64), "rope workgroups")?;
-    rec.dispatch(p, &push, groups, label);
-    Ok(())
+    sink.dispatch("rope_kv", push.bytes(), groups, label)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn eltwise(
-    rec: &mut Recorder,
-    pipes: &mut Pipelines,
-    device: &ash::Device,
+    sink: &mut dyn KernelSink,
     kernel: &str,
     a: u64,
     b: u64,
     out: u64,
-    shape: rocmforge_core::graph::TensorDesc,
+    shape: crate::graph::TensorDesc,
     label: String,
 ) -> Result<(), BackendError> {
-    let p = pipes.get(device, kernel)?;
     let n = u32_of(shape.rows * shape.cols, "elements")?;
     let push = EltwisePush {
         a,
@@ -462,6 +434,5 @@ fn eltwise(
         n,
         pad: 0,
     };
-    rec.dispatch(p, &push, n.div_ceil(256), label);
-    Ok(())
+    sink.dispatch(kernel, push.bytes(), n.div_ceil(256), label)
 }

@@ -1,9 +1,28 @@
-//! Push-constant blocks, one per kernel family, laid out as the shaders'
-//! `Push` blocks (std430: every u64 8-aligned, so fields are ordered to
-//! leave no padding). The `Push` contract: `repr(C)`, no padding, at most
-//! `PUSH_BYTES` (128).
+//! The argument blocks of the GPU kernels, one per kernel family: a Vulkan
+//! shader's push-constant block (std430) and a HIP kernel's one by-value
+//! parameter (`kernels/push.h`) have exactly these layouts. Every u64 is
+//! 8-aligned, so fields are ordered to leave no padding.
 
-use crate::commands::Push;
+/// Largest argument block any kernel takes (Vulkan's guaranteed minimum of
+/// push-constant bytes).
+pub const PUSH_BYTES: usize = 128;
+
+/// A kernel argument block.
+///
+/// # Safety
+/// The implementing type is `#[repr(C)]`, has no padding bytes, and is at
+/// most [`PUSH_BYTES`] long.
+pub unsafe trait Push: Sized {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the trait's contract: every byte of `Self` is initialised.
+        unsafe {
+            std::slice::from_raw_parts(
+                (self as *const Self).cast::<u8>(),
+                std::mem::size_of::<Self>(),
+            )
+        }
+    }
+}
 
 #[repr(C)]
 pub struct EmbedPush {
@@ -164,3 +183,16 @@ pub struct QuantizePush {
 }
 // SAFETY: repr(C), two u64, two u32, three u64: 48 bytes, no padding.
 unsafe impl Push for QuantizePush {}
+
+// The sizes the SAFETY lines above state, and that the GLSL push blocks and
+// `kernels/push.h` repeat.
+const _: () = assert!(std::mem::size_of::<EmbedPush>() == 40);
+const _: () = assert!(std::mem::size_of::<MatPush>() == 120);
+const _: () = assert!(std::mem::size_of::<NormPush>() == 56);
+const _: () = assert!(std::mem::size_of::<RopePush>() == 56);
+const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 88);
+const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 48);
+const _: () = assert!(std::mem::size_of::<AttentionPush>() == 80);
+const _: () = assert!(std::mem::size_of::<EltwisePush>() == 32);
+const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
+const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);

@@ -2,16 +2,15 @@
 //! activations where the weight type has an integer form, else in f32), the
 //! portable tiled matmul, and the matrix-core matmul for prefill.
 
-use rocmforge_core::backend::BackendError;
-use rocmforge_core::graph::fusion::ResidualAdd;
-use rocmforge_core::graph::{Graph, Op, TensorId};
-use rocmforge_core::model::WeightId;
-use rocmforge_core::quant::QuantType;
+use crate::backend::BackendError;
+use crate::graph::fusion::ResidualAdd;
+use crate::graph::{Graph, Op, TensorId};
+use crate::model::WeightId;
+use crate::quant::QuantType;
 
-use super::push::{MatPush, QuantizePush};
-use super::{q8_packed_layout, u32_of, weight_kernel, DeviceWeight, GraphAddresses};
-use crate::commands::Recorder;
-use crate::pipelines::{has_int_form, Pipelines};
+use super::lower::{q8_packed_layout, u32_of, weight_kernel, DeviceWeight, GraphAddresses};
+use super::push::{MatPush, Push, QuantizePush};
+use super::{has_int_form, KernelSink, Lowering, MatrixTiles};
 
 /// Largest token count the decode mat-vec kernel takes (`MV_MAX_TOKENS`).
 const MATVEC_MAX_TOKENS: usize = 8;
@@ -30,29 +29,19 @@ const COOPMAT_BIG_MIN_K: usize = 2048;
 /// Rows per workgroup of the `matvec_int` kernels (`NR` in build.rs).
 const MATVEC_INT_ROWS: usize = 2;
 
-/// Whether a matmul of `tiles` 128x128 tiles and inner size `k` takes them;
-/// `ROCMFORGE_VULKAN_BIG_TILES=n` replaces the rule by "at least n tiles"
-/// (tests use 0 to run the 128x128 kernel on small models).
-fn coopmat_big(tiles: usize, k: usize) -> bool {
-    match std::env::var("ROCMFORGE_VULKAN_BIG_TILES")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        Some(min) => tiles >= min,
-        None => tiles >= COOPMAT_BIG_MIN_TILES && k >= COOPMAT_BIG_MIN_K,
+/// Whether a matmul of `tiles` 128x128 tiles and inner size `k` takes them.
+fn coopmat_big(matrix: MatrixTiles, tiles: usize, k: usize) -> bool {
+    match matrix {
+        MatrixTiles::BigFrom(min) => tiles >= min,
+        MatrixTiles::Auto => tiles >= COOPMAT_BIG_MIN_TILES && k >= COOPMAT_BIG_MIN_K,
+        MatrixTiles::Small | MatrixTiles::Off => false,
     }
-}
-
-/// Whether the decode mat-vec in integers is on
-/// (`ROCMFORGE_VULKAN_MATVEC_INT=0` keeps the f32 one, for measurement).
-fn matvec_int_enabled() -> bool {
-    std::env::var("ROCMFORGE_VULKAN_MATVEC_INT").map_or(true, |v| v != "0")
 }
 
 /// Whether matmuls of weight `w` over `n` tokens of `k` values run as the
 /// integer mat-vec, reading Q8-packed activations from the scratch.
-pub fn int_route(w: &DeviceWeight, n: usize, k: usize) -> bool {
-    n <= MATVEC_MAX_TOKENS && has_int_form(w.ty) && matvec_int_enabled() && k.is_multiple_of(32)
+pub fn int_route(lw: &Lowering, w: &DeviceWeight, n: usize, k: usize) -> bool {
+    lw.int_matvec && n <= MATVEC_MAX_TOKENS && has_int_form(w.ty) && k.is_multiple_of(32)
 }
 
 /// The kernel that rounds a matmul's activations the way the CPU reference
@@ -93,9 +82,8 @@ pub struct MatmulRun<'g> {
 /// Records one run; returns whether it left the input Q8-packed in the
 /// scratch (the integer route) rather than some other rounding.
 pub fn record_matmuls(
-    rec: &mut Recorder,
-    pipes: &mut Pipelines,
-    device: &ash::Device,
+    sink: &mut dyn KernelSink,
+    lw: &Lowering,
     graph: &Graph,
     run: &MatmulRun,
     a: &GraphAddresses,
@@ -140,7 +128,7 @@ pub fn record_matmuls(
     let first = run.first;
     let what = matmul_label(&names, w.ty, first, run.ops.len(), n_ops);
     let activations = format!("op {first} of {n_ops} (rounding {} activations)", w.ty);
-    if int_route(w, n, push.k as usize) {
+    if int_route(lw, w, n, push.k as usize) {
         // Decode in integers: the activations as Q8 blocks (unless a fused
         // producer wrote them), then the integer mat-vec.
         let values = push.n * push.k;
@@ -155,8 +143,12 @@ pub fn record_matmuls(
                 up: 0,
                 act: 0,
             };
-            let p = pipes.get(device, "quantize_q8_packed")?;
-            rec.dispatch(p, &quant, (values / 32).div_ceil(64), activations);
+            sink.dispatch(
+                "quantize_q8_packed",
+                quant.bytes(),
+                (values / 32).div_ceil(64),
+                activations,
+            )?;
         }
         push.x = a.scratch;
         push.x_scales = a.scratch + scales as u64;
@@ -164,18 +156,21 @@ pub fn record_matmuls(
             push.out[0] = t(r.out);
             push.residual = t(r.residual);
         }
-        let dot = if pipes.int_dot { "_dot" } else { "" };
+        let dot = if lw.int_dot_names { "_dot" } else { "" };
         let groups: usize = run
             .ops
             .iter()
             .map(|op| matmul_weight(op, a).rows.div_ceil(MATVEC_INT_ROWS))
             .sum();
-        let p = pipes.get(device, &format!("matvec_int{dot}_{suffix}"))?;
-        rec.dispatch(p, &push, u32_of(groups, "matmul workgroups")?, what);
+        sink.dispatch(
+            &format!("matvec_int{dot}_{suffix}"),
+            push.bytes(),
+            u32_of(groups, "matmul workgroups")?,
+            what,
+        )?;
         return Ok(true);
     }
     if let Some(q) = activation_kernel(w.ty) {
-        let p = pipes.get(device, q)?;
         let n = push.n * push.k;
         let quant = QuantizePush {
             x: push.x,
@@ -192,7 +187,7 @@ pub fn record_matmuls(
             "quantize_q8_k" => 256,
             _ => 8,
         };
-        rec.dispatch(p, &quant, (n / block).div_ceil(64), activations);
+        sink.dispatch(q, quant.bytes(), (n / block).div_ceil(64), activations)?;
         push.x = a.scratch;
     }
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
@@ -209,14 +204,11 @@ pub fn record_matmuls(
         // Q8 / f16 times f16 weights up to one f16 rounding of the product
         // terms, but F32 weights keep the f32 kernel (and their tight
         // agreement with the CPU).
-        if pipes.coopmat && w.ty != QuantType::F32 && n >= COOPMAT_MIN_TOKENS {
-            // 128x128 tiles where they still fill the GPU, else 64x64.
-            // The register-prefetching variants unless
-            // ROCMFORGE_VULKAN_COOPMAT_PREFETCH=0.
-            let prefetch =
-                std::env::var("ROCMFORGE_VULKAN_COOPMAT_PREFETCH").map_or(true, |v| v != "0");
+        if lw.matrix != MatrixTiles::Off && w.ty != QuantType::F32 && n >= COOPMAT_MIN_TOKENS {
+            // 128x128 tiles where they still fill the GPU, else 64x64;
+            // the register-prefetching variants unless turned off.
             let big = tiles(128, 128);
-            match (coopmat_big(big, push.k as usize), prefetch) {
+            match (coopmat_big(lw.matrix, big, push.k as usize), lw.matrix_prefetch) {
                 (true, true) => ("matmul_cmp", big),
                 (true, false) => ("matmul_cm", big),
                 (false, true) => ("matmul_cmps", tiles(64, 64)),
@@ -226,8 +218,12 @@ pub fn record_matmuls(
             ("matmul", tiles(32, 64))
         }
     };
-    let p = pipes.get(device, &format!("{kernel}_{suffix}"))?;
-    rec.dispatch(p, &push, u32_of(groups, "matmul workgroups")?, what);
+    sink.dispatch(
+        &format!("{kernel}_{suffix}"),
+        push.bytes(),
+        u32_of(groups, "matmul workgroups")?,
+        what,
+    )?;
     Ok(false)
 }
 

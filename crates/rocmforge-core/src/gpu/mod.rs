@@ -1,0 +1,177 @@
+//! The GPU lowering every GPU backend shares: which kernels compute a
+//! planned graph, with which argument blocks and how many workgroups.
+//!
+//! The Vulkan and HIP backends run the same kernel families (written once
+//! in GLSL under `shaders/`, once in HIP under `kernels/`), address memory
+//! the same way (64-bit device addresses: Vulkan buffer device addresses,
+//! HIP device pointers) and read per-step values from the same step-input
+//! region. So the decisions between a graph and its launches — fusion,
+//! kernel choice per weight type and token count, argument layouts, grid
+//! sizes, the scratch layout of rounded activations — are made here, once:
+//! both backends fuse, round and tile identically by construction, and a
+//! backend is its device code plus a [`KernelSink`] that records launches
+//! (a command buffer, a captured hipGraph).
+//!
+//! The contract a backend's kernels keep: a kernel named `name` takes the
+//! block passed to [`KernelSink::dispatch`] as its only argument (a push
+//! constant block, a by-value struct; layouts in [`push`]), runs with
+//! [`workgroup_size`]`(name)` invocations per workgroup over `groups`
+//! workgroups laid out by [`grid`], and computes what the GLSL kernel of
+//! the same name computes.
+
+mod lower;
+mod matmul;
+pub mod push;
+
+use crate::backend::BackendError;
+use crate::quant::QuantType;
+
+pub use lower::{
+    q8_packed_layout, record_graph, scratch_bytes, weight_kernel, DeviceWeight, GraphAddresses,
+    MAX_HEAD_DIM,
+};
+
+/// Which matrix-core (cooperative matrix / WMMA) matmul variants lowering
+/// may name for prefill graphs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatrixTiles {
+    /// None: the portable tiled matmul.
+    Off,
+    /// 128×128 tiles where a matmul has enough of them to fill a large GPU
+    /// and a long inner size (measured on the H100, docs/vulkan.md), else
+    /// 64×64.
+    Auto,
+    /// 128×128 tiles when a matmul has at least this many (measurement).
+    BigFrom(usize),
+    /// 64×64 tiles always.
+    Small,
+}
+
+/// What a backend's kernels offer, and measurement switches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lowering {
+    /// Fuse where core's fusion rules allow (off: one launch per op, for
+    /// measurement).
+    pub fuse: bool,
+    /// Decode mat-vecs of the 32-element types in integers over Q8-packed
+    /// activations (off: the f32 mat-vec, for measurement).
+    pub int_matvec: bool,
+    /// Name the integer mat-vecs `matvec_int_dot_*` (Vulkan's variants
+    /// built with `dotPacked4x8EXT`) rather than `matvec_int_*`.
+    pub int_dot_names: bool,
+    pub matrix: MatrixTiles,
+    /// Name the register-prefetching matrix-core variants (`matmul_cmp*`).
+    pub matrix_prefetch: bool,
+}
+
+/// Records kernel launches in order; a launch sees every earlier launch's
+/// writes.
+pub trait KernelSink {
+    /// Records one launch of `kernel` over `groups` workgroups with `push`
+    /// as its argument block. `label` names it in timeout messages.
+    fn dispatch(
+        &mut self,
+        kernel: &str,
+        push: &[u8],
+        groups: u32,
+        label: String,
+    ) -> Result<(), BackendError>;
+}
+
+/// Splits `groups` workgroups into an (x, y) grid with x ≤ `max_x` (and ≤
+/// 65535, every API's minimum); kernels flatten it back
+/// (`wg_linear`: x + y · width).
+pub fn grid(groups: u32, max_x: u32) -> (u32, u32) {
+    let x = groups.min(max_x.min(65535));
+    (x, groups.div_ceil(x.max(1)))
+}
+
+/// Invocations per workgroup of each kernel family (the GLSL
+/// `local_size_x` of the variant; HIP kernels launch with the same).
+pub fn workgroup_size(kernel: &str) -> Option<u32> {
+    let family = |prefix: &str| kernel.starts_with(prefix);
+    Some(match kernel {
+        _ if family("matvec_int_") => 64,
+        _ if family("matmul_cmps_") || family("matmul_cms_") => 128,
+        _ if family("matmul_cmp_") || family("matmul_cm_") => 256,
+        _ if family("matmul_") => 128,
+        _ if family("matvec_") || family("embed_") => 64,
+        "rmsnorm" | "rmsnorm_q8" | "rope" | "rope_kv" | "store_kv" | "attention" => 64,
+        "attention_staged" | "attention_staged_q8" => 128,
+        "add" | "swiglu" | "copy" => 256,
+        "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8"
+        | "quantize_f16" | "quantize_bf16" => 64,
+        "spin" => 1,
+        _ => return None,
+    })
+}
+
+/// The kernel-name suffix of a weight type (`matvec_q4_k`), if GPU kernels
+/// take it.
+pub fn weight_suffix(ty: QuantType) -> Option<&'static str> {
+    Some(match ty {
+        QuantType::F32 => "f32",
+        QuantType::F16 => "f16",
+        QuantType::BF16 => "bf16",
+        QuantType::Q4_0 => "q4_0",
+        QuantType::Q4_1 => "q4_1",
+        QuantType::Q5_0 => "q5_0",
+        QuantType::Q5_1 => "q5_1",
+        QuantType::Q8_0 => "q8_0",
+        QuantType::Q2K => "q2_k",
+        QuantType::Q3K => "q3_k",
+        QuantType::Q4K => "q4_k",
+        QuantType::Q5K => "q5_k",
+        QuantType::Q6K => "q6_k",
+        QuantType::IQ4NL => "iq4_nl",
+        QuantType::IQ4XS => "iq4_xs",
+        _ => return None,
+    })
+}
+
+/// Whether weights of this type have the integer decode mat-vec
+/// (`matvec_int_*`): the 32-element types whose blocks are int8-friendly.
+pub fn has_int_form(ty: QuantType) -> bool {
+    matches!(
+        ty,
+        QuantType::Q4_0
+            | QuantType::Q4_1
+            | QuantType::Q5_0
+            | QuantType::Q5_1
+            | QuantType::Q8_0
+            | QuantType::IQ4NL
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_has_a_workgroup_size() {
+        for k in [
+            "matvec_int_q4_0",
+            "matvec_int_dot_iq4_nl",
+            "matmul_cmps_q4_k",
+            "matmul_cmp_q8_0",
+            "matmul_q6_k",
+            "matvec_bf16",
+            "embed_iq4_xs",
+            "attention_staged_q8",
+            "swiglu_q8",
+        ] {
+            assert!(workgroup_size(k).is_some(), "{k}");
+        }
+        assert_eq!(workgroup_size("matmul_cmps_q4_0"), Some(128));
+        assert_eq!(workgroup_size("matmul_cm_q4_0"), Some(256));
+        assert_eq!(workgroup_size("no_such_kernel"), None);
+    }
+
+    #[test]
+    fn grids_cover_every_group_within_the_limit() {
+        for groups in [1u32, 7, 65535, 65536, 1 << 20] {
+            let (x, y) = grid(groups, u32::MAX);
+            assert!(x <= 65535 && x * y >= groups && x * (y - 1) < groups, "{groups}");
+        }
+    }
+}
