@@ -259,7 +259,10 @@ impl<'a> Recorder<'a> {
             return;
         }
         let (x, y) = grid(groups, self.max_groups[0]);
-        assert!(push.len() <= PUSH_BYTES, "argument block of {label} too long");
+        assert!(
+            push.len() <= PUSH_BYTES,
+            "argument block of {label} too long"
+        );
         // SAFETY: recording state; the pipeline uses `self.layout`, whose
         // push range (`PUSH_BYTES`) covers `push` (asserted above).
         unsafe {

@@ -208,7 +208,10 @@ pub fn record_matmuls(
             // 128x128 tiles where they still fill the GPU, else 64x64;
             // the register-prefetching variants unless turned off.
             let big = tiles(128, 128);
-            match (coopmat_big(lw.matrix, big, push.k as usize), lw.matrix_prefetch) {
+            match (
+                coopmat_big(lw.matrix, big, push.k as usize),
+                lw.matrix_prefetch,
+            ) {
                 (true, true) => ("matmul_cmp", big),
                 (true, false) => ("matmul_cm", big),
                 (false, true) => ("matmul_cmps", tiles(64, 64)),

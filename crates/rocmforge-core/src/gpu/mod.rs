@@ -99,8 +99,8 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         "rmsnorm" | "rmsnorm_q8" | "rope" | "rope_kv" | "store_kv" | "attention" => 64,
         "attention_staged" | "attention_staged_q8" => 128,
         "add" | "swiglu" | "copy" => 256,
-        "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8"
-        | "quantize_f16" | "quantize_bf16" => 64,
+        "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
+        | "quantize_bf16" => 64,
         "spin" => 1,
         _ => return None,
     })
@@ -171,7 +171,10 @@ mod tests {
     fn grids_cover_every_group_within_the_limit() {
         for groups in [1u32, 7, 65535, 65536, 1 << 20] {
             let (x, y) = grid(groups, u32::MAX);
-            assert!(x <= 65535 && x * y >= groups && x * (y - 1) < groups, "{groups}");
+            assert!(
+                x <= 65535 && x * y >= groups && x * (y - 1) < groups,
+                "{groups}"
+            );
         }
     }
 }
