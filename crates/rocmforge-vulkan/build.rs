@@ -85,13 +85,16 @@ const INT_KERNELS: &[(&str, &str, Defines)] = &[
 
 /// Kernels independent of the weight type: (variant name, file, defines).
 const KERNELS: &[(&str, &str, Defines)] = &[
-    ("rmsnorm", "rmsnorm.comp", &[("WG_SIZE", "64")]),
+    // 512: a decode step normalises one row per workgroup, and 64
+    // invocations walked 4096 values in a serial chain of loads (~10 µs per
+    // norm on the H100; docs/vulkan.md).
+    ("rmsnorm", "rmsnorm.comp", &[("WG_SIZE", "512")]),
     ("rope", "rope.comp", &[]),
     ("store_kv", "store_kv.comp", &[]),
     (
         "rmsnorm_q8",
         "rmsnorm.comp",
-        &[("WG_SIZE", "64"), ("OUT_Q8", "1")],
+        &[("WG_SIZE", "512"), ("OUT_Q8", "1")],
     ),
     ("rope_kv", "rope.comp", &[("STORE_KV", "1")]),
     ("attention", "attention.comp", &[("WG_SIZE", "64")]),

@@ -96,7 +96,10 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         _ if family("matmul_cmp_") || family("matmul_cm_") => 256,
         _ if family("matmul_") => 128,
         _ if family("matvec_") || family("embed_") => 64,
-        "rmsnorm" | "rmsnorm_q8" | "rope" | "rope_kv" | "store_kv" | "attention" => 64,
+        // A decode step's norm is one workgroup per row: 512 invocations
+        // cut its serial chain of loads (docs/vulkan.md, 7B tg128 246 → 269).
+        "rmsnorm" | "rmsnorm_q8" => 512,
+        "rope" | "rope_kv" | "store_kv" | "attention" => 64,
         "attention_staged" | "attention_staged_q8" => 128,
         "add" | "swiglu" | "copy" => 256,
         "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
