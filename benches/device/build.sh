@@ -16,12 +16,10 @@ import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
-        print(m["target"]["name"], m["executable"])
-' | while read -r name exe; do
-  # Two crates have an `allocations` and a `timeout` test: keep both.
-  case "$exe" in */rocmforge_hip-*|*/hip_sys-*) name="hip-$name" ;; esac
-  cp "$exe" ".gpu/bin/test-$name"
-done
+        # The HIP crates have their own `allocations` and `timeout` tests.
+        hip = "rocmforge-hip" in m["package_id"] or "hip-sys" in m["package_id"]
+        print(("hip-" if hip else "") + m["target"]["name"], m["executable"])
+' | while read -r name exe; do cp "$exe" ".gpu/bin/test-$name"; done
 strip .gpu/bin/*
 gzip -9 -f .gpu/bin/*
 du -sh .gpu/bin

@@ -24,7 +24,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
 export CARGO_TARGET_DIR=/tmp/rocmforge-target
-export ROCMFORGE_REQUIRE_BACKENDS=cpu,vulkan
+export ROCMFORGE_REQUIRE_BACKENDS=${ROCMFORGE_REQUIRE_BACKENDS:-cpu,vulkan}
 # Only the fixtures whose files travelled (see docs/vulkan.md).
 fixtures=""
 for f in testdata/reference/*.logits; do

@@ -33,45 +33,533 @@ struct Budget {
 }
 
 const BUDGETS: &[Budget] = &[
-    // Row-wise and element-wise ops: tiny, full occupancy.
+    // Non-weight ops (kernels/ops_*.hip), named and sized as the Vulkan
+    // pipelines (rocmforge_core::gpu::workgroup_size). Measured with clang
+    // 19.1.7 on every target. Row and element-wise ops: 4-25 VGPRs, full
+    // occupancy; rmsnorm's LDS is one f64 per wave (16 x 8 bytes).
     Budget {
-        kernel: "rmsnorm_f32",
-        block: 256,
+        kernel: "rmsnorm",
+        block: 512,
         max_vgprs: 32,
         max_lds: 256,
     },
     Budget {
-        kernel: "rmsnorm_f32_q8",
-        block: 256,
+        kernel: "rmsnorm_q8",
+        block: 512,
         max_vgprs: 32,
         max_lds: 256,
     },
     Budget {
-        kernel: "quantize_q8",
+        kernel: "rope",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "rope_kv",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "store_kv",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "add",
         block: 256,
         max_vgprs: 32,
         max_lds: 0,
     },
-    // Decode mat-vec: bound by weight bandwidth, so it needs many loads in
-    // flight: >= 8 waves per SIMD everywhere. Up to 8 tokens' activations
-    // and 2 rows x 8 tokens of sums sit in registers (75-77 VGPRs with dot
-    // instructions, 99 with gfx1010's portable dot).
+    Budget {
+        kernel: "swiglu",
+        block: 256,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "copy",
+        block: 256,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "quantize_q8_0",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    // Q8_K: a lane holds 8 of the block's 256 values (45-47 VGPRs), still
+    // 16 waves per SIMD everywhere.
+    Budget {
+        kernel: "quantize_q8_k",
+        block: 64,
+        max_vgprs: 48,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "quantize_q8_packed",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "swiglu_q8",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "quantize_f16",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "quantize_bf16",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    // Prefill attention: 32 dot accumulators per lane, the walk's 4 dims;
+    // held to 74 VGPRs by its occupancy target (16 waves per SIMD with
+    // 1536 VGPRs per lane, 12 with 1024); Q and the chunk's factors in LDS.
+    Budget {
+        kernel: "attention",
+        block: 64,
+        max_vgprs: 80,
+        max_lds: 2048,
+    },
+    // Decode attention: a chunk's K and V rows staged in 28 KiB of LDS (2
+    // workgroups per WGP, so registers do not limit occupancy; 16 in-flight
+    // 16-byte loads per lane, 102 VGPRs).
+    Budget {
+        kernel: "attention_staged",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 32768,
+    },
+    Budget {
+        kernel: "attention_staged_q8",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 32768,
+    },
+    // Weight kernels (kernels/embed.hip, matvec*.hip, matmul*.hip): one
+    // variant per weight type, named and sized as the Vulkan pipelines
+    // (rocmforge_core::gpu::workgroup_size). Measured with clang 19.1.7.
+    // Embedding rows: a dequantizer and two 16-byte stores per 8 values
+    // (12-28 VGPRs): full occupancy.
+    Budget {
+        kernel: "embed_f32",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_f16",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_bf16",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q4_0",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q4_1",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q5_0",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q5_1",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q8_0",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q2_k",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q3_k",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q4_k",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q5_k",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_q6_k",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_iq4_nl",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_iq4_xs",
+        block: 64,
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    // Decode mat-vec in f32 (matvec.comp): one weight row per workgroup,
+    // 8 tokens' sums per lane (27-41 VGPRs); <= 64 keeps 16 waves per SIMD
+    // for the many rows in flight. One shared float per wave and token.
+    Budget {
+        kernel: "matvec_f32",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_f16",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_bf16",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
     Budget {
         kernel: "matvec_q4_0",
         block: 64,
-        max_vgprs: 128,
-        max_lds: 1024,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_q4_1",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_q5_0",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_q5_1",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
     },
     Budget {
         kernel: "matvec_q8_0",
         block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_q2_k",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_q3_k",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_q4_k",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_q5_k",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_q6_k",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_iq4_nl",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "matvec_iq4_xs",
+        block: 64,
+        max_vgprs: 64,
+        max_lds: 256,
+    },
+    // Decode mat-vec in integers (matvec_int.comp): bound by weight
+    // bandwidth, so it needs many loads in flight: >= 8 waves per SIMD
+    // everywhere. Up to 8 tokens' activations and 2 rows x 8 tokens of sums
+    // sit in registers (75-80 VGPRs with dot instructions, 98-102 with
+    // gfx1010's portable dot).
+    Budget {
+        kernel: "matvec_int_q4_0",
+        block: 64,
         max_vgprs: 128,
         max_lds: 1024,
     },
-    // Prefill on matrix cores: 4 x 32 accumulators per lane plus fragments;
-    // >= 8 waves per SIMD, and <= 16 KiB LDS keeps 4 workgroups per WGP.
+    Budget {
+        kernel: "matvec_int_q4_1",
+        block: 64,
+        max_vgprs: 128,
+        max_lds: 1024,
+    },
+    Budget {
+        kernel: "matvec_int_q5_0",
+        block: 64,
+        max_vgprs: 128,
+        max_lds: 1024,
+    },
+    Budget {
+        kernel: "matvec_int_q5_1",
+        block: 64,
+        max_vgprs: 128,
+        max_lds: 1024,
+    },
+    Budget {
+        kernel: "matvec_int_q8_0",
+        block: 64,
+        max_vgprs: 128,
+        max_lds: 1024,
+    },
+    Budget {
+        kernel: "matvec_int_iq4_nl",
+        block: 64,
+        max_vgprs: 128,
+        max_lds: 1024,
+    },
+    // Portable prefill matmul (matmul.comp): 4 x 4 sums and the 16-byte
+    // shared reads of a fully unrolled k step (63-68 VGPRs); <= 96 keeps
+    // >= 10 waves per SIMD. 13 KiB of f32 tiles; <= 16 KiB keeps 4
+    // workgroups per WGP.
+    Budget {
+        kernel: "matmul_f32",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
     Budget {
         kernel: "matmul_f16",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_bf16",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q4_0",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q4_1",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q5_0",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q5_1",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q8_0",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q2_k",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q3_k",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q4_k",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q5_k",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_q6_k",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_iq4_nl",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_iq4_xs",
+        block: 128,
+        max_vgprs: 96,
+        max_lds: 16384,
+    },
+    // Prefill on matrix cores (matmul_coopmat.comp, 64 x 64 tiles): 2 x 2
+    // fragment accumulators (32 VGPRs) plus fragments and, on matrix cores,
+    // the next k step's tile in registers (78-119 VGPRs; the kernels cap
+    // themselves at 128); >= 8 waves per SIMD. 10 KiB of f16 tiles.
+    Budget {
+        kernel: "matmul_cmps_f32",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_f16",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_bf16",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q4_0",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q4_1",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q5_0",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q5_1",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q8_0",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q2_k",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q3_k",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q4_k",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q5_k",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_q6_k",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_iq4_nl",
+        block: 128,
+        max_vgprs: 128,
+        max_lds: 16384,
+    },
+    Budget {
+        kernel: "matmul_cmps_iq4_xs",
         block: 128,
         max_vgprs: 128,
         max_lds: 16384,

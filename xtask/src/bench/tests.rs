@@ -81,7 +81,7 @@ fn backend_names() {
     );
     assert_eq!(
         backends::parse_choice("hip"),
-        Ok(BackendChoice::One(Resolved::Absent("rocm")))
+        Ok(BackendChoice::One(Resolved::Registry("rocm")))
     );
     assert_eq!(backends::parse_choice("all"), Ok(BackendChoice::All));
     let err = backends::parse_choice("cuda").unwrap_err();

@@ -1,0 +1,55 @@
+// Shared by the weight kernels that take a MatPush (matvec, matvec_int,
+// matmul, matmul_cmps): the fused parts (up to three matmuls of one input,
+// Q/K/V or gate/up, in one launch; the workgroup index picks the part, as
+// in the shaders).
+#pragma once
+
+#include "push.h"
+#include "quant/all.h"
+
+// Largest token count of the decode mat-vecs (MV_MAX_TOKENS in the
+// shaders; rocmforge_core::gpu's MATVEC_MAX_TOKENS).
+#define MV_MAX_TOKENS 8u
+
+// Element p (0..2, wave-uniform) of a push block's per-part array, by
+// selects: a dynamic index into the by-value argument would copy it to
+// scratch (a local depot on NVPTX).
+// The NVPTX barrier keeps the optimizer from turning the select of three
+// loaded values back into a load from a selected address (which needs the
+// argument copied to local memory).
+DEV uint64_t part_u64(const uint64_t a[3], uint32_t p) {
+    uint64_t a0 = a[0], a1 = a[1], a2 = a[2];
+#if RF_NVPTX
+    asm("" : "+l"(a0), "+l"(a1), "+l"(a2));
+#endif
+    return p == 0u ? a0 : (p == 1u ? a1 : a2);
+}
+DEV uint32_t part_u32(const uint32_t a[3], uint32_t p) {
+    uint32_t a0 = a[0], a1 = a[1], a2 = a[2];
+#if RF_NVPTX
+    asm("" : "+r"(a0), "+r"(a1), "+r"(a2));
+#endif
+    return p == 0u ? a0 : (p == 1u ? a1 : a2);
+}
+
+// The part that workgroup g falls in when part i takes count[i]
+// workgroups (the shaders' `while (p < n_parts && g >= count(p))` loop);
+// g becomes the index within the part. Returns n_parts or more when g is
+// past every part (the last grid row's extra groups).
+DEV uint32_t find_part(uint32_t n_parts, const uint32_t count[3], uint32_t& g) {
+    uint32_t p = 0u;
+#pragma unroll
+    for (uint32_t i = 0u; i < 3u; i++) {
+        if (p == i && i < n_parts && g >= count[i]) {
+            g -= count[i];
+            p = i + 1u;
+        }
+    }
+    return p;
+}
+
+// Bytes per weight row of k values (plain float rows may end mid-"block":
+// size rows by elements, as the shaders do).
+template <typename Q> DEV uint64_t row_bytes_of(uint32_t k) {
+    return (uint64_t)k * Q::BLOCK_BYTES / Q::K;
+}

@@ -1,0 +1,130 @@
+// Decode matmul in integers for 1..MV_MAX_TOKENS tokens and the 32-element
+// weight types (shaders/matvec_int.comp):
+//   out[p][t][r] = x[t] . W_p[r] (+ bias_p[r]) (+ residual[t][r])
+// with x already Q8-packed (q8_packed.h: int8 quants at x, 32 bytes per
+// block, and (d, s) per block at x_scales). Per block, as ggml's CPU dot
+// products: (d_w * d_x) * sum(q_w * q_x) [+ m_w * s_x for Q4_1 / Q5_1],
+// the integer sum exact (dot4_i8: sudot4 / sdot4 / dp4a / portable), the
+// products and the running sum rounded in f32. Only the order of the
+// per-block terms differs from the CPU.
+//
+// A workgroup of MVI_WG computes MVI_NR consecutive rows of one part:
+// invocation i walks blocks i, i + MVI_WG, ... of all of them, so each
+// activation block is read once per MVI_NR rows and neighbouring lanes read
+// neighbouring weight blocks. Wave sums, then one shared slot per wave,
+// summed in wave order.
+//
+// Kernels: matvec_int_<ty> for the types with an integer form, argument
+// block MatPush, grid: sum over parts of ceil(rows / MVI_NR) (wg_linear).
+// k % 32 == 0; with residual set there is one part.
+#include "mat_common.h"
+
+#define MVI_WG 64u
+#define MVI_NR 2u
+#define MVI_WAVES (MVI_WG / WAVE_SIZE)
+
+template <typename Q> DEV void matvec_int(const MatPush& s) {
+    __shared__ float part_sums[MVI_NR * MV_MAX_TOKENS * MVI_WAVES];
+    uint32_t g = wg_linear();
+    const uint32_t count[3] = {(s.rows[0] + MVI_NR - 1u) / MVI_NR,
+                               (s.rows[1] + MVI_NR - 1u) / MVI_NR,
+                               (s.rows[2] + MVI_NR - 1u) / MVI_NR};
+    const uint32_t p = find_part(s.n_parts, count, g);
+    if (p >= s.n_parts) {
+        return;
+    }
+    const uint32_t m = part_u32(s.rows, p);
+    const uint32_t n = s.n;
+    const uint32_t r0 = g * MVI_NR;
+    const uint32_t nb = s.k / 32u;
+    const uint64_t row_bytes = (uint64_t)nb * Q::BLOCK_BYTES;
+    const uint8_t* w = dev_ptr<const uint8_t>(part_u64(s.w, p));
+    const uint4* xq = dev_ptr<const uint4>(s.x);
+    const float2* xs = dev_ptr<const float2>(s.x_scales);
+
+    float acc[MVI_NR][MV_MAX_TOKENS];
+#pragma unroll
+    for (uint32_t r = 0u; r < MVI_NR; r++) {
+#pragma unroll
+        for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
+            acc[r][t] = 0.0f;
+        }
+    }
+    for (uint32_t b = thread_id_x(); b < nb; b += MVI_WG) {
+        uint32_t q[MVI_NR][8];
+        float2 dm[MVI_NR];
+#pragma unroll
+        for (uint32_t r = 0u; r < MVI_NR; r++) {
+            // Rows past the end read row m - 1 again (never written out).
+            uint32_t rr = __builtin_elementwise_min(r0 + r, m - 1u);
+            dm[r] = Q::block_q8(w + rr * row_bytes, b, q[r]);
+        }
+#pragma unroll
+        for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
+            if (t < n) { // uniform: n is an argument
+                uint32_t xb = t * nb + b;
+                uint4 x0 = xq[2u * (uint64_t)xb];
+                uint4 x1 = xq[2u * (uint64_t)xb + 1u];
+                float2 sx = xs[xb];
+#pragma unroll
+                for (uint32_t r = 0u; r < MVI_NR; r++) {
+                    int32_t sum = dot4_i8(q[r][0], x0.x, 0);
+                    sum = dot4_i8(q[r][1], x0.y, sum);
+                    sum = dot4_i8(q[r][2], x0.z, sum);
+                    sum = dot4_i8(q[r][3], x0.w, sum);
+                    sum = dot4_i8(q[r][4], x1.x, sum);
+                    sum = dot4_i8(q[r][5], x1.y, sum);
+                    sum = dot4_i8(q[r][6], x1.z, sum);
+                    sum = dot4_i8(q[r][7], x1.w, sum);
+                    if constexpr (Q::Q8_MIN) {
+                        acc[r][t] += (dm[r].x * sx.x) * (float)sum + dm[r].y * sx.y;
+                    } else {
+                        acc[r][t] += (dm[r].x * sx.x) * (float)sum;
+                    }
+                }
+            }
+        }
+    }
+
+    // Wave sums, then the waves' sums in wave order through shared memory.
+#pragma unroll
+    for (uint32_t r = 0u; r < MVI_NR; r++) {
+#pragma unroll
+        for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
+            if (t < n) {
+                float v = wave_sum(acc[r][t]);
+                if (lane_id() == 0u) {
+                    part_sums[(r * MV_MAX_TOKENS + t) * MVI_WAVES + wave_id()] = v;
+                }
+            }
+        }
+    }
+    block_barrier();
+    const uint32_t i = thread_id_x();
+    if (i < MVI_NR * n) {
+        const uint32_t r = i / n;
+        const uint32_t t = i % n;
+        const uint32_t row = r0 + r;
+        if (row < m) {
+            float v = 0.0f;
+#pragma unroll
+            for (uint32_t j = 0u; j < MVI_WAVES; j++) {
+                v += part_sums[(r * MV_MAX_TOKENS + t) * MVI_WAVES + j];
+            }
+            const uint64_t bias = part_u64(s.bias, p);
+            if (bias != 0u) {
+                v += dev_ptr<const float>(bias)[row];
+            }
+            const uint64_t o = (uint64_t)t * m + row;
+            if (s.residual != 0u) {
+                v += dev_ptr<const float>(s.residual)[o];
+            }
+            dev_ptr<float>(part_u64(s.out, p))[o] = v;
+        }
+    }
+}
+
+#define MATVEC_INT_KERNEL(ty, Q)                                                                    \
+    KERNEL LAUNCH_BOUNDS(MVI_WG) void matvec_int_##ty(MatPush s) { matvec_int<Q>(s); }
+RF_INT_WEIGHT_TYPES(MATVEC_INT_KERNEL)
+#undef MATVEC_INT_KERNEL

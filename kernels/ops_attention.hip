@@ -1,0 +1,394 @@
+// Causal GQA attention over the f16 KV cache (shaders/attention.comp), one
+// workgroup per (token, head), with ggml's CPU flash-attention numerics as
+// the CPU reference (crates/rocmforge-cpu attention.rs) has them:
+//   - Q rounded to f16; each q.k summed like ggml_vec_dot_f16 on AVX2: 32
+//     lanes accumulated with fma over 32-element steps, reduced
+//     (a0 + a2) + (a1 + a3) per 8 lanes, then halves, then pairs; a tail
+//     past a multiple of 32 added in f64 (the CPU's tail_f64; the shader
+//     adds it in f32); score = dot * scale;
+//   - online softmax in position order: a new maximum m rescales the output
+//     by e^(m_old - s), otherwise the position weighs e^(s - m);
+//   - the output accumulated in f16 (f16 values held in f32), rounded after
+//     every multiply-add (fused below a multiple of 32 dims, as ggml's
+//     vector body) and every rescale; the sum l = l * ms + vs in f32.
+// Token t attends to cache positions 0 .. pos0 + t (pos0 from the
+// step-input region), so the grid depends only on the graph's shape.
+//
+// Positions are taken a chunk at a time: each thread scores one position of
+// the chunk, then every thread walks the chunk in order for its own head
+// dims (up to DIMS). Unlike the shader, which repeats the max / exp
+// recurrence in every thread of the walk, the running maximum before each
+// position is a prefix max over the chunk's scores (a wave scan, exact in
+// any order), so each scoring thread computes its position's factors
+// (ms, vs) once, with libm's expf bit for bit (ops_libm.h; the CPU calls
+// libm, the shader the device's exp), and the walk only multiplies: the
+// same values in the same order, one exp per position instead of one per
+// thread and position, and no exp in the walk's serial chain.
+//
+// Kernels (argument block AttentionPush, grid n_tokens * n_head):
+//   attention            64 threads, DIMS 4: head_dim <= 256; K rows read
+//                        in place (16-byte loads where rows are 16-byte
+//                        aligned, else 4-byte; head_dim and kv_dim even);
+//   attention_staged     128 threads, DIMS 2, the decode variant: the
+//                        chunk's K and V rows first copied to shared memory
+//                        with 16-byte loads, all issued before the first
+//                        store (STAGE_LOADS per thread), so a chunk costs one
+//                        memory latency; head_dim and kv_dim multiples of 8,
+//                        cache blocks 16-byte aligned (the host checks);
+//   attention_staged_q8  also writes the head's output Q8-packed
+//                        (wave_store_q8_packed) for the integer mat-vec that
+//                        reads it; head_dim a multiple of 32.
+#include "ops_common.h"
+
+// Shared words per staged K (and V) chunk: 14 KiB each, as the shader.
+#define ATT_OPS_STAGE_WORDS 3584u
+// 16-byte loads per thread per chunk.
+#define ATT_OPS_STAGE_LOADS 16u
+
+namespace ops {
+
+template <uint32_t WG, uint32_t DIMS, bool STAGE> struct AttShared {
+    alignas(16) float qs[DIMS * WG]; // Q rounded to f16
+    float ms[WG];                    // per chunk position: rescale factor
+    float vs[WG];                    // and weight
+    float tot[WG / WAVE_SIZE];       // per wave: max score of its positions
+    // A chunk's K and V rows (pairs of halves), row stride head_dim / 2 + 1
+    // words so that threads reading different rows hit different banks.
+    uint32_t k_stage[STAGE ? ATT_OPS_STAGE_WORDS : 1u];
+    uint32_t v_stage[STAGE ? ATT_OPS_STAGE_WORDS : 1u];
+};
+
+// Eight halves (dims 8j .. 8j + 7) of the K row whose words start at kw:
+// one 16-byte load (VEC16: kw 16-byte aligned) or four 4-byte ones.
+template <bool VEC16> DEV uint4 k_quad(const uint32_t* kw, uint32_t j) {
+    if (VEC16) {
+        return ((const uint4*)kw)[j];
+    }
+    const uint32_t* w = kw + 4u * j;
+    return (uint4){w[0], w[1], w[2], w[3]};
+}
+
+// q . k for the K row at kw (words of two halves), in ggml's AVX2 order.
+template <bool VEC16> DEV float dot_ggml(const uint32_t* kw, const float* qs, uint32_t hd) {
+    float acc[32];
+#pragma unroll
+    for (uint32_t l = 0u; l < 32u; l++) {
+        acc[l] = 0.0f;
+    }
+    uint32_t body = hd - hd % 32u;
+    for (uint32_t i = 0u; i < body; i += 32u) {
+#pragma unroll
+        for (uint32_t j = 0u; j < 4u; j++) {
+            uint4 k = k_quad<VEC16>(kw + i / 2u, j);
+            vf4 q0 = *(const vf4*)(qs + i + 8u * j);
+            vf4 q1 = *(const vf4*)(qs + i + 8u * j + 4u);
+            float q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+            for (uint32_t e = 0u; e < 4u; e++) {
+                uint32_t l = 8u * j + 2u * e;
+                acc[l] = dev_fmaf(f16_bits_to_f32((uint16_t)k[e]), q[2u * e], acc[l]);
+                acc[l + 1u] =
+                    dev_fmaf(f16_bits_to_f32((uint16_t)(k[e] >> 16)), q[2u * e + 1u], acc[l + 1u]);
+            }
+        }
+    }
+    float v[8];
+#pragma unroll
+    for (uint32_t l = 0u; l < 8u; l++) {
+        v[l] = (acc[l] + acc[16u + l]) + (acc[8u + l] + acc[24u + l]);
+    }
+    float s = ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+    if (body == hd) {
+        return s;
+    }
+    double sum = (double)s;
+    for (uint32_t d = body; d < hd; d += 2u) {
+        uint32_t w = kw[d / 2u];
+        sum += (double)(f16_bits_to_f32((uint16_t)w) * qs[d]);
+        sum += (double)(f16_bits_to_f32((uint16_t)(w >> 16)) * qs[d + 1u]);
+    }
+    return (float)sum;
+}
+
+// The softmax factors of a chunk. Thread tid holds the score s of chunk
+// position tid (active), -inf otherwise; m is the maximum of all earlier
+// chunks' scores. Writes ms / vs of every active position, returns the
+// maximum after the chunk. Uniform control flow; ends with a barrier, after
+// which ms / vs are visible to all.
+template <uint32_t WG, uint32_t DIMS, bool STAGE>
+DEV float softmax_factors(float s, bool active, float m, AttShared<WG, DIMS, STAGE>& sh) {
+    uint32_t lane = lane_id();
+    uint32_t w = wave_id();
+    float incl = wave_scan_max(s);
+    float excl = lane_read_f32(incl, lane == 0u ? 0u : lane - 1u);
+    if (lane == WAVE_SIZE - 1u) {
+        sh.tot[w] = incl;
+    }
+    block_barrier();
+    float before = m; // max over every earlier position of earlier waves
+    float after = m;
+#pragma unroll
+    for (uint32_t k = 0u; k < WG / WAVE_SIZE; k++) {
+        float t = sh.tot[k];
+        before = k < w ? dev_fmaxf(before, t) : before;
+        after = dev_fmaxf(after, t);
+    }
+    // The running maximum when this position is reached.
+    float mp = lane == 0u ? before : dev_fmaxf(before, excl);
+    if (active) {
+        // As the CPU: s > m rescales by e^(m - s) (0 when m = -inf) and the
+        // position weighs 1; otherwise it weighs e^(s - m).
+        bool rescale = s > mp;
+        float e = libm_expf(rescale ? mp - s : s - mp);
+        sh.ms[thread_id_x()] = rescale ? e : 1.0f;
+        sh.vs[thread_id_x()] = rescale ? 1.0f : e;
+    }
+    block_barrier();
+    return after;
+}
+
+// One position of the walk for this thread's dims d = tid + i * WG < hd:
+// the rescale where the maximum moved (ms != 1; a factor of exactly 1
+// would leave an f16 value as it is, so those positions skip it: a scalar
+// branch, ms is the same in every thread), then acc += x * vs, each step
+// rounded to f16, the add fused below body (head_dim rounded down to a
+// multiple of 32) as ggml's vector body.
+template <uint32_t WG, uint32_t DIMS>
+DEV void walk_pos(float (&acc)[DIMS], const float (&x)[DIMS], float ms, float vs, uint32_t hd,
+                  uint32_t body) {
+    uint32_t tid = thread_id_x();
+    if (wave_uniform(__builtin_bit_cast(uint32_t, ms)) != 0x3f800000u) {
+#pragma unroll
+        for (uint32_t i = 0u; i < DIMS; i++) {
+            if (tid + i * WG < hd) {
+                acc[i] = round_f16(acc[i] * ms);
+            }
+        }
+    }
+#pragma unroll
+    for (uint32_t i = 0u; i < DIMS; i++) {
+        uint32_t d = tid + i * WG;
+        if (d < hd) {
+            acc[i] = round_f16(d < body ? dev_fmaf(x[i], vs, acc[i]) : acc[i] + x[i] * vs);
+        }
+    }
+}
+
+// The walk over a chunk's cnt positions in order: V values and factors of
+// position j + 1 are loaded while position j is added (a scalar branch
+// guards the loads), so neither the cache nor shared memory latency sits
+// in the serial chain. v_row(j) points at the head's V values of chunk
+// position j (global memory or the stage).
+template <uint32_t WG, uint32_t DIMS, bool STAGE, typename VRow>
+DEV void walk_chunk(float (&acc)[DIMS], float& l, uint32_t cnt,
+                    const AttShared<WG, DIMS, STAGE>& sh, uint32_t hd, uint32_t body, VRow v_row) {
+    uint32_t tid = thread_id_x();
+    float x[DIMS];
+    float ms = 1.0f;
+    float vs = 0.0f;
+    auto load = [&](uint32_t j, float (&xo)[DIMS], float& mso, float& vso) {
+        const uint16_t* v = v_row(j);
+#pragma unroll
+        for (uint32_t i = 0u; i < DIMS; i++) {
+            uint32_t d = tid + i * WG;
+            xo[i] = d < hd ? f16_bits_to_f32(v[d]) : 0.0f;
+        }
+        mso = sh.ms[j];
+        vso = sh.vs[j];
+    };
+    load(0u, x, ms, vs); // cnt >= 1
+    for (uint32_t j = 0u; j < cnt; j++) {
+        float xn[DIMS];
+        float msn = 1.0f;
+        float vsn = 0.0f;
+        if (j + 1u < cnt) {
+            load(j + 1u, xn, msn, vsn);
+        }
+        walk_pos<WG, DIMS>(acc, x, ms, vs, hd, body);
+        l = l * ms + vs;
+#pragma unroll
+        for (uint32_t i = 0u; i < DIMS; i++) {
+            x[i] = xn[i];
+        }
+        ms = msn;
+        vs = vsn;
+    }
+}
+
+template <uint32_t WG, uint32_t DIMS, bool STAGE, bool OUT_Q8>
+DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
+    uint32_t g = wg_linear();
+    if (g >= p.n_tokens * p.n_head) {
+        return; // the whole workgroup
+    }
+    uint32_t t = g / p.n_head;
+    uint32_t h = g % p.n_head;
+    uint32_t kvh = h / (p.n_head / p.n_head_kv);
+    uint32_t tid = thread_id_x();
+    uint32_t hd = p.head_dim;
+    uint32_t body = hd - hd % 32u;
+    uint32_t q_dim = p.n_head * hd;
+    uint32_t n_kv = step_pos0(p.step) + t + 1u;
+    const float* q = dev_ptr<const float>(p.q) + (uint64_t)t * q_dim + h * hd;
+    for (uint32_t d = tid; d < hd; d += WG) {
+        sh.qs[d] = round_f16(q[d]);
+    }
+    block_barrier();
+
+    float m = -__builtin_inff();
+    float l = 0.0f;
+    float acc[DIMS];
+#pragma unroll
+    for (uint32_t i = 0u; i < DIMS; i++) {
+        acc[i] = 0.0f;
+    }
+    // Cache rows as u32 pairs of halves; this head starts kvh * hd halves in.
+    uint32_t row_words = p.kv_dim / 2u;
+    uint32_t head_word = kvh * hd / 2u;
+
+    if (STAGE) {
+        const uint4* kc = dev_ptr<const uint4>(p.k_cache);
+        const uint4* vc = dev_ptr<const uint4>(p.v_cache);
+        uint32_t hw = hd / 2u;
+        uint32_t hq = hd / 8u; // 16-byte quads per row
+        uint32_t stride = hw + 1u;
+        uint32_t chunk = __builtin_elementwise_min(
+            __builtin_elementwise_min(WG, ATT_OPS_STAGE_WORDS / stride),
+            ATT_OPS_STAGE_LOADS * WG / (2u * hq));
+        uint32_t row_quads = p.kv_dim / 8u;
+        uint32_t head_quad = kvh * hq;
+        // Quad i = tid + j * WG of a chunk is quad i % hq of row i / hq: K
+        // rows first, then V rows (cnt * hq quads each). Row and column by
+        // steps, without a division per load.
+        uint32_t row0 = tid / hq;
+        uint32_t col0 = tid % hq;
+        uint32_t row_step = WG / hq;
+        uint32_t col_step = WG % hq;
+        for (uint32_t base = 0u; base < n_kv; base += chunk) {
+            uint32_t cnt = __builtin_elementwise_min(chunk, n_kv - base);
+            uint4 r[ATT_OPS_STAGE_LOADS];
+            // Recomputed per chunk, not held for all 16 loads across the loop.
+            uint32_t row = opaque(row0);
+            uint32_t col = opaque(col0);
+#pragma unroll
+            for (uint32_t j = 0u; j < ATT_OPS_STAGE_LOADS; j++) {
+                // Defined on every path: an undefined r[j] would keep its
+                // register live around the whole chunk loop.
+                r[j] = (uint4){0u, 0u, 0u, 0u};
+                if (row < cnt) {
+                    r[j] = kc[(uint64_t)(base + row) * row_quads + head_quad + col];
+                } else if (row < 2u * cnt) {
+                    r[j] = vc[(uint64_t)(base + row - cnt) * row_quads + head_quad + col];
+                }
+                row += row_step;
+                col += col_step;
+                if (col >= hq) {
+                    col -= hq;
+                    row += 1u;
+                }
+            }
+            row = opaque(row0);
+            col = opaque(col0);
+#pragma unroll
+            for (uint32_t j = 0u; j < ATT_OPS_STAGE_LOADS; j++) {
+                if (row < 2u * cnt) {
+                    uint32_t* dst = row < cnt ? sh.k_stage + row * stride + col * 4u
+                                              : sh.v_stage + (row - cnt) * stride + col * 4u;
+                    dst[0] = r[j].x;
+                    dst[1] = r[j].y;
+                    dst[2] = r[j].z;
+                    dst[3] = r[j].w;
+                }
+                row += row_step;
+                col += col_step;
+                if (col >= hq) {
+                    col -= hq;
+                    row += 1u;
+                }
+            }
+            block_barrier();
+            bool active = tid < cnt;
+            float s = -__builtin_inff();
+            if (active) {
+                s = dot_ggml<false>(sh.k_stage + tid * stride, sh.qs, hd) * p.scale;
+            }
+            m = softmax_factors(s, active, m, sh);
+            const uint16_t* vh = (const uint16_t*)sh.v_stage;
+            walk_chunk<WG, DIMS, STAGE>(acc, l, cnt, sh, hd, body,
+                                        [&](uint32_t j) { return vh + 2u * j * stride; });
+            block_barrier(); // the stage and the factors are rewritten next
+        }
+    } else {
+        const uint32_t* kc = dev_ptr<const uint32_t>(p.k_cache);
+        const uint16_t* vc = dev_ptr<const uint16_t>(p.v_cache);
+        bool vec16 = p.k_cache % 16u == 0u && p.kv_dim % 8u == 0u && hd % 8u == 0u;
+        for (uint32_t base = 0u; base < n_kv; base += WG) {
+            uint32_t cnt = __builtin_elementwise_min(WG, n_kv - base);
+            bool active = tid < cnt;
+            float s = -__builtin_inff();
+            if (active) {
+                const uint32_t* kw = kc + (uint64_t)(base + tid) * row_words + head_word;
+                s = (vec16 ? dot_ggml<true>(kw, sh.qs, hd) : dot_ggml<false>(kw, sh.qs, hd)) *
+                    p.scale;
+            }
+            // The factors are rewritten only after the next chunk's first
+            // barrier, which every thread reaches after this walk.
+            m = softmax_factors(s, active, m, sh);
+            const uint16_t* vrow = vc + (uint64_t)base * p.kv_dim + kvh * hd;
+            walk_chunk<WG, DIMS, STAGE>(acc, l, cnt, sh, hd, body,
+                                        [&](uint32_t j) { return vrow + (uint64_t)j * p.kv_dim; });
+        }
+    }
+
+    uint64_t at = (uint64_t)t * q_dim + h * hd;
+    float* o = dev_ptr<float>(p.out) + at;
+    float inv = l == 0.0f ? 0.0f : 1.0f / l;
+#pragma unroll
+    for (uint32_t i = 0u; i < DIMS; i++) {
+        uint32_t d = tid + i * WG;
+        if (d < hd) {
+            o[d] = acc[i] * inv;
+        }
+    }
+    if (OUT_Q8) {
+        // head_dim % 32 == 0: a wave's 32 dims tid + i * WG are one block,
+        // all inside the head or all past it.
+#pragma unroll
+        for (uint32_t i = 0u; i < DIMS; i++) {
+            uint32_t first = i * WG + wave_id() * WAVE_SIZE;
+            if (first < hd) {
+                wave_store_q8_packed(acc[i] * inv, dev_ptr<int8_t>(p.q8),
+                                     dev_ptr<float2>(p.q8_scales), (uint32_t)((at + first) / 32u));
+            }
+        }
+    }
+}
+
+} // namespace ops
+
+// The prefill kernel's occupancy target: left alone, the scheduler issues
+// all eight shared-memory reads of a 32-dim step of the dot ahead and needs
+// 111-113 VGPRs (12 waves per SIMD with 1536 VGPRs per lane, 8 with 1024);
+// asked for more waves it takes 74 with otherwise the same instructions:
+// 16 waves (the hardware maximum) where the SIMD has 1536 VGPRs per lane
+// (gfx1100, gfx1101, gfx1151, gfx12), 12 where it has 1024 (gfx1102,
+// gfx1150, RDNA1/2: 16 would need 64 and spill). The staged decode kernels
+// are held to 2 workgroups per WGP by their shared memory anyway.
+#if RF_AMDGPU && (defined(__gfx1100__) || defined(__gfx1101__) || defined(__gfx1151__) ||          \
+                  defined(__GFX12__))
+#define ATT_OPS_PREFILL_OCCUPANCY __attribute__((amdgpu_waves_per_eu(16)))
+#elif RF_AMDGPU
+#define ATT_OPS_PREFILL_OCCUPANCY __attribute__((amdgpu_waves_per_eu(12)))
+#else
+#define ATT_OPS_PREFILL_OCCUPANCY
+#endif
+
+#define ATT_OPS_KERNEL(name, wg, dims, stage, q8, occupancy)                                       \
+    KERNEL LAUNCH_BOUNDS(wg) occupancy void name(AttentionPush p) {                                \
+        __shared__ ops::AttShared<wg, dims, stage> sh;                                             \
+        ops::attention_run<wg, dims, stage, q8>(p, sh);                                            \
+    }
+ATT_OPS_KERNEL(attention, 64u, 4u, false, false, ATT_OPS_PREFILL_OCCUPANCY)
+ATT_OPS_KERNEL(attention_staged, 128u, 2u, true, false, )
+ATT_OPS_KERNEL(attention_staged_q8, 128u, 2u, true, true, )
+#undef ATT_OPS_KERNEL

@@ -1,0 +1,97 @@
+// Device helpers shared by the non-weight op kernels (ops_*.hip), ports of
+// the Vulkan shaders that do not read weights: rmsnorm.comp, rope.comp,
+// store_kv.comp, attention.comp, eltwise.comp, quantize_act.comp. Each
+// kernel has the Vulkan variant's name, its workgroup size
+// (rocmforge_core::gpu::workgroup_size) and its push block (push.h) as the
+// one by-value parameter, and computes the same numbers as the CPU
+// reference, which the shaders follow (docs/vulkan.md, "Numerics"):
+//
+//   - divisions and square roots are correctly rounded here (HIP's and
+//     NVPTX's defaults), which is what the shaders' div_rn achieves;
+//   - e^x, sin and cos are libm's bit for bit (ops_libm.h, in f64), where
+//     the shaders use the device's exp and a Cephes polynomial;
+//   - f32 -> f16 conversions round to nearest even in hardware on both
+//     targets (prelude.h), as the shaders' f16_bits does in integers.
+//
+// Helpers live in namespace ops: every kernel file is compiled into one
+// translation unit with the weight kernels' (crates/rocmforge-hip/build.rs).
+#pragma once
+
+#include "prelude.h"
+#include "push.h"
+#include "q8_packed.h"
+#include "ops_libm.h"
+
+namespace ops {
+
+typedef float vf4 __attribute__((ext_vector_type(4)));
+
+// The value of v in lane `src` (0..31) of this wave; all lanes active.
+DEV uint32_t lane_read(uint32_t v, uint32_t src) {
+#if RF_AMDGPU
+    return (uint32_t)__builtin_amdgcn_ds_bpermute((int)(src << 2), (int)v);
+#else
+    return (uint32_t)__nvvm_shfl_sync_idx_i32(0xffffffffu, (int)v, (int)src, 0x1f);
+#endif
+}
+
+DEV float lane_read_f32(float v, uint32_t src) {
+    return __builtin_bit_cast(float, lane_read(__builtin_bit_cast(uint32_t, v), src));
+}
+
+// max(v of lanes 0 .. lane) over the wave (an inclusive scan; max is exact,
+// so the order of the steps does not matter). All lanes active.
+DEV float wave_scan_max(float v) {
+    uint32_t lane = lane_id();
+    for (uint32_t d = 1u; d < WAVE_SIZE; d <<= 1) {
+        float o = lane_read_f32(v, lane >= d ? lane - d : lane);
+        v = dev_fmaxf(v, o);
+    }
+    return v;
+}
+
+// A value every lane of the wave holds the same bits of, made visible as
+// such to the compiler (an SGPR on AMDGPU), so branches on it are scalar.
+DEV uint32_t wave_uniform(uint32_t v) {
+#if RF_AMDGPU
+    return (uint32_t)__builtin_amdgcn_readfirstlane((int)v);
+#else
+    return v;
+#endif
+}
+
+// Hides v's value from the optimizer (no instruction): keeps it from
+// hoisting values derived from v out of a loop that calls this, where
+// holding them all would cost more registers than recomputing them.
+DEV uint32_t opaque(uint32_t v) {
+#if RF_AMDGPU
+    asm volatile("" : "+v"(v));
+#else
+    asm volatile("" : "+r"(v));
+#endif
+    return v;
+}
+
+// Sum of v over a workgroup of WG threads, in f64, returned to every
+// thread: wave butterflies, then the wave sums in wave order (the same bits
+// everywhere). `part` holds WG / 32 doubles of shared memory. Uniform
+// control flow.
+template <uint32_t WG> DEV double block_sum_f64(double v, double* part) {
+    v = wave_sum_f64(v);
+    if (lane_id() == 0u) {
+        part[wave_id()] = v;
+    }
+    block_barrier();
+    double total = 0.0;
+    for (uint32_t w = 0u; w < WG / WAVE_SIZE; w++) {
+        total += part[w];
+    }
+    return total;
+}
+
+// SwiGLU's value silu(g) * u = g / (1 + e^-g) * u, in the CPU's order
+// (ggml's form: -0, not NaN, for very negative g); e^x as libm's expf.
+// Shared by swiglu (ops_eltwise.hip) and swiglu_q8 (ops_quantize.hip).
+DEV float swiglu_value(float g, float u) { return g / (1.0f + libm_expf(-g)) * u; }
+
+} // namespace ops

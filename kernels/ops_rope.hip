@@ -1,0 +1,120 @@
+// Rotary embedding in place (shaders/rope.comp), angle for angle as ggml
+// and the CPU reference (crates/rocmforge-cpu rope.rs): pair i of the token
+// at position pos = pos0 + r turns by
+//   freq_scale * (theta_i / freq_factor[i]),  theta_i = pos * ts * ... * ts
+// (i successive f32 products, theta_scale = ts from the host), then
+// x0 * cos - x1 * sin, x0 * sin + x1 * cos. pos0 comes from the step-input
+// region. One thread per (token, head, pair); 64 threads per workgroup.
+//
+// Kernels:
+//   rope      RopePush: Q (or any rows of n_heads heads) at x;
+//             grid ceil(rows * n_heads * n_rot/2 / 64);
+//   rope_kv   RopeKvPush: Q at x and K rotated in one launch, and the step's
+//             K and V rows stored into the layer's f16 cache as store_kv
+//             does: one thread per item of four ranges, Q pairs, K pairs
+//             (rotated, then both values stored), K's dims past n_rot, V
+//             values.
+//
+// cos / sin: libm's sinf / cosf bit for bit (ops_libm.h), as the CPU calls
+// them; the shader uses a Cephes polynomial instead (within a few ulp).
+#include "ops_common.h"
+
+#define ROPE_OPS_WG 64u
+
+namespace ops {
+
+// The rotation shared by Q and K heads. P is RopePush or RopeKvPush.
+struct Rotated {
+    uint32_t a; // the pair's two dims within the head
+    uint32_t b;
+    float xa; // their new values
+    float xb;
+};
+
+template <typename P> DEV Rotated rope_rotate(const P& p, float* head, uint32_t r, uint32_t i) {
+    uint32_t half_rot = p.n_rot / 2u;
+    float theta = (float)(step_pos0(p.step) + r);
+    for (uint32_t q = 0u; q < i; q++) {
+        theta *= p.theta_scale;
+    }
+    float ff = p.freq_factors != 0u ? dev_ptr<const float>(p.freq_factors)[i] : 1.0f;
+    float sn, cs;
+    libm_sincosf(p.freq_scale * (theta / ff), &sn, &cs);
+    Rotated o;
+    o.a = p.neox != 0u ? i : 2u * i;
+    o.b = p.neox != 0u ? i + half_rot : 2u * i + 1u;
+    float x0 = head[o.a];
+    float x1 = head[o.b];
+    o.xa = x0 * cs - x1 * sn;
+    o.xb = x0 * sn + x1 * cs;
+    head[o.a] = o.xa;
+    head[o.b] = o.xb;
+    return o;
+}
+
+// The Q range of either kernel: returns true when idx was in it.
+template <typename P> DEV bool rope_q(const P& p, uint32_t idx) {
+    uint32_t half_rot = p.n_rot / 2u;
+    uint32_t per_row = p.n_heads * half_rot;
+    if (idx >= p.rows * per_row) {
+        return false;
+    }
+    uint32_t r = idx / per_row;
+    uint32_t head = (idx % per_row) / half_rot;
+    float* at = dev_ptr<float>(p.x) + ((uint64_t)r * p.n_heads + head) * p.head_dim;
+    rope_rotate(p, at, r, idx % half_rot);
+    return true;
+}
+
+DEV void rope_kv_run(const RopeKvPush& p, uint32_t idx) {
+    if (rope_q(p, idx)) {
+        return;
+    }
+    uint32_t half_rot = p.n_rot / 2u;
+    idx -= p.rows * p.n_heads * half_rot;
+    uint32_t kv_dim = p.n_heads_kv * p.head_dim;
+    uint32_t pos0 = step_pos0(p.step);
+    uint16_t* kc = dev_ptr<uint16_t>(p.k_cache);
+    // K pairs: rotate, then store both values.
+    uint32_t kv_pairs = p.n_heads_kv * half_rot;
+    if (idx < p.rows * kv_pairs) {
+        uint32_t r = idx / kv_pairs;
+        uint32_t head = (idx % kv_pairs) / half_rot;
+        float* at = dev_ptr<float>(p.k) + ((uint64_t)r * p.n_heads_kv + head) * p.head_dim;
+        Rotated o = rope_rotate(p, at, r, idx % half_rot);
+        uint64_t row = (uint64_t)(pos0 + r) * kv_dim + head * p.head_dim;
+        kc[row + o.a] = f32_to_f16_bits(o.xa);
+        kc[row + o.b] = f32_to_f16_bits(o.xb);
+        return;
+    }
+    idx -= p.rows * kv_pairs;
+    // K dims past n_rot, stored as they are.
+    uint32_t plain = p.head_dim - p.n_rot;
+    uint32_t kv_plain = p.n_heads_kv * plain;
+    if (idx < p.rows * kv_plain) {
+        uint32_t r = idx / kv_plain;
+        uint32_t head = (idx % kv_plain) / plain;
+        uint32_t d = head * p.head_dim + p.n_rot + idx % plain;
+        float v = dev_ptr<const float>(p.k)[(uint64_t)r * kv_dim + d];
+        kc[(uint64_t)(pos0 + r) * kv_dim + d] = f32_to_f16_bits(v);
+        return;
+    }
+    idx -= p.rows * kv_plain;
+    // V values.
+    if (idx < p.rows * kv_dim) {
+        uint32_t r = idx / kv_dim;
+        uint32_t d = idx % kv_dim;
+        float v = dev_ptr<const float>(p.v)[idx];
+        dev_ptr<uint16_t>(p.v_cache)[(uint64_t)(pos0 + r) * kv_dim + d] = f32_to_f16_bits(v);
+    }
+}
+
+} // namespace ops
+
+KERNEL LAUNCH_BOUNDS(ROPE_OPS_WG) void rope(RopePush p) {
+    ops::rope_q(p, wg_linear() * ROPE_OPS_WG + thread_id_x());
+}
+
+KERNEL LAUNCH_BOUNDS(ROPE_OPS_WG) void rope_kv(RopeKvPush p) {
+    ops::rope_kv_run(p, wg_linear() * ROPE_OPS_WG + thread_id_x());
+}

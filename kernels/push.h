@@ -1,0 +1,280 @@
+// The kernels' argument blocks: C mirrors of rocmforge_core::gpu::push (the
+// Vulkan shaders' push-constant blocks), one per kernel family. A kernel
+// takes exactly one of these, by value, as its only parameter; the host
+// passes the bytes `Push::bytes()` gives. Pointers are u64 device addresses
+// (dev_ptr<T>() below turns one into a typed global pointer). Every u64 is
+// 8-aligned and the fields leave no padding; the static_asserts pin every
+// size and offset to the Rust structs' (keep both sides in step).
+//
+// Also here, shared by every kernel family: the flattened workgroup index
+// and the step-input region, read as the shaders read them
+// (shaders/common.glsl).
+#pragma once
+
+#include "prelude.h"
+
+// ---- Argument blocks ---------------------------------------------------
+
+// embed_<ty>: rows of the token table for the step's token ids.
+struct EmbedPush {
+    uint64_t table;
+    uint64_t out;
+    uint64_t step;
+    uint32_t row_bytes;
+    uint32_t cols;
+    uint32_t n_vocab;
+    uint32_t n_tokens;
+};
+
+// matvec_<ty>, matvec_int_<ty>, matmul_<ty>, matmul_cmps_<ty>: up to three
+// matmuls of one input (n_parts), out[p][t][r] = x[t] . w[p][r] (+ bias).
+struct MatPush {
+    uint64_t x;
+    uint64_t w[3];
+    uint64_t out[3];
+    uint64_t bias[3];
+    uint32_t rows[3];
+    uint32_t k;
+    uint32_t n;
+    uint32_t n_parts;
+    // Per-block (d, s) of Q8-packed activations (matvec_int only).
+    uint64_t x_scales;
+    // Rows added to the output, a fused residual add (matvec_int only; 0 =
+    // none).
+    uint64_t residual;
+};
+
+struct NormPush {
+    uint64_t x;
+    uint64_t w;
+    uint64_t out;
+    uint32_t group;
+    uint32_t n_groups;
+    float eps;
+    uint32_t pad;
+    // Where rmsnorm_q8 also writes its output Q8-packed (quants, scales).
+    uint64_t q8;
+    uint64_t q8_scales;
+};
+
+struct RopePush {
+    uint64_t x;
+    uint64_t step;
+    uint64_t freq_factors;
+    uint32_t rows;
+    uint32_t n_heads;
+    uint32_t head_dim;
+    uint32_t n_rot;
+    uint32_t neox;
+    float theta_scale;
+    float freq_scale;
+    uint32_t pad;
+};
+
+// rope_kv: RoPE of Q (at x) and K, and the step's K / V rows stored into
+// the layer's cache.
+struct RopeKvPush {
+    uint64_t x;
+    uint64_t step;
+    uint64_t freq_factors;
+    uint32_t rows;
+    uint32_t n_heads;
+    uint32_t head_dim;
+    uint32_t n_rot;
+    uint32_t neox;
+    float theta_scale;
+    float freq_scale;
+    uint32_t n_heads_kv;
+    uint64_t k;
+    uint64_t v;
+    uint64_t k_cache;
+    uint64_t v_cache;
+};
+
+struct StoreKvPush {
+    uint64_t k;
+    uint64_t v;
+    uint64_t k_cache;
+    uint64_t v_cache;
+    uint64_t step;
+    uint32_t rows;
+    uint32_t kv_dim;
+};
+
+struct AttentionPush {
+    uint64_t q;
+    uint64_t out;
+    uint64_t k_cache;
+    uint64_t v_cache;
+    uint64_t step;
+    uint32_t n_tokens;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t head_dim;
+    uint32_t kv_dim;
+    float scale;
+    // Where attention_staged_q8 also writes its output Q8-packed.
+    uint64_t q8;
+    uint64_t q8_scales;
+};
+
+struct EltwisePush {
+    uint64_t a;
+    uint64_t b;
+    uint64_t out;
+    uint32_t n;
+    uint32_t pad;
+};
+
+struct SpinPush {
+    uint64_t flag;
+    uint64_t bound;
+};
+
+struct QuantizePush {
+    uint64_t x;
+    uint64_t out;
+    uint32_t n;
+    uint32_t pad;
+    // Where quantize_q8_packed writes the per-block (d, s).
+    uint64_t scales;
+    // swiglu_q8 only: the up projection (x is the gate) and where the f32
+    // SwiGLU output goes.
+    uint64_t up;
+    uint64_t act;
+};
+
+#define RF_PUSH_AT(T, f, off) static_assert(__builtin_offsetof(T, f) == (off), #T "." #f " offset")
+
+static_assert(sizeof(EmbedPush) == 40, "EmbedPush size");
+RF_PUSH_AT(EmbedPush, table, 0);
+RF_PUSH_AT(EmbedPush, out, 8);
+RF_PUSH_AT(EmbedPush, step, 16);
+RF_PUSH_AT(EmbedPush, row_bytes, 24);
+RF_PUSH_AT(EmbedPush, cols, 28);
+RF_PUSH_AT(EmbedPush, n_vocab, 32);
+RF_PUSH_AT(EmbedPush, n_tokens, 36);
+
+static_assert(sizeof(MatPush) == 120, "MatPush size");
+RF_PUSH_AT(MatPush, x, 0);
+RF_PUSH_AT(MatPush, w, 8);
+RF_PUSH_AT(MatPush, out, 32);
+RF_PUSH_AT(MatPush, bias, 56);
+RF_PUSH_AT(MatPush, rows, 80);
+RF_PUSH_AT(MatPush, k, 92);
+RF_PUSH_AT(MatPush, n, 96);
+RF_PUSH_AT(MatPush, n_parts, 100);
+RF_PUSH_AT(MatPush, x_scales, 104);
+RF_PUSH_AT(MatPush, residual, 112);
+
+static_assert(sizeof(NormPush) == 56, "NormPush size");
+RF_PUSH_AT(NormPush, x, 0);
+RF_PUSH_AT(NormPush, w, 8);
+RF_PUSH_AT(NormPush, out, 16);
+RF_PUSH_AT(NormPush, group, 24);
+RF_PUSH_AT(NormPush, n_groups, 28);
+RF_PUSH_AT(NormPush, eps, 32);
+RF_PUSH_AT(NormPush, pad, 36);
+RF_PUSH_AT(NormPush, q8, 40);
+RF_PUSH_AT(NormPush, q8_scales, 48);
+
+static_assert(sizeof(RopePush) == 56, "RopePush size");
+RF_PUSH_AT(RopePush, x, 0);
+RF_PUSH_AT(RopePush, step, 8);
+RF_PUSH_AT(RopePush, freq_factors, 16);
+RF_PUSH_AT(RopePush, rows, 24);
+RF_PUSH_AT(RopePush, n_heads, 28);
+RF_PUSH_AT(RopePush, head_dim, 32);
+RF_PUSH_AT(RopePush, n_rot, 36);
+RF_PUSH_AT(RopePush, neox, 40);
+RF_PUSH_AT(RopePush, theta_scale, 44);
+RF_PUSH_AT(RopePush, freq_scale, 48);
+RF_PUSH_AT(RopePush, pad, 52);
+
+static_assert(sizeof(RopeKvPush) == 88, "RopeKvPush size");
+RF_PUSH_AT(RopeKvPush, x, 0);
+RF_PUSH_AT(RopeKvPush, step, 8);
+RF_PUSH_AT(RopeKvPush, freq_factors, 16);
+RF_PUSH_AT(RopeKvPush, rows, 24);
+RF_PUSH_AT(RopeKvPush, n_heads, 28);
+RF_PUSH_AT(RopeKvPush, head_dim, 32);
+RF_PUSH_AT(RopeKvPush, n_rot, 36);
+RF_PUSH_AT(RopeKvPush, neox, 40);
+RF_PUSH_AT(RopeKvPush, theta_scale, 44);
+RF_PUSH_AT(RopeKvPush, freq_scale, 48);
+RF_PUSH_AT(RopeKvPush, n_heads_kv, 52);
+RF_PUSH_AT(RopeKvPush, k, 56);
+RF_PUSH_AT(RopeKvPush, v, 64);
+RF_PUSH_AT(RopeKvPush, k_cache, 72);
+RF_PUSH_AT(RopeKvPush, v_cache, 80);
+
+static_assert(sizeof(StoreKvPush) == 48, "StoreKvPush size");
+RF_PUSH_AT(StoreKvPush, k, 0);
+RF_PUSH_AT(StoreKvPush, v, 8);
+RF_PUSH_AT(StoreKvPush, k_cache, 16);
+RF_PUSH_AT(StoreKvPush, v_cache, 24);
+RF_PUSH_AT(StoreKvPush, step, 32);
+RF_PUSH_AT(StoreKvPush, rows, 40);
+RF_PUSH_AT(StoreKvPush, kv_dim, 44);
+
+static_assert(sizeof(AttentionPush) == 80, "AttentionPush size");
+RF_PUSH_AT(AttentionPush, q, 0);
+RF_PUSH_AT(AttentionPush, out, 8);
+RF_PUSH_AT(AttentionPush, k_cache, 16);
+RF_PUSH_AT(AttentionPush, v_cache, 24);
+RF_PUSH_AT(AttentionPush, step, 32);
+RF_PUSH_AT(AttentionPush, n_tokens, 40);
+RF_PUSH_AT(AttentionPush, n_head, 44);
+RF_PUSH_AT(AttentionPush, n_head_kv, 48);
+RF_PUSH_AT(AttentionPush, head_dim, 52);
+RF_PUSH_AT(AttentionPush, kv_dim, 56);
+RF_PUSH_AT(AttentionPush, scale, 60);
+RF_PUSH_AT(AttentionPush, q8, 64);
+RF_PUSH_AT(AttentionPush, q8_scales, 72);
+
+static_assert(sizeof(EltwisePush) == 32, "EltwisePush size");
+RF_PUSH_AT(EltwisePush, a, 0);
+RF_PUSH_AT(EltwisePush, b, 8);
+RF_PUSH_AT(EltwisePush, out, 16);
+RF_PUSH_AT(EltwisePush, n, 24);
+RF_PUSH_AT(EltwisePush, pad, 28);
+
+static_assert(sizeof(SpinPush) == 16, "SpinPush size");
+RF_PUSH_AT(SpinPush, flag, 0);
+RF_PUSH_AT(SpinPush, bound, 8);
+
+static_assert(sizeof(QuantizePush) == 48, "QuantizePush size");
+RF_PUSH_AT(QuantizePush, x, 0);
+RF_PUSH_AT(QuantizePush, out, 8);
+RF_PUSH_AT(QuantizePush, n, 16);
+RF_PUSH_AT(QuantizePush, pad, 20);
+RF_PUSH_AT(QuantizePush, scales, 24);
+RF_PUSH_AT(QuantizePush, up, 32);
+RF_PUSH_AT(QuantizePush, act, 40);
+
+#undef RF_PUSH_AT
+
+// ---- Device addresses --------------------------------------------------
+
+// A u64 device address as a typed pointer into global memory. Through the
+// global address space first: the optimizer then knows it is global (AMDGPU
+// global_load/global_store rather than flat ones, which also wait on the
+// LDS counter), and converting back to a generic pointer lets helpers take
+// plain T*.
+template <typename T> DEV T* dev_ptr(uint64_t addr) {
+    return (T*)(__attribute__((address_space(1))) T*)addr;
+}
+
+// ---- Workgroups and step inputs (shaders/common.glsl) ------------------
+
+// Grids of more than 65535 workgroups are folded into x and y by the host
+// (rocmforge_core::gpu::grid): one linear index; kernels return when it is
+// past their count (the last row's extra groups).
+DEV uint32_t wg_linear() { return block_id_x() + block_id_y() * grid_dim_x(); }
+
+// The step-input region (u32 words): 0 = pos0, 1 = n_kv, 2 = n_tokens,
+// 3 = 0, 4.. = token ids, written by the host before every run, so one
+// recorded graph serves every position.
+DEV uint32_t step_pos0(uint64_t step) { return dev_ptr<const uint32_t>(step)[0]; }
+DEV uint32_t step_n_kv(uint64_t step) { return dev_ptr<const uint32_t>(step)[1]; }
+DEV uint32_t step_token(uint64_t step, uint32_t r) { return dev_ptr<const uint32_t>(step)[4u + r]; }

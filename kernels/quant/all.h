@@ -1,0 +1,48 @@
+// Every weight type's reader, and the lists the kernel families instantiate
+// their variants from: X(suffix, type) per weight type, suffixes as the
+// Vulkan pipeline variants (crates/rocmforge-vulkan/build.rs) and
+// rocmforge_core::gpu::weight_suffix name them.
+#pragma once
+
+#include "f32.h"
+#include "f16.h"
+#include "bf16.h"
+#include "q4_0.h"
+#include "q4_1.h"
+#include "q5_0.h"
+#include "q5_1.h"
+#include "q8_0.h"
+#include "q2_k.h"
+#include "q3_k.h"
+#include "q4_k.h"
+#include "q5_k.h"
+#include "q6_k.h"
+#include "iq4_nl.h"
+#include "iq4_xs.h"
+
+// All fifteen weight types.
+#define RF_WEIGHT_TYPES(X)                                                                          \
+    X(f32, quant::F32)                                                                              \
+    X(f16, quant::F16)                                                                              \
+    X(bf16, quant::BF16)                                                                            \
+    X(q4_0, quant::Q4_0)                                                                            \
+    X(q4_1, quant::Q4_1)                                                                            \
+    X(q5_0, quant::Q5_0)                                                                            \
+    X(q5_1, quant::Q5_1)                                                                            \
+    X(q8_0, quant::Q8_0)                                                                            \
+    X(q2_k, quant::Q2_K)                                                                            \
+    X(q3_k, quant::Q3_K)                                                                            \
+    X(q4_k, quant::Q4_K)                                                                            \
+    X(q5_k, quant::Q5_K)                                                                            \
+    X(q6_k, quant::Q6_K)                                                                            \
+    X(iq4_nl, quant::IQ4_NL)                                                                        \
+    X(iq4_xs, quant::IQ4_XS)
+
+// The types with an integer form (block_q8): rocmforge_core::gpu::has_int_form.
+#define RF_INT_WEIGHT_TYPES(X)                                                                      \
+    X(q4_0, quant::Q4_0)                                                                            \
+    X(q4_1, quant::Q4_1)                                                                            \
+    X(q5_0, quant::Q5_0)                                                                            \
+    X(q5_1, quant::Q5_1)                                                                            \
+    X(q8_0, quant::Q8_0)                                                                            \
+    X(iq4_nl, quant::IQ4_NL)
