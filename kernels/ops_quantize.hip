@@ -1,7 +1,8 @@
 // Activation rounding before a matmul (shaders/quantize_act.comp), as the
 // CPU reference and ggml quantize a row for the weight type's dot type.
 // Argument block QuantizePush; 64 threads per workgroup; grid
-// ceil((n / BLOCK) / 64), i.e. workgroup w owns blocks 64w .. 64w + 63:
+// ceil((n / BLOCK) / 64), i.e. workgroup w owns blocks 64w .. 64w + 63
+// (the Q8-packed variants: ceil((n / 32) / 2), blocks 2w and 2w + 1):
 //
 //   quantize_q8_0       BLOCK 32, "fake" Q8_0 into f32 at out:
 //                       d = f16(amax / 127), o = d * rne(x * (127 / amax))
@@ -82,8 +83,14 @@ template <Act A> DEV void quantize_run(const QuantizePush& p) {
         return;
     }
     constexpr uint32_t BLOCK = A == Act::Q8_K ? 256u : 32u;
-    constexpr uint32_t PER_WAVE = QUANTIZE_OPS_WG / 2u; // blocks per wave
-    uint32_t first = wg_linear() * QUANTIZE_OPS_WG + wave_id() * PER_WAVE;
+    // The Q8-packed roundings run in decode steps, a few hundred blocks at
+    // most: one block per wave, so the grid spreads them over the GPU
+    // (the HIP backend lowers with Lowering::q8_packed_blocks_per_group =
+    // 2). Walking 32 blocks per wave made a 7B decode's SwiGLU+Q8 take
+    // ~33 us per layer on the H100.
+    constexpr bool PACKED = A == Act::Q8Packed || A == Act::SwigluQ8;
+    constexpr uint32_t PER_WAVE = PACKED ? 1u : QUANTIZE_OPS_WG / 2u; // blocks per wave
+    uint32_t first = wg_linear() * (2u * PER_WAVE) + wave_id() * PER_WAVE;
     const float* x = dev_ptr<const float>(p.x);
     for (uint32_t j = 0u; j < PER_WAVE; j++) {
         uint32_t b = first + j;

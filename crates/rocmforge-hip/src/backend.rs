@@ -820,7 +820,8 @@ impl Backend for HipBackend {
 /// What the HIP kernels offer: integer mat-vecs named `matvec_int_*` (the
 /// prelude's `dot4` picks the instruction per target, so there are no
 /// `_dot` variants) and 64×64 matrix-core tiles with register prefetch
-/// (`matmul_cmps_*`). Measurement switches: `ROCMFORGE_HIP_FUSE=0` (one
+/// (`matmul_cmps_*`), Q8-packed roundings one block per wave. Measurement
+/// switches: `ROCMFORGE_HIP_FUSE=0` (one
 /// launch per op), `ROCMFORGE_HIP_MATVEC_INT=0` (the f32 decode mat-vec).
 fn lowering() -> Lowering {
     let off = |var: &str| std::env::var(var).is_ok_and(|v| v == "0");
@@ -830,6 +831,9 @@ fn lowering() -> Lowering {
         int_dot_names: false,
         matrix: MatrixTiles::Small,
         matrix_prefetch: true,
+        // kernels/ops_quantize.hip: one block per wave for the Q8-packed
+        // roundings.
+        q8_packed_blocks_per_group: 2,
     }
 }
 
@@ -850,5 +854,9 @@ mod tests {
         assert!(!l.int_dot_names, "HIP kernels have no _dot variants");
         assert_eq!(l.matrix, MatrixTiles::Small, "64x64 tiles: matmul_cmps_*");
         assert!(l.matrix_prefetch);
+        assert_eq!(
+            l.q8_packed_blocks_per_group, 2,
+            "ops_quantize.hip's mapping"
+        );
     }
 }

@@ -124,7 +124,7 @@ impl KernelSink for Recorder<'_> {
         groups: u32,
         label: String,
     ) -> Result<(), BackendError> {
-        if groups == 0 {
+        if groups == 0 || skipped(&label) {
             return Ok(());
         }
         let block = workgroup_size(kernel).ok_or_else(|| {
@@ -379,6 +379,21 @@ fn in_flight(labels: &[&str], crumbs: Option<&[u8]>) -> String {
             labels[last]
         )
     }
+}
+
+/// Measurement only: `ROCMFORGE_HIP_SKIP_LAUNCHES=text` leaves out every
+/// launch whose label contains `text` (e.g. `Attention`, `MatMul`), so a
+/// benchmark shows what the rest costs, as the Vulkan backend's
+/// `ROCMFORGE_VULKAN_SKIP_DISPATCHES` does. Results are wrong then.
+fn skipped(label: &str) -> bool {
+    static SKIP: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    SKIP.get_or_init(|| {
+        std::env::var("ROCMFORGE_HIP_SKIP_LAUNCHES")
+            .ok()
+            .filter(|s| !s.is_empty())
+    })
+    .as_deref()
+    .is_some_and(|s| label.contains(s))
 }
 
 #[cfg(test)]

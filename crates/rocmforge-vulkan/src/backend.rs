@@ -829,5 +829,6 @@ fn lowering(pipes: &Pipelines) -> Lowering {
         int_dot_names: pipes.int_dot,
         matrix,
         matrix_prefetch: !off("ROCMFORGE_VULKAN_COOPMAT_PREFETCH"),
+        q8_packed_blocks_per_group: 64,
     }
 }

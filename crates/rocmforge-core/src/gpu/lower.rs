@@ -325,7 +325,7 @@ pub fn record_graph(
                         up: t(up),
                         act: t(out),
                     };
-                    let groups = (n / 32).div_ceil(64);
+                    let groups = (n / 32).div_ceil(lw.q8_packed_blocks_per_group);
                     sink.dispatch("swiglu_q8", push.bytes(), groups, label(i, "SwiGlu".into()))?;
                     scratch_q8 = Some(out);
                 } else {

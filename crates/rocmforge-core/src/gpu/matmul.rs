@@ -146,7 +146,7 @@ pub fn record_matmuls(
             sink.dispatch(
                 "quantize_q8_packed",
                 quant.bytes(),
-                (values / 32).div_ceil(64),
+                (values / 32).div_ceil(lw.q8_packed_blocks_per_group),
                 activations,
             )?;
         }

@@ -62,6 +62,10 @@ pub struct Lowering {
     pub matrix: MatrixTiles,
     /// Name the register-prefetching matrix-core variants (`matmul_cmp*`).
     pub matrix_prefetch: bool,
+    /// Blocks of 32 values per workgroup of the Q8-packed roundings
+    /// (`quantize_q8_packed`, `swiglu_q8`): 64 for the GLSL kernels (one
+    /// per invocation), 2 for the HIP ones (one per wave).
+    pub q8_packed_blocks_per_group: u32,
 }
 
 /// Records kernel launches in order; a launch sees every earlier launch's
