@@ -481,60 +481,19 @@ impl HipBackend {
         let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
         let r = self.reserved.as_ref().ok_or(BackendError::NotReserved)?;
         let pinned = self.pinned.as_ref().ok_or(BackendError::NotReserved)?;
-        let exceeds = |what, needed: u64, reserved: u64| {
-            if needed > reserved {
-                Err(BackendError::ExceedsReservation {
-                    what,
-                    needed,
-                    reserved,
-                })
-            } else {
-                Ok(())
-            }
+        let rope_freqs = loaded
+            .rope_freqs
+            .as_ref()
+            .filter(|(id, _)| graph.rope.freq_factors == Some(*id))
+            .map(|(_, v)| v.as_slice());
+        let reserved = lower::Reserved {
+            arena_bytes: r.arena_bytes,
+            scratch_bytes: r.scratch_bytes,
+            max_tokens: r.max_tokens,
+            logits_bytes: r.logits_bytes as u64,
         };
-        exceeds(
-            "the activation arena",
-            plan.arena_bytes as u64,
-            r.arena_bytes,
-        )?;
-        exceeds(
-            "the activation scratch",
-            lower::scratch_bytes(graph) as u64,
-            r.scratch_bytes,
-        )?;
-        exceeds(
-            "the step-input region",
-            plan.step_inputs.bytes() as u64,
-            (StepInputLayout {
-                n_tokens: r.max_tokens,
-            })
-            .bytes() as u64,
-        )?;
+        lower::check_graph(graph, plan, &reserved, rope_freqs)?;
         let logits_bytes = graph.tensor(graph.logits).bytes();
-        exceeds(
-            "the logits readback",
-            logits_bytes as u64,
-            r.logits_bytes as u64,
-        )?;
-        let s = &graph.attention;
-        let ff = graph.rope.freq_factors.map(|id| {
-            loaded
-                .rope_freqs
-                .as_ref()
-                .filter(|(fid, _)| *fid == id)
-                .map_or(&[][..], |(_, v)| v.as_slice())
-        });
-        graph.rope.check(s.head_dim, ff)?;
-        if s.head_dim > lower::MAX_HEAD_DIM
-            || !s.head_dim.is_multiple_of(2)
-            || s.n_head_kv == 0
-            || !s.n_head.is_multiple_of(s.n_head_kv)
-        {
-            return Err(BackendError::Device(format!(
-                "attention with {} heads of {} over {} KV heads is not supported (head size must be even and at most {})",
-                s.n_head, s.head_dim, s.n_head_kv, lower::MAX_HEAD_DIM
-            )));
-        }
         let base = r.arena.ptr.0;
         let addrs = GraphAddresses {
             weights: &loaded.weights,

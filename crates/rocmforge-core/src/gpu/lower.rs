@@ -19,7 +19,7 @@ use crate::graph::fusion::{
     RopeStore,
 };
 use crate::graph::{Graph, Op, TensorId};
-use crate::plan::{ArenaPlan, KvLayout};
+use crate::plan::{ArenaPlan, KvLayout, StepInputLayout};
 use crate::quant::QuantType;
 
 use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
@@ -100,6 +100,73 @@ pub fn weight_kernel(w: &DeviceWeight) -> Result<&'static str, BackendError> {
         return Err(unsupported());
     }
     Ok(suffix)
+}
+
+/// What a GPU backend reserved, for [`check_graph`].
+#[derive(Clone, Copy, Debug)]
+pub struct Reserved {
+    pub arena_bytes: u64,
+    pub scratch_bytes: u64,
+    /// Tokens of the largest graph (sizes the step-input region).
+    pub max_tokens: usize,
+    pub logits_bytes: u64,
+}
+
+/// The checks every GPU backend makes before recording `graph`: it fits
+/// what was reserved (recorded addresses must never move), its rope
+/// parameters are valid (`rope_freqs`: the model's frequency factors, if
+/// the graph uses them), and its attention shape is one the kernels take.
+pub fn check_graph(
+    graph: &Graph,
+    plan: &ArenaPlan,
+    r: &Reserved,
+    rope_freqs: Option<&[f32]>,
+) -> Result<(), BackendError> {
+    let exceeds = |what, needed: u64, reserved: u64| {
+        if needed > reserved {
+            Err(BackendError::ExceedsReservation {
+                what,
+                needed,
+                reserved,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    exceeds(
+        "the activation arena",
+        plan.arena_bytes as u64,
+        r.arena_bytes,
+    )?;
+    exceeds(
+        "the activation scratch",
+        scratch_bytes(graph) as u64,
+        r.scratch_bytes,
+    )?;
+    exceeds(
+        "the step-input region",
+        plan.step_inputs.bytes() as u64,
+        (StepInputLayout {
+            n_tokens: r.max_tokens,
+        })
+        .bytes() as u64,
+    )?;
+    let logits_bytes = graph.tensor(graph.logits).bytes();
+    exceeds("the logits readback", logits_bytes as u64, r.logits_bytes)?;
+    let s = &graph.attention;
+    let ff = graph.rope.freq_factors.map(|_| rope_freqs.unwrap_or(&[]));
+    graph.rope.check(s.head_dim, ff)?;
+    if s.head_dim > MAX_HEAD_DIM
+        || !s.head_dim.is_multiple_of(2)
+        || s.n_head_kv == 0
+        || !s.n_head.is_multiple_of(s.n_head_kv)
+    {
+        return Err(BackendError::Device(format!(
+            "attention with {} heads of {} over {} KV heads is not supported (head size must be even and at most {MAX_HEAD_DIM})",
+            s.n_head, s.head_dim, s.n_head_kv
+        )));
+    }
+    Ok(())
 }
 
 /// Lowers every op of `graph` into launches recorded by `sink`.

@@ -27,8 +27,8 @@ use crate::backend::BackendError;
 use crate::quant::QuantType;
 
 pub use lower::{
-    q8_packed_layout, record_graph, scratch_bytes, weight_kernel, DeviceWeight, GraphAddresses,
-    MAX_HEAD_DIM,
+    check_graph, q8_packed_layout, record_graph, scratch_bytes, weight_kernel, DeviceWeight,
+    GraphAddresses, Reserved, MAX_HEAD_DIM,
 };
 
 /// Which matrix-core (cooperative matrix / WMMA) matmul variants lowering
