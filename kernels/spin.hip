@@ -7,7 +7,7 @@
 // observable result. The argument block is the Vulkan shader's (SpinPush).
 #include "push.h"
 
-KERNEL LAUNCH_BOUNDS(32) void spin(SpinPush p) {
+KERNEL LAUNCH_BOUNDS(1) void spin(SpinPush p) {
     if (thread_id_x() != 0u || block_id_x() != 0u) {
         return;
     }

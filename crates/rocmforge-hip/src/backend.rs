@@ -660,13 +660,20 @@ impl HipBackend {
             bound: u64::MAX,
         };
         let mut params: [*mut c_void; 1] = [(&mut push as *mut SpinPush).cast()];
+        let block = lower::workgroup_size("spin").unwrap_or(1);
         // SAFETY: `spin(SpinPush)`: one by-value parameter; the kernel reads
         // flag[0] and writes flag[1], inside the pinned allocation, which is
         // freed only after the kernel is seen to finish (and leaked
         // otherwise).
         let launched = unsafe {
-            self.rt
-                .launch_kernel(function, [1, 1, 1], [32, 1, 1], 0, self.stream, &mut params)
+            self.rt.launch_kernel(
+                function,
+                [1, 1, 1],
+                [block, 1, 1],
+                0,
+                self.stream,
+                &mut params,
+            )
         }
         .and_then(|()| {
             // SAFETY: live event and stream.

@@ -6,6 +6,8 @@
 //! Built without a compiler, these tests print a skip line and pass, unless
 //! `ROCMFORGE_REQUIRE_HIP_KERNELS=1` (CI sets it), where they fail.
 
+use rocmforge_core::gpu::{has_int_form, weight_suffix, workgroup_size};
+use rocmforge_core::quant::QuantType;
 use rocmforge_hip::code_objects::{self, build_summary};
 use rocmforge_hip::metadata;
 
@@ -16,11 +18,13 @@ const REQUIRED_GFX: &[&str] = &[
 ];
 const REQUIRED_PTX: &[&str] = &["sm_90"];
 
-/// What a kernel may use, the same on every target.
+/// What a kernel may use, the same on every target. Its launch bound must
+/// be the workgroup size it is launched with, core's contract
+/// (`rocmforge_core::gpu::workgroup_size`).
 struct Budget {
+    /// A kernel, or a family of per-weight-type variants (`matvec_`): the
+    /// longest match applies.
     kernel: &'static str,
-    /// Its LAUNCH_BOUNDS: the workgroup size the backend launches it with.
-    block: u32,
     /// VGPRs per lane (wave32). Occupancy they allow, in waves per SIMD:
     /// gfx1100/1101/1151 and gfx12 have 1536 VGPRs per lane, gfx1030,
     /// gfx1010, gfx1102 and gfx1150 1024 (allocation granules 24 / 16):
@@ -39,55 +43,46 @@ const BUDGETS: &[Budget] = &[
     // occupancy; rmsnorm's LDS is one f64 per wave (16 x 8 bytes).
     Budget {
         kernel: "rmsnorm",
-        block: 512,
         max_vgprs: 32,
         max_lds: 256,
     },
     Budget {
         kernel: "rmsnorm_q8",
-        block: 512,
         max_vgprs: 32,
         max_lds: 256,
     },
     Budget {
         kernel: "rope",
-        block: 64,
         max_vgprs: 32,
         max_lds: 0,
     },
     Budget {
         kernel: "rope_kv",
-        block: 64,
         max_vgprs: 32,
         max_lds: 0,
     },
     Budget {
         kernel: "store_kv",
-        block: 64,
         max_vgprs: 32,
         max_lds: 0,
     },
     Budget {
         kernel: "add",
-        block: 256,
         max_vgprs: 32,
         max_lds: 0,
     },
     Budget {
         kernel: "swiglu",
-        block: 256,
         max_vgprs: 32,
         max_lds: 0,
     },
     Budget {
         kernel: "copy",
-        block: 256,
         max_vgprs: 32,
         max_lds: 0,
     },
     Budget {
         kernel: "quantize_q8_0",
-        block: 64,
         max_vgprs: 32,
         max_lds: 0,
     },
@@ -95,31 +90,26 @@ const BUDGETS: &[Budget] = &[
     // 16 waves per SIMD everywhere.
     Budget {
         kernel: "quantize_q8_k",
-        block: 64,
         max_vgprs: 48,
         max_lds: 0,
     },
     Budget {
         kernel: "quantize_q8_packed",
-        block: 64,
         max_vgprs: 32,
         max_lds: 0,
     },
     Budget {
         kernel: "swiglu_q8",
-        block: 64,
         max_vgprs: 32,
         max_lds: 0,
     },
     Budget {
         kernel: "quantize_f16",
-        block: 64,
         max_vgprs: 32,
         max_lds: 0,
     },
     Budget {
         kernel: "quantize_bf16",
-        block: 64,
         max_vgprs: 32,
         max_lds: 0,
     },
@@ -128,7 +118,6 @@ const BUDGETS: &[Budget] = &[
     // 1536 VGPRs per lane, 12 with 1024); Q and the chunk's factors in LDS.
     Budget {
         kernel: "attention",
-        block: 64,
         max_vgprs: 80,
         max_lds: 2048,
     },
@@ -137,13 +126,11 @@ const BUDGETS: &[Budget] = &[
     // 16-byte loads per lane, 102 VGPRs).
     Budget {
         kernel: "attention_staged",
-        block: 128,
         max_vgprs: 128,
         max_lds: 32768,
     },
     Budget {
         kernel: "attention_staged_q8",
-        block: 128,
         max_vgprs: 128,
         max_lds: 32768,
     },
@@ -153,92 +140,7 @@ const BUDGETS: &[Budget] = &[
     // Embedding rows: a dequantizer and two 16-byte stores per 8 values
     // (12-28 VGPRs): full occupancy.
     Budget {
-        kernel: "embed_f32",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_f16",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_bf16",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q4_0",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q4_1",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q5_0",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q5_1",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q8_0",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q2_k",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q3_k",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q4_k",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q5_k",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_q6_k",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_iq4_nl",
-        block: 64,
-        max_vgprs: 32,
-        max_lds: 0,
-    },
-    Budget {
-        kernel: "embed_iq4_xs",
-        block: 64,
+        kernel: "embed_",
         max_vgprs: 32,
         max_lds: 0,
     },
@@ -246,92 +148,7 @@ const BUDGETS: &[Budget] = &[
     // 8 tokens' sums per lane (27-41 VGPRs); <= 64 keeps 16 waves per SIMD
     // for the many rows in flight. One shared float per wave and token.
     Budget {
-        kernel: "matvec_f32",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_f16",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_bf16",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q4_0",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q4_1",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q5_0",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q5_1",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q8_0",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q2_k",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q3_k",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q4_k",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q5_k",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_q6_k",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_iq4_nl",
-        block: 64,
-        max_vgprs: 64,
-        max_lds: 256,
-    },
-    Budget {
-        kernel: "matvec_iq4_xs",
-        block: 64,
+        kernel: "matvec_",
         max_vgprs: 64,
         max_lds: 256,
     },
@@ -341,38 +158,7 @@ const BUDGETS: &[Budget] = &[
     // sit in registers (75-80 VGPRs with dot instructions, 98-102 with
     // gfx1010's portable dot).
     Budget {
-        kernel: "matvec_int_q4_0",
-        block: 64,
-        max_vgprs: 128,
-        max_lds: 1024,
-    },
-    Budget {
-        kernel: "matvec_int_q4_1",
-        block: 64,
-        max_vgprs: 128,
-        max_lds: 1024,
-    },
-    Budget {
-        kernel: "matvec_int_q5_0",
-        block: 64,
-        max_vgprs: 128,
-        max_lds: 1024,
-    },
-    Budget {
-        kernel: "matvec_int_q5_1",
-        block: 64,
-        max_vgprs: 128,
-        max_lds: 1024,
-    },
-    Budget {
-        kernel: "matvec_int_q8_0",
-        block: 64,
-        max_vgprs: 128,
-        max_lds: 1024,
-    },
-    Budget {
-        kernel: "matvec_int_iq4_nl",
-        block: 64,
+        kernel: "matvec_int_",
         max_vgprs: 128,
         max_lds: 1024,
     },
@@ -381,92 +167,7 @@ const BUDGETS: &[Budget] = &[
     // >= 10 waves per SIMD. 13 KiB of f32 tiles; <= 16 KiB keeps 4
     // workgroups per WGP.
     Budget {
-        kernel: "matmul_f32",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_f16",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_bf16",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q4_0",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q4_1",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q5_0",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q5_1",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q8_0",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q2_k",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q3_k",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q4_k",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q5_k",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_q6_k",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_iq4_nl",
-        block: 128,
-        max_vgprs: 96,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_iq4_xs",
-        block: 128,
+        kernel: "matmul_",
         max_vgprs: 96,
         max_lds: 16384,
     },
@@ -475,103 +176,51 @@ const BUDGETS: &[Budget] = &[
     // the next k step's tile in registers (78-119 VGPRs; the kernels cap
     // themselves at 128); >= 8 waves per SIMD. 10 KiB of f16 tiles.
     Budget {
-        kernel: "matmul_cmps_f32",
-        block: 128,
+        kernel: "matmul_cmps_",
         max_vgprs: 128,
         max_lds: 16384,
     },
-    Budget {
-        kernel: "matmul_cmps_f16",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_bf16",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q4_0",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q4_1",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q5_0",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q5_1",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q8_0",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q2_k",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q3_k",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q4_k",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q5_k",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_q6_k",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_iq4_nl",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    Budget {
-        kernel: "matmul_cmps_iq4_xs",
-        block: 128,
-        max_vgprs: 128,
-        max_lds: 16384,
-    },
-    // Test-only spinner: one wave.
+    // Test-only spinner: one invocation, as the GLSL one.
     Budget {
         kernel: "spin",
-        block: 32,
         max_vgprs: 16,
         max_lds: 0,
     },
 ];
+
+/// The budget of kernel `name`: its own entry, else its family's (the
+/// longest family prefix).
+fn budget(name: &str) -> Option<&'static Budget> {
+    BUDGETS
+        .iter()
+        .filter(|b| b.kernel == name || (b.kernel.ends_with('_') && name.starts_with(b.kernel)))
+        .max_by_key(|b| b.kernel.len())
+}
+
+/// Every kernel the HIP backend's lowering can name: the per-weight-type
+/// families for every type core lowers (integer mat-vecs for the types
+/// with an integer form), and the rest of the table.
+fn expected_kernels() -> Vec<String> {
+    let mut names = Vec::new();
+    for ty in QuantType::supported() {
+        let Some(suffix) = weight_suffix(ty) else {
+            continue;
+        };
+        for family in ["embed_", "matvec_", "matmul_", "matmul_cmps_"] {
+            names.push(format!("{family}{suffix}"));
+        }
+        if has_int_form(ty) {
+            names.push(format!("matvec_int_{suffix}"));
+        }
+    }
+    names.extend(
+        BUDGETS
+            .iter()
+            .filter(|b| !b.kernel.ends_with('_'))
+            .map(|b| b.kernel.to_string()),
+    );
+    names
+}
 
 /// True when the crate has kernels; otherwise a skip line, or a failure
 /// when CI requires them.
@@ -653,7 +302,7 @@ fn kernels_fit_their_budgets_on_every_target() {
                 k.group_segment_fixed_size,
                 k.max_flat_workgroup_size
             );
-            let Some(b) = BUDGETS.iter().find(|b| b.kernel == k.name) else {
+            let Some(b) = budget(&k.name) else {
                 failures.push(format!(
                     "{target} {}: no budget (add it to BUDGETS in tests/code_objects.rs)",
                     k.name
@@ -685,16 +334,17 @@ fn kernels_fit_their_budgets_on_every_target() {
                     k.group_segment_fixed_size, b.max_lds
                 ));
             }
-            if k.max_flat_workgroup_size != b.block {
-                fail(format!(
-                    "launch bound {}, expected {} (LAUNCH_BOUNDS)",
-                    k.max_flat_workgroup_size, b.block
-                ));
+            match workgroup_size(&k.name) {
+                Some(block) if block == k.max_flat_workgroup_size => {}
+                expected => fail(format!(
+                    "launch bound {}, but rocmforge_core::gpu::workgroup_size says {expected:?}",
+                    k.max_flat_workgroup_size
+                )),
             }
         }
-        for b in BUDGETS {
-            if meta.kernel(b.kernel).is_none() {
-                failures.push(format!("{target} {}: kernel missing", b.kernel));
+        for name in expected_kernels() {
+            if meta.kernel(&name).is_none() {
+                failures.push(format!("{target} {name}: kernel missing"));
             }
         }
     }
@@ -714,9 +364,9 @@ fn ptx_has_every_kernel_and_no_stack() {
             continue;
         };
         let text = String::from_utf8_lossy(text);
-        for b in BUDGETS {
-            if !text.contains(&format!(".entry {}(", b.kernel)) {
-                failures.push(format!("{target} {}: kernel missing", b.kernel));
+        for name in expected_kernels() {
+            if !text.contains(&format!(".entry {name}(")) {
+                failures.push(format!("{target} {name}: kernel missing"));
             }
         }
         // Registers are assigned later (ptxas), but a local depot already
