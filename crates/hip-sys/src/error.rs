@@ -46,15 +46,8 @@ pub enum HipError {
     TooOld { flavor: Flavor, found: String },
 
     /// `ROCMFORGE_HIP_RUNTIME` holds something other than `hip` or `cuda`.
-    #[error("ROCMFORGE_HIP_RUNTIME={value:?} names no runtime: use hip or cuda, or unset it to try both")]
+    #[error("ROCMFORGE_HIP_RUNTIME={value:?} names no runtime: use hip (the default) or cuda")]
     BadRuntimeName { value: String },
-
-    /// Neither runtime could be loaded (`ROCMFORGE_HIP_RUNTIME` unset).
-    #[error("no GPU runtime: {hip}; {cuda}")]
-    NoRuntime {
-        hip: Box<HipError>,
-        cuda: Box<HipError>,
-    },
 
     /// A call failed in a way that says nothing about the device's health.
     #[error("{call} failed: {message} (error {code})")]
@@ -325,7 +318,7 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "ROCMFORGE_HIP_RUNTIME=\"rocm\" names no runtime: use hip or cuda, or unset it to try both"
+            "ROCMFORGE_HIP_RUNTIME=\"rocm\" names no runtime: use hip (the default) or cuda"
         );
         for e in [
             HipError::NotFound {

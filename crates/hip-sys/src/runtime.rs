@@ -15,8 +15,10 @@ use crate::error::HipError;
 use crate::hip::{self, c_chars_to_string, hipDeviceProp_tR0600, HipApi};
 use crate::types::{DeviceProps, Flavor, Version};
 
-/// The environment variable [`Runtime::from_env`] reads: `hip`, `cuda`, or
-/// unset (HIP, then the CUDA driver).
+/// The environment variable [`Runtime::from_env`] reads: `hip` or unset
+/// (the HIP runtime), or `cuda` (the CUDA driver, for verification only: it
+/// is never picked unasked, so `--backend auto` on an NVIDIA machine does not
+/// mistake a verification mode for an AMD GPU).
 pub const RUNTIME_ENV: &str = "ROCMFORGE_HIP_RUNTIME";
 
 /// Each library is opened at most once per process and never closed. The
@@ -60,12 +62,11 @@ impl fmt::Debug for Runtime {
     }
 }
 
-/// Reads a `ROCMFORGE_HIP_RUNTIME` value: `None` means "try both".
-pub(crate) fn parse_runtime_name(value: Option<&str>) -> Result<Option<Flavor>, HipError> {
+/// Reads a `ROCMFORGE_HIP_RUNTIME` value; unset means HIP.
+pub(crate) fn parse_runtime_name(value: Option<&str>) -> Result<Flavor, HipError> {
     match value.map(str::trim) {
-        None | Some("") => Ok(None),
-        Some("hip") => Ok(Some(Flavor::Hip)),
-        Some("cuda") => Ok(Some(Flavor::CudaDriver)),
+        None | Some("") | Some("hip") => Ok(Flavor::Hip),
+        Some("cuda") => Ok(Flavor::CudaDriver),
         Some(other) => Err(HipError::BadRuntimeName {
             value: other.to_string(),
         }),
@@ -109,21 +110,13 @@ impl Runtime {
         Ok(Runtime::new(api))
     }
 
-    /// The runtime `ROCMFORGE_HIP_RUNTIME` asks for: `hip`, `cuda` (the CUDA
-    /// driver), or when unset HIP and then the CUDA driver. Callers should
-    /// print [`flavor`](Runtime::flavor) so CUDA mode is never mistaken for
-    /// an AMD run.
+    /// The runtime `ROCMFORGE_HIP_RUNTIME` asks for: `hip` (also when
+    /// unset) or `cuda` (the CUDA driver). Callers should print
+    /// [`flavor`](Runtime::flavor) so CUDA mode is never mistaken for an AMD
+    /// run.
     pub fn from_env() -> Result<Runtime, HipError> {
         let value = std::env::var_os(RUNTIME_ENV).map(|v| v.to_string_lossy().into_owned());
-        match parse_runtime_name(value.as_deref())? {
-            Some(flavor) => Runtime::load(flavor),
-            None => Runtime::load(Flavor::Hip).or_else(|hip| {
-                Runtime::load(Flavor::CudaDriver).map_err(|cuda| HipError::NoRuntime {
-                    hip: Box::new(hip),
-                    cuda: Box::new(cuda),
-                })
-            }),
-        }
+        Runtime::load(parse_runtime_name(value.as_deref())?)
     }
 
     fn new(api: Api) -> Runtime {
@@ -369,12 +362,13 @@ mod tests {
 
     #[test]
     fn runtime_names_parse() {
-        assert_eq!(parse_runtime_name(None).unwrap(), None);
-        assert_eq!(parse_runtime_name(Some("")).unwrap(), None);
-        assert_eq!(parse_runtime_name(Some("hip")).unwrap(), Some(Flavor::Hip));
+        // Unset is HIP: the CUDA driver is only ever used when asked for.
+        assert_eq!(parse_runtime_name(None).unwrap(), Flavor::Hip);
+        assert_eq!(parse_runtime_name(Some("")).unwrap(), Flavor::Hip);
+        assert_eq!(parse_runtime_name(Some("hip")).unwrap(), Flavor::Hip);
         assert_eq!(
             parse_runtime_name(Some(" cuda ")).unwrap(),
-            Some(Flavor::CudaDriver)
+            Flavor::CudaDriver
         );
         let e = parse_runtime_name(Some("vulkan")).unwrap_err();
         assert_eq!(

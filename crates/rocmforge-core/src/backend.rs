@@ -74,6 +74,16 @@ pub enum BackendError {
     Rope(#[from] crate::graph::RopeError),
     #[error("tensor '{tensor}' is not aligned for this device: {reason}")]
     Alignment { tensor: String, reason: String },
+    /// The model does not fit in the memory the device has free, found
+    /// before anything was allocated ([`Backend::free_memory`]).
+    #[error("the model needs {} on {device} ({detail}) but only {} is free; use a smaller --ctx-size, a smaller quantization or another backend", format_bytes(*needed), format_bytes(*free))]
+    DoesNotFit {
+        device: String,
+        needed: u64,
+        free: u64,
+        /// What the bytes are for, e.g. "weights 3.9 GiB, KV cache 1.0 GiB".
+        detail: String,
+    },
     #[error("out of memory allocating {bytes} bytes for {what}")]
     OutOfMemory { what: &'static str, bytes: u64 },
     /// A bounded wait on the device expired. The backend is unusable
@@ -99,6 +109,28 @@ impl BackendError {
             BackendError::Timeout { .. } | BackendError::DeviceLost(_) | BackendError::Unusable(_)
         )
     }
+}
+
+/// What a backend can say about its memory before allocating any of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FreeMemory {
+    /// Bytes free for this process's allocations now.
+    pub free: u64,
+    /// Whether `load` copies the weights into this memory (GPU backends) or
+    /// reads them from the file's mapping (the CPU backend, where the page
+    /// cache can hold them, or page them in as llama.cpp's mmap does).
+    pub holds_weights: bool,
+}
+
+/// `1.5 GiB`, `512.0 MiB`, `12 bytes`: sizes in errors people read.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if bytes >= size {
+            return format!("{:.1} {unit}", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 /// A compute backend: a few device buffers plus whole-graph execution.
@@ -144,4 +176,12 @@ pub trait Backend {
     ) -> Result<(), BackendError>;
 
     fn allocations(&self) -> AllocationStats;
+
+    /// Memory free on the device now, asked before `load` so a model that
+    /// cannot fit is refused with the sizes instead of failing (or, on some
+    /// drivers, hanging) midway through its allocations. `None` where the
+    /// device cannot tell; the session then skips the check.
+    fn free_memory(&self) -> Option<FreeMemory> {
+        None
+    }
 }

@@ -20,10 +20,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, GraphId, StepInputs};
+use crate::backend::{format_bytes, Backend, BackendError, GraphId, StepInputs};
 use crate::graph::{build_graph, Graph};
 use crate::model::Model;
-use crate::plan::ArenaPlan;
+use crate::plan::{ArenaPlan, KvLayout};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -133,7 +133,6 @@ impl Session {
             n_batch: opts.n_batch.min(opts.n_ctx),
             ..opts
         };
-        backend.load(&model, opts.n_ctx, progress)?;
         let mut graphs = HashMap::new();
         for n in step_sizes(opts.n_batch) {
             let graph = build_graph(&model, n, opts.all_logits);
@@ -148,6 +147,8 @@ impl Session {
             );
         }
         let arena_bytes = graphs.values().map(|g| g.plan.arena_bytes).max();
+        check_fits(&*backend, &model, opts.n_ctx, arena_bytes.unwrap_or(0))?;
+        backend.load(&model, opts.n_ctx, progress)?;
         backend.reserve(&graphs[&opts.n_batch].graph, arena_bytes.unwrap_or(0))?;
         let mut s = Session {
             model,
@@ -249,6 +250,51 @@ impl Session {
         self.logits = out;
         Ok(&self.logits)
     }
+}
+
+/// Refuses a model that cannot fit in the memory the backend has free,
+/// before `load` allocates anything: the weights (where the backend copies
+/// them), the KV cache and the activation arena. Backend scratch is left
+/// out, so this is a lower bound: a model that passes can still run out,
+/// and then fails at allocation with [`BackendError::OutOfMemory`].
+fn check_fits(
+    backend: &dyn Backend,
+    model: &Model,
+    n_ctx: usize,
+    arena_bytes: usize,
+) -> Result<(), BackendError> {
+    let Some(mem) = backend.free_memory() else {
+        return Ok(());
+    };
+    let kv = KvLayout::new(&model.config, n_ctx);
+    // u128: a context of 2^32 positions times a large model overflows u64
+    // arithmetic on the way to the (refused) total.
+    let kv_bytes = kv.n_layer as u128 * 2 * n_ctx as u128 * kv.kv_dim as u128 * 2;
+    let weights = if mem.holds_weights {
+        model.weights.region_bytes as u128
+    } else {
+        0
+    };
+    let needed = weights + kv_bytes + arena_bytes as u128;
+    if needed <= mem.free as u128 {
+        return Ok(());
+    }
+    let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    let mut detail = Vec::new();
+    if mem.holds_weights {
+        detail.push(format!("weights {}", format_bytes(clamp(weights))));
+    }
+    detail.push(format!(
+        "KV cache {} for {n_ctx} positions",
+        format_bytes(clamp(kv_bytes))
+    ));
+    detail.push(format!("activations {}", format_bytes(arena_bytes as u64)));
+    Err(BackendError::DoesNotFit {
+        device: backend.info().device,
+        needed: clamp(needed),
+        free: mem.free,
+        detail: detail.join(", "),
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! `CpuBackend`: the [`Backend`] implementation over host memory.
 
 use rocmforge_core::backend::{
-    AllocationStats, Backend, BackendError, BackendInfo, GraphId, StepInputs,
+    AllocationStats, Backend, BackendError, BackendInfo, FreeMemory, GraphId, StepInputs,
 };
 use rocmforge_core::graph::fusion::matmul_groups;
 use rocmforge_core::graph::Graph;
@@ -10,7 +10,7 @@ use rocmforge_core::plan::{ArenaPlan, KvLayout, StepInputLayout};
 
 use crate::exec::{ScratchLayout, Step};
 use crate::kernels::rope::{RopeMode, RopeTable};
-use crate::memory::HostBuffer;
+use crate::memory::{available_host_memory, HostBuffer};
 use crate::team::run_team;
 use crate::weights::MappedWeights;
 
@@ -54,8 +54,27 @@ pub struct CpuBackend {
     allocations: usize,
 }
 
+/// The most threads a CPU backend runs, as ggml's `GGML_MAX_N_THREADS`:
+/// every step spawns its team and gives each member scratch, so an absurd
+/// count (`--threads 100000`) would exhaust the process's threads or memory
+/// instead of running.
+pub const MAX_THREADS: usize = 512;
+
 impl CpuBackend {
-    /// `n_threads` 0 means one per available core.
+    /// As [`new`](CpuBackend::new), refusing thread counts above
+    /// [`MAX_THREADS`] with an error the user can act on.
+    pub fn try_new(n_threads: usize) -> Result<CpuBackend, BackendError> {
+        if n_threads > MAX_THREADS {
+            return Err(BackendError::Unavailable(format!(
+                "{n_threads} threads requested; the cpu backend runs at most {MAX_THREADS} (0 = one per core)"
+            )));
+        }
+        Ok(CpuBackend::new(n_threads))
+    }
+
+    /// `n_threads` 0 means one per available core. Counts above
+    /// [`MAX_THREADS`] are the caller's mistake; [`try_new`](CpuBackend::try_new)
+    /// checks them.
     pub fn new(n_threads: usize) -> CpuBackend {
         let n_threads = if n_threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -260,5 +279,14 @@ impl Backend for CpuBackend {
                 .reserved
                 .map_or(0, |r| (self.work.len() - r.arena_bytes) as u64),
         }
+    }
+
+    fn free_memory(&self) -> Option<FreeMemory> {
+        available_host_memory().map(|free| FreeMemory {
+            free,
+            // Weights are read through the file's mapping; the repacked
+            // Q4_0 copy is left out of the estimate.
+            holds_weights: false,
+        })
     }
 }

@@ -12,4 +12,4 @@ mod memory;
 mod team;
 mod weights;
 
-pub use backend::CpuBackend;
+pub use backend::{CpuBackend, MAX_THREADS};

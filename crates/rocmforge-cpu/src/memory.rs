@@ -180,3 +180,31 @@ impl SharedMem {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut half::f16, n) }
     }
 }
+
+/// Host memory this process may still use: `MemAvailable` from
+/// `/proc/meminfo`, lowered to the cgroup's remaining limit where one is set
+/// (containers and CI runners, where `MemAvailable` shows the whole host).
+/// `None` off Linux or where neither is readable.
+pub fn available_host_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+    let available = meminfo.as_deref().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    });
+    let read_u64 = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    // cgroup v2: "max" (no limit) does not parse and is skipped.
+    let cgroup = read_u64("/sys/fs/cgroup/memory.max")
+        .zip(read_u64("/sys/fs/cgroup/memory.current"))
+        .map(|(max, current)| max.saturating_sub(current));
+    match (available, cgroup) {
+        (Some(a), Some(c)) => Some(a.min(c)),
+        (a, c) => a.or(c),
+    }
+}

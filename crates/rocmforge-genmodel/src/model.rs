@@ -78,6 +78,16 @@ impl ModelPlan {
         })
     }
 
+    /// The model without tokenizer metadata: loadable and runnable from
+    /// token ids, but not from text. For device probes, which must work
+    /// from the binary alone, without the repository's vocabulary files.
+    pub fn without_tokenizer(preset: &Preset, ty: QuantType) -> Self {
+        ModelPlan {
+            metadata: metadata::model_metadata(preset, ty),
+            tensors: layout::tensors(preset, ty),
+        }
+    }
+
     pub fn tensor_bytes(&self) -> u64 {
         self.tensors.iter().map(TensorSpec::n_bytes).sum()
     }

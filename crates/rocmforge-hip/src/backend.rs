@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use hip_sys::{Event, Flavor, HipError, Runtime, Stream};
 use rocmforge_core::backend::{
-    AllocationStats, Backend, BackendError, BackendInfo, GraphId, StepInputs,
+    AllocationStats, Backend, BackendError, BackendInfo, FreeMemory, GraphId, StepInputs,
 };
 use rocmforge_core::gpu::push::SpinPush;
 use rocmforge_core::gpu::{self as lower, DeviceWeight, GraphAddresses, Lowering, MatrixTiles};
@@ -79,7 +79,7 @@ impl HipOptions {
     /// `ROCMFORGE_HIP_GRAPHS=0` (direct launches), `ROCMFORGE_HIP_CRUMBS=0`
     /// (no breadcrumbs), `ROCMFORGE_HIP_MAX_REGION` and
     /// `ROCMFORGE_HIP_STAGING_BYTES` (bytes). The runtime itself is
-    /// `ROCMFORGE_HIP_RUNTIME` (`hip`, `cuda`, unset: HIP then CUDA).
+    /// `ROCMFORGE_HIP_RUNTIME` (`hip` or unset: HIP; `cuda`: the CUDA driver).
     pub fn from_env() -> HipOptions {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let d = HipOptions::default();
@@ -780,6 +780,16 @@ impl Backend for HipBackend {
             arena_bytes: self.reserved.as_ref().map_or(0, |r| r.arena_bytes),
             scratch_bytes: self.reserved.as_ref().map_or(0, |r| r.scratch_bytes),
         }
+    }
+
+    fn free_memory(&self) -> Option<FreeMemory> {
+        // The device is current on this thread only after set_device; a
+        // failed query skips the check rather than failing the load.
+        self.rt.set_device(self.dev.index).ok()?;
+        self.rt.mem_get_info().ok().map(|m| FreeMemory {
+            free: m.free,
+            holds_weights: true,
+        })
     }
 }
 

@@ -31,7 +31,6 @@ impl From<Hip> for BackendError {
             | HipError::MissingSymbol { .. }
             | HipError::TooOld { .. }
             | HipError::BadRuntimeName { .. }
-            | HipError::NoRuntime { .. }
             | HipError::Unavailable { .. }
             | HipError::CodeObject { .. } => BackendError::Unavailable(e.to_string()),
             HipError::Call { .. } => BackendError::Device(e.to_string()),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ash::vk;
 use rocmforge_core::backend::{
-    AllocationStats, Backend, BackendError, BackendInfo, GraphId, StepInputs,
+    AllocationStats, Backend, BackendError, BackendInfo, FreeMemory, GraphId, StepInputs,
 };
 use rocmforge_core::graph::Graph;
 use rocmforge_core::model::{Model, WEIGHT_ALIGN};
@@ -742,6 +742,15 @@ impl Backend for VulkanBackend {
             arena_bytes: self.reserved.as_ref().map_or(0, |r| r.arena_bytes),
             scratch_bytes: self.reserved.as_ref().map_or(0, |r| r.scratch_bytes),
         }
+    }
+
+    fn free_memory(&self) -> Option<FreeMemory> {
+        // Asked before load, so nothing of ours is allocated yet; the
+        // figure from opening the device is current enough.
+        (self.gpu.free_at_open > 0).then_some(FreeMemory {
+            free: self.gpu.free_at_open,
+            holds_weights: true,
+        })
     }
 }
 

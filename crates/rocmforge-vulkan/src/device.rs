@@ -46,6 +46,9 @@ pub struct DeviceProps {
     pub buffer_marker: bool,
     /// Largest single allocation and buffer.
     pub max_region: u64,
+    /// `VK_EXT_memory_budget`: the driver reports each heap's budget and
+    /// this process's usage.
+    pub memory_budget: bool,
     pub max_workgroups: [u32; 3],
     /// One line in the style of llama.cpp's device report.
     pub summary: String,
@@ -60,6 +63,10 @@ pub struct Gpu {
     pub queue: vk::Queue,
     pub queue_family: u32,
     pub memory: vk::PhysicalDeviceMemoryProperties,
+    /// Device-local bytes free when the device was opened: the
+    /// `VK_EXT_memory_budget` budget less usage where the driver has it,
+    /// else the largest device-local heap's size.
+    pub free_at_open: u64,
     pub props: DeviceProps,
     /// `vkCmdWriteBufferMarkerAMD`, where `props.buffer_marker`.
     pub marker: Option<ash::amd::buffer_marker::Device>,
@@ -249,6 +256,7 @@ impl Gpu {
         let queue = unsafe { device.get_device_queue(c.queue_family, 0) };
         // SAFETY: plain query.
         let memory = unsafe { instance.get_physical_device_memory_properties(c.physical) };
+        let free_at_open = device_local_free(&instance, c.physical, &memory, c.props.memory_budget);
         let marker = c
             .props
             .buffer_marker
@@ -261,6 +269,7 @@ impl Gpu {
             queue,
             queue_family: c.queue_family,
             memory,
+            free_at_open,
             props: c.props,
         })
     }
@@ -413,6 +422,7 @@ fn candidate(
             int_dot: use_int_dot,
             buffer_marker,
             max_region,
+            memory_budget: has_ext(ash::ext::memory_budget::NAME),
             max_workgroups: p.limits.max_compute_work_group_count,
             summary,
         },
@@ -445,4 +455,34 @@ fn coopmat_f16_16x16(entry: &ash::Entry, instance: &ash::Instance, pd: vk::Physi
             && s.result_type == C::FLOAT32
             && s.scope == vk::ScopeKHR::SUBGROUP
     })
+}
+
+/// Device-local bytes free now (see [`Gpu::free_at_open`]).
+fn device_local_free(
+    instance: &ash::Instance,
+    pd: vk::PhysicalDevice,
+    memory: &vk::PhysicalDeviceMemoryProperties,
+    has_budget: bool,
+) -> u64 {
+    let heaps = &memory.memory_heaps[..memory.memory_heap_count as usize];
+    let local = |i: usize| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL);
+    if has_budget {
+        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let mut props2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+        // SAFETY: `pd` came from this instance and supports
+        // VK_EXT_memory_budget, whose struct may then extend this query.
+        unsafe { instance.get_physical_device_memory_properties2(pd, &mut props2) };
+        if let Some(free) = (0..heaps.len())
+            .filter(|&i| local(i))
+            .map(|i| budget.heap_budget[i].saturating_sub(budget.heap_usage[i]))
+            .max()
+        {
+            return free;
+        }
+    }
+    (0..heaps.len())
+        .filter(|&i| local(i))
+        .map(|i| heaps[i].size)
+        .max()
+        .unwrap_or(0)
 }
