@@ -123,7 +123,10 @@ fn shared_instance() -> Result<(ash::Entry, ash::Instance), BackendError> {
         std::sync::OnceLock::new();
     INSTANCE
         .get_or_init(|| {
-            let entry = loader().map_err(|e| e.to_string())?;
+            let entry = loader().map_err(|e| match e {
+                BackendError::Unavailable(why) => why,
+                other => other.to_string(),
+            })?;
             // SAFETY: plain query on a loaded entry.
             let version = unsafe { entry.try_enumerate_instance_version() }
                 .map_err(|e| format!("vkEnumerateInstanceVersion: {e}"))?

@@ -1,5 +1,9 @@
 //! The `rocmforge` command line: generate text, tokenize, inspect GGUF files.
 
+// A closed stdout or stderr pipe makes these macros panic; output goes
+// through `commands::write_stdout` and `commands::note` instead.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod commands;
 
 use std::process::ExitCode;
@@ -27,6 +31,12 @@ enum Command {
     Tokenize(commands::tokenize::Args),
     /// Print a GGUF file's metadata and tensor table.
     Info(commands::info::Args),
+    /// Diagnose the GPU stack: GPUs, drivers, firmware, settings, known issues.
+    Doctor(commands::doctor::Args),
+    /// The child side of a backend probe (run by `--backend auto` and
+    /// `doctor --probe`).
+    #[command(hide = true)]
+    ProbeCase(commands::probe_case::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,14 +50,21 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Generate(a) => commands::generate::run(a),
+        Command::Generate(a) => match commands::generate::run(a) {
+            // 128 + SIGINT, as shells report a program stopped by Ctrl-C.
+            Ok(commands::generate::Finished::Interrupted) => return ExitCode::from(130),
+            Ok(commands::generate::Finished::Done) => Ok(()),
+            Err(e) => Err(e),
+        },
+        Command::ProbeCase(a) => commands::probe_case::run(a),
         Command::Tokenize(a) => commands::tokenize::run(a),
         Command::Info(a) => commands::info::run(a),
+        Command::Doctor(a) => commands::doctor::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            commands::note(&format!("error: {e}"));
             if device_stopped(e.as_ref()) {
                 exit_skipping_driver_teardown(1);
             }

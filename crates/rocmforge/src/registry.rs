@@ -2,6 +2,8 @@
 
 use rocmforge_core::backend::{Backend, BackendError};
 
+use crate::fault::{FaultSpec, FaultyBackend};
+
 /// Options every backend constructor accepts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BackendOptions {
@@ -28,7 +30,25 @@ pub struct BackendEntry {
 }
 
 fn create_cpu(opts: &BackendOptions) -> Result<Box<dyn Backend>, BackendError> {
-    Ok(Box::new(rocmforge_cpu::CpuBackend::new(opts.threads)))
+    // The host is one device. Silently ignoring `--device 5` would run on
+    // the CPU while the user believes a GPU was chosen.
+    if let Some(d) = opts.device.filter(|&d| d != 0) {
+        return Err(BackendError::Unavailable(format!(
+            "--device {d}: the cpu backend has one device (0); --device picks among the GPUs of the vulkan and rocm backends"
+        )));
+    }
+    Ok(Box::new(rocmforge_cpu::CpuBackend::try_new(opts.threads)?))
+}
+
+/// A warning when `threads` is more than this machine's cores: it runs,
+/// but the threads take turns on the cores and every step waits for the
+/// slowest (llama.cpp's advice is the physical core count).
+pub fn threads_warning(threads: usize) -> Option<String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Above the backend's maximum the count is refused anyway.
+    (threads > cores && threads <= rocmforge_cpu::MAX_THREADS).then(|| {
+        format!("warning: {threads} threads on {cores} cores oversubscribes them and is slower; 0 picks one per core")
+    })
 }
 
 fn create_vulkan(opts: &BackendOptions) -> Result<Box<dyn Backend>, BackendError> {
@@ -85,11 +105,20 @@ pub fn backends() -> &'static [BackendEntry] {
 pub enum RegistryError {
     #[error("unknown backend '{name}' (known: {known})")]
     Unknown { name: String, known: String },
-    #[error("backend '{name}' cannot run here: {source}")]
+    #[error("backend '{name}' cannot run here: {}", unavailable_reason(source))]
     Unavailable {
         name: &'static str,
         source: BackendError,
     },
+}
+
+/// A backend's reason for not running, without the variant's own "backend
+/// not available" prefix, which the registry's message already says.
+pub fn unavailable_reason(e: &BackendError) -> String {
+    match e {
+        BackendError::Unavailable(why) => why.clone(),
+        other => other.to_string(),
+    }
 }
 
 pub fn find(name: &str) -> Option<&'static BackendEntry> {
@@ -109,10 +138,17 @@ pub fn create(name: &str, opts: &BackendOptions) -> Result<Box<dyn Backend>, Reg
             .collect::<Vec<_>>()
             .join(", "),
     })?;
-    (entry.create)(opts).map_err(|source| RegistryError::Unavailable {
+    let unavailable = |source| RegistryError::Unavailable {
         name: entry.name,
         source,
-    })
+    };
+    let backend = (entry.create)(opts).map_err(unavailable)?;
+    Ok(
+        match FaultSpec::from_env(entry.name).map_err(unavailable)? {
+            Some(spec) => FaultyBackend::wrap(backend, spec),
+            None => backend,
+        },
+    )
 }
 
 #[cfg(test)]

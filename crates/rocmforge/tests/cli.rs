@@ -1,36 +1,11 @@
 //! The `rocmforge` binary end to end: output on good input, one-line errors
 //! and non-zero exits on bad input.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/reference")
-        .join(name)
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rocmforge"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A failure prints exactly one line, starting with "error:", and no
-/// backtrace.
-fn assert_one_line_error(o: &Output, code: i32, needle: &str) {
-    assert_eq!(o.status.code(), Some(code), "stderr: {}", stderr(o));
-    let err = stderr(o);
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "expected one line, got: {err}");
-    assert!(lines[0].starts_with("error:"), "{err}");
-    assert!(lines[0].contains(needle), "expected '{needle}' in: {err}");
-}
+use common::{assert_one_line_error, fixture, run, stderr};
 
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. Once upon a time";
 

@@ -2,17 +2,21 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use rocmforge::auto::{self, AutoOptions};
+use rocmforge::probe::cache;
 use rocmforge::registry::{self, BackendOptions};
+use rocmforge_core::backend::{Backend, BackendError};
 use rocmforge_core::model::Model;
 use rocmforge_core::sampler::{Sampler, SamplerConfig};
-use rocmforge_core::session::{Session, SessionOptions};
+use rocmforge_core::session::{Session, SessionError, SessionOptions};
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
 
-use super::{write_stdout, CliError};
+use super::{check_model_path, note, write_stdout, CliError};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,9 +29,18 @@ pub struct Args {
     /// Tokens to generate at most.
     #[arg(long, short = 'n', default_value_t = 128)]
     max_tokens: usize,
-    /// Compute backend.
-    #[arg(long, default_value = "cpu")]
+    /// Compute backend: auto (rocm, then vulkan, then cpu; GPU backends are
+    /// probed in a child process first), rocm, vulkan or cpu.
+    #[arg(long, default_value = "auto")]
     backend: String,
+    /// With --backend auto: probe the GPU backends again instead of using
+    /// the verdicts cached for this device, driver and build.
+    #[arg(long)]
+    reprobe: bool,
+    /// With --backend auto: seconds a probe may take before its backend is
+    /// declared hung and passed over.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    probe_timeout: f64,
     /// CPU threads (0 = one per core).
     #[arg(long, short = 't', default_value_t = 0)]
     threads: usize,
@@ -79,7 +92,62 @@ fn load_bar() -> ProgressBar {
     bar
 }
 
-pub fn run(a: Args) -> Result<(), CliError> {
+/// How a generation ended, for the exit code.
+pub enum Finished {
+    Done,
+    /// Stopped by Ctrl-C (exit 130).
+    Interrupted,
+}
+
+/// Set by the first Ctrl-C; the generation loop stops at the next token.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Ctrl-C stops the generation at the next token, keeping what was printed
+/// and printing the timings; a second Ctrl-C (a prompt evaluation can take
+/// a while on the CPU) ends the process at once.
+fn install_interrupt_handler() {
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            let _ = std::io::stdout().flush();
+            // SAFETY: _exit ends the process immediately; this thread touches
+            // nothing afterwards.
+            unsafe { libc::_exit(130) };
+        }
+    });
+}
+
+struct Chosen {
+    backend: Box<dyn Backend>,
+    /// Set when `auto` chose it: failures are recorded for the next run.
+    auto_cache: Option<Option<PathBuf>>,
+}
+
+fn create_backend(a: &Args, opts: BackendOptions) -> Result<Chosen, CliError> {
+    if a.backend != "auto" {
+        return Ok(Chosen {
+            backend: registry::create(&a.backend, &opts)?,
+            auto_cache: None,
+        });
+    }
+    let cache_dir = cache::cache_dir();
+    let choice = auto::choose(&AutoOptions {
+        backend: opts,
+        reprobe: a.reprobe,
+        probe_timeout: positive_secs("--probe-timeout", a.probe_timeout)?,
+        exe: std::env::current_exe()
+            .map_err(|e| format!("cannot find this program's path to probe backends: {e}"))?,
+        cache_dir: cache_dir.clone(),
+    })?;
+    if let Some(line) = choice.explanation() {
+        note(&line);
+    }
+    Ok(Chosen {
+        backend: choice.backend,
+        auto_cache: Some(cache_dir),
+    })
+}
+
+pub fn run(a: Args) -> Result<Finished, CliError> {
     let sampler_cfg = SamplerConfig {
         temperature: a.temp,
         top_k: a.top_k,
@@ -90,26 +158,72 @@ pub fn run(a: Args) -> Result<(), CliError> {
         seed: a.seed,
     };
     let mut sampler = Sampler::new(sampler_cfg)?;
-    let backend = registry::create(
-        &a.backend,
-        &BackendOptions {
+    // The user's input is checked before any backend starts: probing one
+    // takes seconds, a typo in a path should not.
+    let input = read_input(&a)?;
+    if let Some(w) = registry::threads_warning(a.threads) {
+        note(&w);
+    }
+    let chosen = create_backend(
+        &a,
+        BackendOptions {
             threads: a.threads,
             device: a.device,
             allow_software_devices: false,
             gpu_timeout: Some(gpu_timeout(a.gpu_timeout)?),
         },
     )?;
+    let backend_name = chosen.backend.info().name;
+    let result = generate(&a, &mut sampler, input, chosen.backend);
+    if let (Err(e), Some(cache_dir)) = (&result, &chosen.auto_cache) {
+        if let Some(reason) = fatal_reason(e.as_ref()) {
+            auto::record_failure(cache_dir.as_deref(), backend_name, a.device, &reason);
+        }
+    }
+    result
+}
 
+/// The message of a backend failure that stops the backend for good.
+fn fatal_reason(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    match e.downcast_ref::<SessionError>() {
+        Some(SessionError::Backend(b)) if b.is_fatal() => Some(b.to_string()),
+        _ => e
+            .downcast_ref::<BackendError>()
+            .filter(|b| b.is_fatal())
+            .map(ToString::to_string),
+    }
+}
+
+/// The model, its tokenizer and the prompt, checked.
+struct Input {
+    model: Arc<Model>,
+    tok: Tokenizer,
+    prompt: Vec<u32>,
+    n_ctx: usize,
+    t_load: Instant,
+}
+
+fn read_input(a: &Args) -> Result<Input, CliError> {
+    check_model_path(&a.gguf)?;
     let t_load = Instant::now();
     let model = Arc::new(Model::load(&a.gguf).map_err(|e| format!("{}: {e}", a.gguf.display()))?);
     let tok = Tokenizer::from_gguf(&model.file)?;
+    let n_ctx_train = model.config.n_ctx_train;
     let n_ctx = match a.ctx_size {
-        0 => model.config.n_ctx_train.min(4096),
+        0 => n_ctx_train.min(4096),
         n => n,
     };
+    if n_ctx > n_ctx_train {
+        note(&format!(
+            "warning: context size {n_ctx} is longer than the model's training context {n_ctx_train}; output past {n_ctx_train} tokens is likely to degrade"
+        ));
+    }
     let prompt = tok.encode(&a.prompt, tok.add_bos_default() && !a.no_bos, true);
     if prompt.is_empty() {
-        return Err("the prompt is empty (and the model adds no BOS token)".into());
+        return Err(
+            "the prompt is empty and the model adds no BOS token: give some text with --prompt"
+                .into(),
+        );
     }
     if prompt.len() >= n_ctx {
         return Err(format!(
@@ -118,6 +232,28 @@ pub fn run(a: Args) -> Result<(), CliError> {
         )
         .into());
     }
+    Ok(Input {
+        model,
+        tok,
+        prompt,
+        n_ctx,
+        t_load,
+    })
+}
+
+fn generate(
+    a: &Args,
+    sampler: &mut Sampler,
+    input: Input,
+    backend: Box<dyn Backend>,
+) -> Result<Finished, CliError> {
+    let Input {
+        model,
+        tok,
+        prompt,
+        n_ctx,
+        t_load,
+    } = input;
     let bar = load_bar();
     let mut progress = |done: u64, total: u64| {
         bar.set_length(total);
@@ -127,15 +263,17 @@ pub fn run(a: Args) -> Result<(), CliError> {
         n_ctx,
         ..SessionOptions::default()
     };
-    let mut session = Session::new(Arc::clone(&model), backend, opts, &mut progress)?;
+    let session = Session::new(Arc::clone(&model), backend, opts, &mut progress);
     bar.finish_and_clear();
+    let mut session = session?;
     let load_s = t_load.elapsed().as_secs_f64();
     let info = session.backend().info();
-    eprintln!(
+    note(&format!(
         "backend: {} on {}; model loaded in {:.2} s",
         info.name, info.device, load_s
-    );
+    ));
 
+    install_interrupt_handler();
     let mut out = std::io::stdout().lock();
     if !a.ids {
         write_stdout(&mut out, a.prompt.as_bytes())?;
@@ -151,7 +289,12 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let mut decoder = StreamDecoder::new();
     let mut generated = 0;
     let mut stop_reason = "max tokens";
+    let mut failure = None;
     while generated < a.max_tokens {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            stop_reason = "interrupted";
+            break;
+        }
         let id = sampler.sample(&logits);
         sampler.accept(id);
         generated += 1;
@@ -169,16 +312,28 @@ pub fn run(a: Args) -> Result<(), CliError> {
             break;
         }
         if generated < a.max_tokens {
-            logits.copy_from_slice(session.eval(&[id])?);
+            match session.eval(&[id]) {
+                Ok(l) => logits.copy_from_slice(l),
+                Err(e) => {
+                    stop_reason = "device failure";
+                    failure = Some(e);
+                    break;
+                }
+            }
         }
     }
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        stop_reason = "interrupted";
+    }
+    // What was generated stays on stdout, ended by a newline, before any
+    // error: a failure mid-run loses nothing already streamed.
     if !a.ids {
         let rest = decoder.finish();
         write_stdout(&mut out, format!("{rest}\n").as_bytes())?;
     }
     out.flush()?;
     let gen_s = t_gen.elapsed().as_secs_f64();
-    eprintln!(
+    note(&format!(
         "prompt: {} tokens in {:.2} s ({:.1} t/s); generated: {} tokens in {:.2} s ({:.1} t/s); stopped: {}",
         prompt.len(),
         prompt_s,
@@ -187,17 +342,29 @@ pub fn run(a: Args) -> Result<(), CliError> {
         gen_s,
         generated as f64 / gen_s.max(1e-9),
         stop_reason
-    );
-    Ok(())
+    ));
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    Ok(if stop_reason == "interrupted" {
+        Finished::Interrupted
+    } else {
+        Finished::Done
+    })
 }
 
 /// `--gpu-timeout` as a duration: positive and finite.
-fn gpu_timeout(secs: f64) -> Result<std::time::Duration, String> {
+pub fn gpu_timeout(secs: f64) -> Result<Duration, String> {
+    positive_secs("--gpu-timeout", secs)
+}
+
+/// A flag's seconds as a duration: positive and finite.
+pub fn positive_secs(flag: &str, secs: f64) -> Result<Duration, String> {
     if secs.is_finite() && secs > 0.0 && secs < 1e9 {
-        Ok(std::time::Duration::from_secs_f64(secs))
+        Ok(Duration::from_secs_f64(secs))
     } else {
         Err(format!(
-            "--gpu-timeout must be a positive number of seconds, got {secs}"
+            "{flag} must be a positive number of seconds, got {secs}"
         ))
     }
 }

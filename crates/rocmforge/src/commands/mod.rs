@@ -1,8 +1,11 @@
 //! One module per subcommand. Each returns a [`CliError`], printed as one line
 //! by `main`.
 
+pub mod doctor;
+pub mod doctor_probe;
 pub mod generate;
 pub mod info;
+pub mod probe_case;
 pub mod tokenize;
 
 use std::path::Path;
@@ -15,7 +18,33 @@ pub type CliError = Box<dyn std::error::Error>;
 /// Opens a GGUF file with the path in the error, since the reader's errors
 /// say what is wrong but not which file.
 pub fn open_gguf(path: &Path) -> Result<GgufFile, CliError> {
+    check_model_path(path)?;
     GgufFile::open(path).map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+/// What the OS would say about a path that is no file, in the user's terms:
+/// mapping a directory fails with "No such device (os error 19)".
+pub fn check_model_path(path: &Path) -> Result<(), CliError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {
+            Err(format!("{}: is a directory, not a GGUF file", path.display()).into())
+        }
+        Ok(m) if !m.is_file() => Err(format!(
+            "{}: is not a regular file (a GGUF model is read by mapping it)",
+            path.display()
+        )
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+/// Writes one line to stderr. A closed or full stderr loses the line
+/// instead of panicking as `eprintln!` does: diagnostics must never be what
+/// takes a run down.
+pub fn note(line: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
 }
 
 /// Writes to stdout; a closed pipe (`| head`) ends the program quietly
