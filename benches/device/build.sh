@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Builds, on the dev machine, what `benches/device/vulkan.sh` and
 # `benches/device/hip.sh` run on the lent GPU: release xtask (gen-model,
-# bench) and the test binaries of the conformance suite and the GPU
+# bench), the rocmforge binary (`benches/device/never-hang.sh`) and the
+# test binaries of the conformance suite and the GPU
 # backends, stripped, into `.gpu/bin/` (ignored by git; carried with the
 # run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .gpu/bin
 rm -f .gpu/bin/*
-cargo build --release -p xtask
+cargo build --release -p xtask -p rocmforge
 cp target/release/xtask .gpu/bin/xtask
+cp target/release/rocmforge .gpu/bin/rocmforge
 cargo test -p rocmforge-conformance -p rocmforge-vulkan -p rocmforge-hip -p hip-sys --no-run --message-format=json 2>/dev/null |
   python3 -c '
 import json, sys

@@ -252,6 +252,35 @@ fn no_gpu_says_so_and_what_remains() {
 }
 
 #[test]
+fn an_nvidia_gpu_in_a_container_is_offered_to_vulkan() {
+    // The lent GPU's machine: no DRM cards in the container, NVIDIA's
+    // driver listing its GPU under /proc, and ROCm 5.7's runtime installed.
+    let root = FakeRoot::new("nvidia");
+    root.kernel("6.18.44")
+        .file(
+            "/proc/driver/nvidia/gpus/0000:19:00.0/information",
+            "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 17\n",
+        )
+        .file("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5", "")
+        .file("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5.7.31921", "");
+    let d = diagnose(&root, &[], ALL);
+    assert_eq!(ids(&d), ["rocm-too-old", "no-amd-gpu"]);
+    assert!(
+        d.findings[0].message.contains("libamdhip64.so.5"),
+        "{}",
+        d.findings[0].message
+    );
+    assert!(
+        d.findings[1].advice.contains("NVIDIA H100 80GB HBM3"),
+        "{}",
+        d.findings[1].advice
+    );
+    // A ROCm 6 library beside it is enough.
+    root.file("/usr/lib/x86_64-linux-gnu/libamdhip64.so.6", "");
+    assert_eq!(ids(&diagnose(&root, &[], ALL)), ["no-amd-gpu"]);
+}
+
+#[test]
 fn missing_code_object_is_flagged() {
     let root = rx7900xtx("no-co", "6.18.0", 0, "0x00000080");
     let d = diagnose(&root, &[], &["gfx1151", "gfx1030"]);

@@ -327,6 +327,29 @@ pub(super) fn rocm_7_0(s: &System) -> Vec<Hit> {
     )
 }
 
+pub(super) fn rocm_too_old(s: &System) -> Vec<Hit> {
+    let libs = &s.rocm.hip_runtime_libraries;
+    let usable = |path: &String| {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        name == "libamdhip64.so"
+            || name.starts_with("libamdhip64.so.6")
+            || name.starts_with("libamdhip64.so.7")
+    };
+    let old_version = s.rocm.major_minor().is_some_and(|(major, _)| major < 6);
+    let only_old_libraries = !libs.is_empty() && !libs.iter().any(usable);
+    if !old_version && !only_old_libraries {
+        return vec![];
+    }
+    let found = match &s.rocm.version {
+        Some(v) if old_version => format!("ROCm {v}"),
+        _ => libs.join(", "),
+    };
+    hit(
+        format!("only an old HIP runtime is installed ({found}): the rocm backend needs ROCm 6.0 or newer"),
+        "install ROCm 6.4+ (it can sit beside the old one; point ROCM_PATH at it), or use --backend vulkan",
+    )
+}
+
 pub(super) fn rocm_not_found(s: &System) -> Vec<Hit> {
     if s.gpus.is_empty() || s.rocm.found() {
         return vec![];

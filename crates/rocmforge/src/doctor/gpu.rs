@@ -78,6 +78,9 @@ pub struct OtherGpu {
     pub vendor: String,
 }
 
+/// Where the NVIDIA driver lists its GPUs.
+const NVIDIA_GPUS: &str = "/proc/driver/nvidia/gpus";
+
 pub struct Scan {
     pub amd: Vec<Gpu>,
     pub other: Vec<OtherGpu>,
@@ -195,6 +198,23 @@ pub fn scan(root: &SysRoot) -> Scan {
             card: Some(card),
             ..Gpu::default()
         });
+    }
+    // Containers often show no DRM cards; NVIDIA's driver still lists its
+    // GPUs under /proc (one directory per PCI slot, a "Model:" line each).
+    for slot in root.list(NVIDIA_GPUS) {
+        let model = root
+            .read(format!("{NVIDIA_GPUS}/{slot}/information"))
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("Model:").map(|m| m.trim().to_string()))
+            });
+        let card = model.map_or(slot.clone(), |m| format!("{m} ({slot})"));
+        if !other.iter().any(|o| o.vendor == "0x10de") {
+            other.push(OtherGpu {
+                card,
+                vendor: "0x10de".to_string(),
+            });
+        }
     }
     join_kfd_nodes(&mut amd, kfd_gpu_nodes(root));
     for g in &mut amd {

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::conditions::{
     apu_iommu_translated, gfx_override, kfd_missing, kfd_permissions, mes_0x83, no_amd_gpu,
-    no_code_object, rdna1, rdna3_cwsr, render_node_unusable, rocm_7_0, rocm_not_found, strix_sdma,
-    visible_devices, vulkan_no_amd_driver, Hit,
+    no_code_object, rdna1, rdna3_cwsr, render_node_unusable, rocm_7_0, rocm_not_found,
+    rocm_too_old, strix_sdma, visible_devices, vulkan_no_amd_driver, Hit,
 };
 use super::system::System;
 
@@ -148,6 +148,14 @@ pub static KNOWN_ISSUES: &[KnownIssue] = &[
         source: "reports: https://github.com/ggml-org/llama.cpp/issues/17917, \
                  https://github.com/ROCm/rocm-systems/issues/2865",
         check: rocm_7_0,
+    },
+    KnownIssue {
+        id: "rocm-too-old",
+        severity: Severity::Warning,
+        condition: "only a ROCm 5 or older HIP runtime installed (version file < 6, or only libamdhip64.so.5)",
+        source: "rocmforge-hip binds the ROCm 6/7 ABI (hipDeviceProp_tR0600) and looks for \
+                 libamdhip64.so, .so.6 and .so.7 only",
+        check: rocm_too_old,
     },
     KnownIssue {
         id: "rocm-not-found",
