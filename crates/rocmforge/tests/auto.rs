@@ -147,3 +147,78 @@ fn a_working_vulkan_device_is_chosen_and_a_failure_in_a_run_is_remembered() {
         "{line}"
     );
 }
+
+/// The children of `pid`, from procfs.
+fn children(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Gone, or a zombie waiting for a reaper.
+fn dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+#[test]
+fn a_probe_dies_with_the_run_that_started_it() {
+    let gguf = fixture("tiny-llama-Q4_K_M.gguf");
+    let mut parent = command("orphan")
+        .args([
+            "generate",
+            "--gguf",
+            gguf.to_str().unwrap(),
+            "--prompt",
+            "hi",
+        ])
+        .args(["--device", "0", "--probe-timeout", "300", "--reprobe"])
+        .env("ROCMFORGE_INJECT_FAULT", "vulkan:hang@load")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the hanging vulkan probe (the rocm one ends at once here).
+    let start = Instant::now();
+    let mut probe = None;
+    while start.elapsed() < Duration::from_secs(30) {
+        if let Some(&c) = children(parent.id()).first() {
+            let cmdline = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("vulkan") {
+                probe = Some(c);
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let Some(probe) = probe else {
+        assert!(!vulkan_required(), "no vulkan probe started");
+        let _ = parent.kill();
+        return;
+    };
+    // The parent dies without any chance to clean up...
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    // ...and its probe follows it.
+    let start = Instant::now();
+    while !dead(probe) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "probe {probe} outlived its parent"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

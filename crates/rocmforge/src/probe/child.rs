@@ -45,6 +45,18 @@ pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> std::io::Result<Chil
     // Its own process group, so a kill reaches anything it started too.
     #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(cmd, 0);
+    // Out of the terminal's process group, Ctrl-C no longer reaches the
+    // child; instead it dies with its parent however the parent ends, so a
+    // probe never outlives the run that started it.
+    #[cfg(target_os = "linux")]
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only prctl(2), which is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     let start = Instant::now();
     let mut child = cmd.spawn()?;
     let stdout = drain(child.stdout.take());
