@@ -22,6 +22,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
+    if args.json && args.probe.probe {
+        return Err("--probe prints a table; run it without --json".into());
+    }
+    let sweep = match args.probe.probe {
+        true => Some(super::doctor_probe::options(&args.probe)?),
+        false => None,
+    };
     let root = SysRoot::open(args.sysroot.unwrap_or_else(|| PathBuf::from("/")))?;
     let env = system::process_environment();
     let built: Vec<String> = rocmforge_hip::code_objects::built_targets()
@@ -35,17 +42,14 @@ pub fn run(args: Args) -> Result<(), CliError> {
         report::text(&diagnosis)
     };
     write_stdout(&mut std::io::stdout().lock(), out.as_bytes())?;
-    if !args.probe.probe {
+    let Some(sweep) = sweep else {
         return Ok(());
-    }
-    if args.json {
-        return Err("--probe prints a table; run it without --json".into());
-    }
+    };
     write_stdout(
         &mut std::io::stdout().lock(),
         b"\nProbe sweep (each case a child process with a hard deadline)\n",
     )?;
-    match super::doctor_probe::run(&args.probe)? {
+    match super::doctor_probe::run(&sweep)? {
         true => Ok(()),
         false => Err("some probe cases failed (WRONG, error or HANG): see the table".into()),
     }

@@ -36,8 +36,8 @@ pub struct ProbeArgs {
     pub device: Option<usize>,
 }
 
-/// Runs the sweep; true when every case that ran passed.
-pub fn run(a: &ProbeArgs) -> Result<bool, CliError> {
+/// The sweep `a` asks for, checked before anything is printed.
+pub fn options(a: &ProbeArgs) -> Result<SweepOptions, CliError> {
     let exe = std::env::current_exe()
         .map_err(|e| format!("cannot find this program's path to run probes: {e}"))?;
     let backends = if a.probe_backends.is_empty() {
@@ -79,11 +79,15 @@ pub fn run(a: &ProbeArgs) -> Result<bool, CliError> {
     opts.case_timeout = positive_secs("--probe-timeout", a.probe_timeout)?;
     // The backend's own watchdog fires first where it can, naming the op.
     opts.gpu_timeout = (opts.case_timeout / 2).min(Duration::from_secs(60));
+    Ok(opts)
+}
 
+/// Runs the sweep; true when every case that ran passed.
+pub fn run(opts: &SweepOptions) -> Result<bool, CliError> {
     let mut out = std::io::stdout().lock();
     write_stdout(&mut out, format!("{}\n", sweep::HEADER).as_bytes())?;
     let (mut ok, mut failed, mut written) = (0usize, 0usize, Ok(()));
-    sweep::sweep(&opts, &mut |row| {
+    sweep::sweep(opts, &mut |row| {
         if row.status.is_failure() {
             failed += 1;
         } else if row.status == sweep::Status::Ok {
