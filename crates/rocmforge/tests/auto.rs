@@ -205,8 +205,9 @@ fn a_probe_dies_with_the_run_that_started_it() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let Some(probe) = probe else {
-        assert!(!vulkan_required(), "no vulkan probe started");
         let _ = parent.kill();
+        let _ = parent.wait();
+        assert!(!vulkan_required(), "no vulkan probe started");
         return;
     };
     // The parent dies without any chance to clean up...
