@@ -9,24 +9,11 @@
 #   benches/device/hip.sh all
 set -uo pipefail
 mode=${1:-all}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
+. "$(dirname "$0")/prelude.sh"
 
-for f in .gpu/bin/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
-chmod +x .gpu/bin/*
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-
-export CARGO_TARGET_DIR=/tmp/rocmforge-target
 export ROCMFORGE_HIP_RUNTIME=cuda
 export ROCMFORGE_REQUIRE_BACKENDS=${ROCMFORGE_REQUIRE_BACKENDS:-cpu,rocm}
 export ROCMFORGE_REQUIRE_HIP_DEVICE=1
-# Only the fixtures whose files travelled (see docs/vulkan.md).
-fixtures=""
-for f in testdata/reference/*.logits; do
-  [ -f "$f" ] && [ ! -L "$f" ] && fixtures="$fixtures${fixtures:+,}$(basename "$f" .logits)"
-done
-export ROCMFORGE_FIXTURES=$fixtures
-mkdir -p "$CARGO_TARGET_DIR/models"
 
 if [ "$mode" = conformance ] || [ "$mode" = all ]; then
   [ -x .gpu/bin/test-hip-gpu ] && .gpu/bin/test-hip-gpu --ignored --test-threads=1 2>&1 |

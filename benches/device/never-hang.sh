@@ -10,22 +10,10 @@
 #   benches/device/never-hang.sh probe-rocm     # ... on rocm via the CUDA driver
 set -uo pipefail
 mode=${1:-auto}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-
-for f in .gpu/bin/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
-chmod +x .gpu/bin/*
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+. "$(dirname "$0")/prelude.sh"
 
 rf=.gpu/bin/rocmforge
-models=/tmp/rocmforge-target/models
-mkdir -p "$models"
-m=$models/tiny-llama-Q4_K.gguf
+m=$CARGO_TARGET_DIR/models/tiny-llama-Q4_K.gguf
 [ -f "$m" ] || .gpu/bin/xtask gen-model --preset tiny-llama --type Q4_K --out "$m" 2>&1 | tail -1
 gen() { "$rf" generate --gguf "$m" --prompt "Once upon a time" -n 16 --temp 0 "$@"; echo "exit $?"; }
 

@@ -10,28 +10,9 @@
 #   benches/device/vulkan.sh all
 set -uo pipefail
 mode=${1:-all}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
+. "$(dirname "$0")/prelude.sh"
 
-# Binaries travel gzipped (the transfer is capped at 64 MiB).
-for f in .gpu/bin/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
-chmod +x .gpu/bin/*
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-
-export CARGO_TARGET_DIR=/tmp/rocmforge-target
 export ROCMFORGE_REQUIRE_BACKENDS=${ROCMFORGE_REQUIRE_BACKENDS:-cpu,vulkan}
-# Only the fixtures whose files travelled (see docs/vulkan.md).
-fixtures=""
-for f in testdata/reference/*.logits; do
-  [ -f "$f" ] && [ ! -L "$f" ] && fixtures="$fixtures${fixtures:+,}$(basename "$f" .logits)"
-done
-export ROCMFORGE_FIXTURES=$fixtures
-mkdir -p "$CARGO_TARGET_DIR/models"
 
 if [ "$mode" = conformance ] || [ "$mode" = all ]; then
   for t in .gpu/bin/test-*; do

@@ -250,34 +250,17 @@ mod tests {
 
     #[test]
     fn manifests_are_classified_by_name() {
-        assert_eq!(
-            DriverKind::from_manifest("radeon_icd.x86_64.json"),
-            DriverKind::Radv
-        );
-        assert_eq!(
-            DriverKind::from_manifest("amd_icd64.json"),
-            DriverKind::Amdvlk
-        );
-        assert_eq!(
-            DriverKind::from_manifest("amd_pro_icd64.json"),
-            DriverKind::AmdProprietary
-        );
-        assert_eq!(
-            DriverKind::from_manifest("lvp_icd.x86_64.json"),
-            DriverKind::Lavapipe
-        );
-        assert_eq!(
-            DriverKind::from_manifest("nvidia_icd.json"),
-            DriverKind::Nvidia
-        );
-        assert_eq!(
-            DriverKind::from_manifest("intel_hasvk_icd.x86_64.json"),
-            DriverKind::Intel
-        );
-        assert_eq!(
-            DriverKind::from_manifest("virtio_icd.x86_64.json"),
-            DriverKind::Other
-        );
+        for (manifest, kind) in [
+            ("radeon_icd.x86_64.json", DriverKind::Radv),
+            ("amd_icd64.json", DriverKind::Amdvlk),
+            ("amd_pro_icd64.json", DriverKind::AmdProprietary),
+            ("lvp_icd.x86_64.json", DriverKind::Lavapipe),
+            ("nvidia_icd.json", DriverKind::Nvidia),
+            ("intel_hasvk_icd.x86_64.json", DriverKind::Intel),
+            ("virtio_icd.x86_64.json", DriverKind::Other),
+        ] {
+            assert_eq!(DriverKind::from_manifest(manifest), kind, "{manifest}");
+        }
         assert!(DriverKind::Radv.drives_amd() && !DriverKind::Lavapipe.drives_amd());
     }
 

@@ -1,0 +1,25 @@
+# Sourced by the device scripts: unpacks what travelled with the run.
+# Binaries travel gzipped (the transfer is capped at 64 MiB); the Vulkan
+# loader's Debian packages, where they came along in `.gl/`, are unpacked
+# into / and NVIDIA's Vulkan driver is named to it.
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+for f in .gpu/bin/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
+chmod +x .gpu/bin/*
+if compgen -G ".gl/*.deb" >/dev/null; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+export CARGO_TARGET_DIR=/tmp/rocmforge-target
+mkdir -p "$CARGO_TARGET_DIR/models"
+# Only the fixtures whose files travelled (see docs/vulkan.md).
+fixtures=""
+for f in testdata/reference/*.logits; do
+  [ -f "$f" ] && [ ! -L "$f" ] && fixtures="$fixtures${fixtures:+,}$(basename "$f" .logits)"
+done
+export ROCMFORGE_FIXTURES=$fixtures
