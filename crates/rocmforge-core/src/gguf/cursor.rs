@@ -20,14 +20,18 @@ pub(crate) enum Place {
     Tensor(String),
 }
 
+/// Names are escaped: a hostile file's key or tensor name may hold line
+/// breaks, and every error message must stay on one line.
 impl fmt::Display for Place {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Place::Header => f.write_str("the header"),
             Place::KeyName(i) => write!(f, "the key of metadata entry #{i}"),
-            Place::Value(key) => write!(f, "the value of metadata key '{key}'"),
+            Place::Value(key) => {
+                write!(f, "the value of metadata key '{}'", key.escape_debug())
+            }
             Place::TensorName(i) => write!(f, "the name of tensor info #{i}"),
-            Place::Tensor(name) => write!(f, "the info of tensor '{name}'"),
+            Place::Tensor(name) => write!(f, "the info of tensor '{}'", name.escape_debug()),
         }
     }
 }

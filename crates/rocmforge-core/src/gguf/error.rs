@@ -65,22 +65,38 @@ pub enum GgufError {
     #[error("arrays nested deeper than {max} levels in {at} at byte {offset}")]
     NestingTooDeep { max: usize, at: String, offset: u64 },
 
-    #[error("duplicate metadata key '{key}' at byte {offset}")]
+    #[error(
+        "duplicate metadata key '{}' at byte {offset}",
+        key.escape_debug()
+    )]
     DuplicateKey { key: String, offset: u64 },
 
-    #[error("general.alignment must be a non-zero power of two that fits in u32, found {found}")]
+    /// `found` is [`super::GgufValue::brief`] of the value.
+    #[error("general.alignment is {found}; it must be a power of two that fits in u32")]
     InvalidAlignment { found: String },
 
-    #[error("tensor '{tensor}' has {n_dims} dimensions, at most 4 are allowed")]
+    #[error(
+        "tensor '{}' has {n_dims} dimensions, at most 4 are allowed",
+        tensor.escape_debug()
+    )]
     TooManyDims { tensor: String, n_dims: u64 },
 
-    #[error("tensor '{tensor}' has a zero dimension in shape {shape:?}")]
+    #[error(
+        "tensor '{}' has a zero dimension in shape {shape:?}",
+        tensor.escape_debug()
+    )]
     ZeroDim { tensor: String, shape: Vec<u64> },
 
-    #[error("tensor '{tensor}' shape {shape:?} is too large: its element or byte count overflows")]
+    #[error(
+        "tensor '{}' shape {shape:?} is too large: its element or byte count overflows",
+        tensor.escape_debug()
+    )]
     ShapeOverflow { tensor: String, shape: Vec<u64> },
 
-    #[error("tensor '{tensor}' of type {ty}: row length {row_len} is not a multiple of the block size {block_size}")]
+    #[error(
+        "tensor '{}' of type {ty}: row length {row_len} is not a multiple of the block size {block_size}",
+        tensor.escape_debug()
+    )]
     PartialBlock {
         tensor: String,
         ty: QuantType,
@@ -88,7 +104,10 @@ pub enum GgufError {
         block_size: u64,
     },
 
-    #[error("tensor '{tensor}' has unknown ggml type id {type_id} (tensor info at byte {offset})")]
+    #[error(
+        "tensor '{}' has unknown ggml type id {type_id} (tensor info at byte {offset})",
+        tensor.escape_debug()
+    )]
     UnknownTensorType {
         tensor: String,
         type_id: u32,
@@ -96,7 +115,8 @@ pub enum GgufError {
     },
 
     #[error(
-        "tensor '{tensor}' data offset {offset} is not a multiple of the alignment {alignment}"
+        "tensor '{}' data offset {offset} is not a multiple of the alignment {alignment}",
+        tensor.escape_debug()
     )]
     MisalignedTensor {
         tensor: String,
@@ -104,7 +124,10 @@ pub enum GgufError {
         alignment: u64,
     },
 
-    #[error("tensor '{tensor}' data ({n_bytes} bytes at offset {offset} after the data section start {data_offset}) runs past the end of the file at byte {file_size}")]
+    #[error(
+        "tensor '{}' data ({n_bytes} bytes at offset {offset} after the data section start {data_offset}) runs past the end of the file at byte {file_size}",
+        tensor.escape_debug()
+    )]
     TensorOutOfBounds {
         tensor: String,
         offset: u64,
@@ -113,23 +136,35 @@ pub enum GgufError {
         file_size: u64,
     },
 
-    #[error("duplicate tensor name '{tensor}'")]
+    #[error(
+        "duplicate tensor name '{}'",
+        tensor.escape_debug()
+    )]
     DuplicateTensor { tensor: String },
 
-    #[error("tensor '{tensor}': got {actual} bytes of data, its shape and type need {expected}")]
+    #[error(
+        "tensor '{}': got {actual} bytes of data, its shape and type need {expected}",
+        tensor.escape_debug()
+    )]
     DataLength {
         tensor: String,
         expected: u64,
         actual: u64,
     },
 
-    #[error("tensor '{tensor}' was declared but never given data")]
+    #[error(
+        "tensor '{}' was declared but never given data",
+        tensor.escape_debug()
+    )]
     MissingTensorData { tensor: String },
 
     #[error("got {len} bytes of tensor data, but every declared tensor has already been written")]
     NoTensorPending { len: u64 },
 
-    #[error("metadata key '{key}': array mixes element types {first} and {other}")]
+    #[error(
+        "metadata key '{}': array mixes element types {first} and {other}",
+        key.escape_debug()
+    )]
     MixedArray {
         key: String,
         first: &'static str,

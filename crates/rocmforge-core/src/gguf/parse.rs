@@ -183,7 +183,7 @@ fn alignment_from(
     match value.as_u32() {
         Some(a) if a.is_power_of_two() => Ok(a.into()),
         _ => Err(GgufError::InvalidAlignment {
-            found: format!("{value:?}"),
+            found: value.brief(),
         }),
     }
 }

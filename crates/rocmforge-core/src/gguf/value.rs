@@ -102,6 +102,46 @@ impl GgufValue {
             other => ValueType::of(other).name(),
         }
     }
+
+    /// The value in a few words for an error message: numbers with their
+    /// type (floats in `Debug` form, which switches to exponents for huge
+    /// and tiny values), strings quoted, escaped and cut short, arrays by element type
+    /// and length. Always one line, and short whatever the value, so a
+    /// message about a 150k-entry token list stays readable.
+    pub fn brief(&self) -> String {
+        // Counted after escaping: a string of control characters escapes
+        // to several times its length.
+        const MAX_ESCAPED: usize = 48;
+        match self {
+            GgufValue::String(s) => {
+                let mut out = String::new();
+                for c in s.chars() {
+                    if out.len() >= MAX_ESCAPED {
+                        out.push('…');
+                        break;
+                    }
+                    out.extend(c.escape_debug());
+                }
+                format!("\"{out}\" (string)")
+            }
+            GgufValue::Array(items) => {
+                let n = items.len();
+                let s = if n == 1 { "" } else { "s" };
+                format!("{} of {n} element{s}", self.type_name())
+            }
+            GgufValue::U8(v) => format!("{v} (u8)"),
+            GgufValue::I8(v) => format!("{v} (i8)"),
+            GgufValue::U16(v) => format!("{v} (u16)"),
+            GgufValue::I16(v) => format!("{v} (i16)"),
+            GgufValue::U32(v) => format!("{v} (u32)"),
+            GgufValue::I32(v) => format!("{v} (i32)"),
+            GgufValue::U64(v) => format!("{v} (u64)"),
+            GgufValue::I64(v) => format!("{v} (i64)"),
+            GgufValue::F32(v) => format!("{v:?} (f32)"),
+            GgufValue::F64(v) => format!("{v:?} (f64)"),
+            GgufValue::Bool(v) => format!("{v} (bool)"),
+        }
+    }
 }
 
 /// The on-disk value type ids (`gguf_type`).
@@ -241,6 +281,22 @@ mod tests {
         assert_eq!(GgufValue::U64(u64::MAX).as_f32(), Some(u64::MAX as f32));
         assert_eq!(GgufValue::Bool(true).as_u64(), None);
         assert_eq!(GgufValue::String("x".into()).as_bool(), None);
+    }
+
+    #[test]
+    fn brief_is_short_and_one_line() {
+        assert_eq!(GgufValue::I32(-1).brief(), "-1 (i32)");
+        assert_eq!(GgufValue::F32(f32::NAN).brief(), "NaN (f32)");
+        assert_eq!(GgufValue::from("a\nb").brief(), "\"a\\nb\" (string)");
+        let long = GgufValue::from("x".repeat(1000)).brief();
+        assert!(long.len() < 70, "{long}");
+        let controls = GgufValue::from("\u{19}".repeat(1000)).brief();
+        assert!(controls.len() < 80, "{controls}");
+        assert_eq!(
+            GgufValue::from(vec![1u32, 2, 3]).brief(),
+            "array[u32] of 3 elements"
+        );
+        assert_eq!(GgufValue::Array(vec![]).brief(), "array of 0 elements");
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl GgufWriter {
             // llama.cpp reads the alignment only as a u32, so insist on that type.
             Some((_, GgufValue::U32(a))) if a.is_power_of_two() => Ok((*a).into()),
             Some((_, other)) => Err(GgufError::InvalidAlignment {
-                found: format!("{other:?}"),
+                found: other.brief(),
             }),
         }
     }

@@ -1,7 +1,12 @@
 //! Model hyperparameters read from GGUF metadata, with llama.cpp's defaults and
 //! inference rules where a key is optional.
+//!
+//! Every value is checked as it is read, and then against the tensor shapes,
+//! which are the ground truth: a file's header can claim anything, but its
+//! tensors had to fit in the file. So a bad value is an error naming the key
+//! before any size derived from it reaches an allocation.
 
-use crate::gguf::{GgufFile, GgufValue};
+use crate::gguf::{GgufFile, GgufValue, TensorInfo};
 
 use super::ModelError;
 
@@ -41,6 +46,41 @@ impl Arch {
     }
 }
 
+/// The `{arch}.*` keys the loader reads, without the `{arch}.` prefix. Kept
+/// in one list so that the metadata sweep test (`crates/rocmforge/tests/
+/// metadata_sweep.rs`) can try bad values for each; reading a key missing
+/// from it trips a debug assertion.
+pub const ARCH_KEYS: &[&str] = &[
+    "context_length",
+    "embedding_length",
+    "block_count",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.layer_norm_rms_epsilon",
+    "rope.dimension_count",
+    "rope.freq_base",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scale_linear",
+    "vocab_size",
+    "expert_count",
+    "expert_used_count",
+];
+
+/// Keys outside `{arch}.*` that loading a model reads: the architecture, and
+/// the token list, whose length must match the embedding table.
+pub const GENERAL_KEYS: &[&str] = &[ARCH_KEY, TOKENS_KEY];
+
+const ARCH_KEY: &str = "general.architecture";
+const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
+
+/// Largest size (embedding width, vocabulary, heads, ...) accepted. Far above
+/// any real model, and low enough that products of two sizes cannot overflow.
+const MAX_SIZE: u64 = 1 << 24;
+
 /// Everything the graph builder needs to know about a model's shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -73,82 +113,159 @@ impl ModelConfig {
         self.n_head * self.head_dim
     }
 
+    /// Every metadata key loading a model of architecture `arch` reads.
+    pub fn metadata_keys(arch: &str) -> Vec<String> {
+        let arch_keys = ARCH_KEYS.iter().map(|k| format!("{arch}.{k}"));
+        GENERAL_KEYS
+            .iter()
+            .map(|k| k.to_string())
+            .chain(arch_keys)
+            .collect()
+    }
+
     /// Reads the config; `n_vocab` and `n_ff` fall back to tensor shapes, as
     /// llama.cpp infers them when converters leave the keys out.
     pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, ModelError> {
-        let arch_name = file
-            .get("general.architecture")
-            .ok_or(ModelError::MissingKey("general.architecture".into()))?
-            .as_str()
-            .ok_or_else(|| ModelError::BadKey {
-                key: "general.architecture".into(),
-                reason: "is not a string".into(),
-            })?;
+        let arch_value = file
+            .get(ARCH_KEY)
+            .ok_or(ModelError::MissingKey(ARCH_KEY.into()))?;
+        let arch_name = arch_value.as_str().ok_or_else(|| ModelError::BadKey {
+            key: ARCH_KEY.into(),
+            reason: format!("should be a string, found {}", arch_value.brief()),
+        })?;
         let arch = Arch::from_name(arch_name)
             .ok_or_else(|| ModelError::UnsupportedArch(arch_name.to_string()))?;
         let keys = Keys {
             file,
             arch: arch_name,
         };
+        let shapes = Shapes::of(file);
 
-        let n_embd = keys.required_usize("embedding_length")?;
-        let n_layer = keys.required_usize("block_count")?;
-        let n_head = keys.required_usize("attention.head_count")?;
-        let n_head_kv = keys
-            .optional_usize("attention.head_count_kv")?
-            .unwrap_or(n_head);
-        if n_head_kv == 0 || n_head % n_head_kv != 0 {
+        let n_layer = keys
+            .size("block_count", 1)?
+            .ok_or(keys.missing("block_count"))?;
+        if n_layer != shapes.n_blocks {
             return Err(ModelError::Contradiction(format!(
-                "{arch_name}.attention.head_count ({n_head}) is not a multiple of head_count_kv ({n_head_kv})"
+                "{} is {n_layer} but the file has tensors for {} blocks",
+                keys.name("block_count"),
+                shapes.n_blocks
             )));
         }
-        let head_dim = match keys.optional_usize("attention.key_length")? {
+        let n_embd = keys
+            .size("embedding_length", 1)?
+            .ok_or(keys.missing("embedding_length"))?;
+        let n_head = keys
+            .per_layer_size("attention.head_count", 1, n_layer)?
+            .ok_or(keys.missing("attention.head_count"))?;
+        let n_head_kv = keys
+            .per_layer_size("attention.head_count_kv", 1, n_layer)?
+            .unwrap_or(n_head);
+        if n_head % n_head_kv != 0 {
+            return Err(ModelError::Contradiction(format!(
+                "{} ({n_head}) is not a multiple of {} ({n_head_kv})",
+                keys.name("attention.head_count"),
+                keys.name("attention.head_count_kv")
+            )));
+        }
+        let head_dim = match keys.size("attention.key_length", 1)? {
             Some(d) => d,
             None if n_embd % n_head == 0 => n_embd / n_head,
             None => {
                 return Err(ModelError::Contradiction(format!(
-                    "embedding_length {n_embd} is not divisible by head_count {n_head} and attention.key_length is missing"
+                    "{} ({n_embd}) is not divisible by {} ({n_head}) and {} is missing",
+                    keys.name("embedding_length"),
+                    keys.name("attention.head_count"),
+                    keys.name("attention.key_length")
                 )))
             }
         };
-        if let Some(v) = keys.optional_usize("attention.value_length")? {
+        if let Some(v) = keys.size("attention.value_length", 1)? {
             if v != head_dim {
+                return Err(ModelError::Unsupported {
+                    key: keys.name("attention.value_length"),
+                    value: v.to_string(),
+                    feature: format!("a V head size other than the K head size {head_dim}"),
+                });
+            }
+        }
+        let rope_dims = keys.size("rope.dimension_count", 2)?;
+        let n_rot = rope_dims.unwrap_or(head_dim);
+        if n_rot % 2 != 0 || n_rot > head_dim {
+            let value = match rope_dims {
+                Some(_) => n_rot.to_string(),
+                None => format!("absent, so the head size {n_rot}"),
+            };
+            return Err(ModelError::BadValue {
+                key: keys.name("rope.dimension_count"),
+                value,
+                expected: format!("even, at least 2 and at most the head size {head_dim}"),
+            });
+        }
+
+        let embd = shapes.matrix("token_embd.weight")?;
+        shapes.expect(embd, 0, n_embd, || keys.name("embedding_length"))?;
+        let n_vocab = match keys.size("vocab_size", 1)? {
+            Some(v) => shapes.expect(embd, 1, v, || keys.name("vocab_size"))?,
+            None => shapes.dim(embd, 1, "n_vocab")?,
+        };
+        if let Some(tokens) = file.get(TOKENS_KEY).and_then(GgufValue::as_array) {
+            if tokens.len() != n_vocab {
                 return Err(ModelError::Contradiction(format!(
-                    "attention.value_length {v} differs from key_length {head_dim}; not supported"
+                    "{TOKENS_KEY} has {} entries but token_embd.weight has {n_vocab} rows",
+                    tokens.len()
                 )));
             }
         }
-        let n_rot = keys
-            .optional_usize("rope.dimension_count")?
-            .unwrap_or(head_dim);
-        if n_rot > head_dim || n_rot % 2 != 0 {
+        let q_what = || {
+            format!(
+                "{} × head size ({n_head} × {head_dim})",
+                keys.name("attention.head_count")
+            )
+        };
+        shapes.expect_rows("blk.0.attn_q.weight", n_embd, n_head * head_dim, q_what)?;
+        let kv_what = || {
+            format!(
+                "{} × head size ({n_head_kv} × {head_dim})",
+                keys.name("attention.head_count_kv")
+            )
+        };
+        shapes.expect_rows("blk.0.attn_k.weight", n_embd, n_head_kv * head_dim, kv_what)?;
+        let ffn_up = "blk.0.ffn_up.weight";
+        let n_ff = match keys.per_layer_size("feed_forward_length", 1, n_layer)? {
+            Some(v) => {
+                shapes.expect_rows(ffn_up, n_embd, v, || keys.name("feed_forward_length"))?
+            }
+            None => shapes.dim(shapes.matrix(ffn_up)?, 1, "n_ff")?,
+        };
+
+        let n_experts = keys.size("expert_count", 0)?.unwrap_or(0);
+        if n_experts > 0 {
+            return Err(ModelError::Unsupported {
+                key: keys.name("expert_count"),
+                value: n_experts.to_string(),
+                feature: "mixture of experts".into(),
+            });
+        }
+        if let Some(used) = keys.size("expert_used_count", 0)?.filter(|&n| n > 0) {
             return Err(ModelError::Contradiction(format!(
-                "rope.dimension_count {n_rot} must be even and at most the head size {head_dim}"
+                "{} is {used} but {} is 0",
+                keys.name("expert_used_count"),
+                keys.name("expert_count")
             )));
         }
 
-        let embd = file
-            .tensor("token_embd.weight")
-            .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
-        let n_vocab = match keys.optional_usize("vocab_size")? {
-            Some(v) => v,
-            None => *embd.shape.get(1).unwrap_or(&0) as usize,
-        };
-        let n_ff = match keys.optional_usize("feed_forward_length")? {
-            Some(v) => v,
-            None => file
-                .tensor("blk.0.ffn_up.weight")
-                .and_then(|t| t.shape.get(1).copied())
-                .ok_or_else(|| ModelError::MissingKey(format!("{arch_name}.feed_forward_length")))?
-                as usize,
-        };
-        let rope_freq_scale = match keys.optional_f32("rope.scaling.factor")? {
-            Some(f) if f > 0.0 && keys.rope_scaling_is_linear() => 1.0 / f,
-            _ => keys
-                .optional_f32("rope.scale_linear")?
-                .map_or(1.0, |f| 1.0 / f),
-        };
-        let cfg = ModelConfig {
+        // Positions are 32-bit; no tensor bounds the context.
+        let n_ctx_train = keys
+            .ranged("context_length", 1, u32::MAX.into())?
+            .unwrap_or(4096);
+        let positive = "a positive finite number";
+        let rms_eps = keys
+            .float("attention.layer_norm_rms_epsilon", positive, |v| v > 0.0)?
+            .unwrap_or(1e-5);
+        let rope_freq_base = keys
+            .float("rope.freq_base", positive, |v| v > 0.0)?
+            .unwrap_or(10000.0);
+        Ok(ModelConfig {
             arch,
             n_vocab,
             n_embd,
@@ -157,30 +274,13 @@ impl ModelConfig {
             n_head_kv,
             head_dim,
             n_ff,
-            n_ctx_train: keys.optional_usize("context_length")?.unwrap_or(4096),
-            rms_eps: keys
-                .optional_f32("attention.layer_norm_rms_epsilon")?
-                .unwrap_or(1e-5),
+            n_ctx_train,
+            rms_eps,
             rope_neox: arch.rope_neox(),
             n_rot,
-            rope_freq_base: keys.optional_f32("rope.freq_base")?.unwrap_or(10000.0),
-            rope_freq_scale,
-        };
-        for (name, v) in [
-            ("n_vocab", cfg.n_vocab),
-            ("n_embd", cfg.n_embd),
-            ("n_layer", cfg.n_layer),
-            ("n_head", cfg.n_head),
-            ("head_dim", cfg.head_dim),
-            ("n_ff", cfg.n_ff),
-        ] {
-            if v == 0 || v > 1 << 24 {
-                return Err(ModelError::Contradiction(format!(
-                    "{name} = {v} is out of range"
-                )));
-            }
-        }
-        Ok(cfg)
+            rope_freq_base,
+            rope_freq_scale: keys.rope_freq_scale()?,
+        })
     }
 }
 
@@ -191,48 +291,263 @@ struct Keys<'a> {
 }
 
 impl Keys<'_> {
+    fn name(&self, suffix: &str) -> String {
+        format!("{}.{}", self.arch, suffix)
+    }
+
+    fn missing(&self, suffix: &str) -> ModelError {
+        ModelError::MissingKey(self.name(suffix))
+    }
+
     fn value(&self, suffix: &str) -> (String, Option<&GgufValue>) {
-        let key = format!("{}.{}", self.arch, suffix);
+        debug_assert!(
+            ARCH_KEYS.contains(&suffix),
+            "{suffix} is read but missing from ARCH_KEYS, so no test sweeps it"
+        );
+        let key = self.name(suffix);
         let v = self.file.get(&key);
         (key, v)
     }
 
-    fn optional_usize(&self, suffix: &str) -> Result<Option<usize>, ModelError> {
+    /// An integer in `min..=MAX_SIZE`, of any integer type.
+    fn size(&self, suffix: &str, min: u64) -> Result<Option<usize>, ModelError> {
+        self.ranged(suffix, min, MAX_SIZE)
+    }
+
+    fn ranged(&self, suffix: &str, min: u64, max: u64) -> Result<Option<usize>, ModelError> {
         match self.value(suffix) {
             (_, None) => Ok(None),
-            (key, Some(v)) => v
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-                .map(Some)
-                .ok_or(ModelError::BadKey {
-                    key,
-                    reason: format!("expected a non-negative integer, found {}", v.type_name()),
-                }),
+            (key, Some(v)) => int_value(&key, v, min, max).map(Some),
         }
     }
 
-    fn required_usize(&self, suffix: &str) -> Result<usize, ModelError> {
-        self.optional_usize(suffix)?
-            .ok_or_else(|| ModelError::MissingKey(format!("{}.{}", self.arch, suffix)))
+    /// Like [`Self::size`], or an array of one such value per layer, which
+    /// llama.cpp accepts for head counts and feed-forward sizes. This graph
+    /// has one shape for every layer, so the values must all be equal.
+    fn per_layer_size(
+        &self,
+        suffix: &str,
+        min: u64,
+        n_layer: usize,
+    ) -> Result<Option<usize>, ModelError> {
+        let (key, items) = match self.value(suffix) {
+            (_, None) => return Ok(None),
+            (key, Some(GgufValue::Array(items))) => (key, items),
+            (key, Some(v)) => return int_value(&key, v, min, MAX_SIZE).map(Some),
+        };
+        if items.len() != n_layer {
+            return Err(ModelError::BadKey {
+                reason: format!(
+                    "is an array of {} values, but a per-layer array needs one per block ({n_layer})",
+                    items.len()
+                ),
+                key,
+            });
+        }
+        let sizes = items
+            .iter()
+            .map(|v| int_value(&key, v, min, MAX_SIZE))
+            .collect::<Result<Vec<_>, _>>()?;
+        if sizes.iter().any(|&s| s != sizes[0]) {
+            return Err(ModelError::Unsupported {
+                key,
+                value: format!("{sizes:?}"),
+                feature: "layers of different sizes".into(),
+            });
+        }
+        Ok(sizes.first().copied())
     }
 
-    fn optional_f32(&self, suffix: &str) -> Result<Option<f32>, ModelError> {
-        match self.value(suffix) {
-            (_, None) => Ok(None),
-            (key, Some(v)) => match v.as_f32() {
-                Some(f) if f.is_finite() => Ok(Some(f)),
-                _ => Err(ModelError::BadKey {
-                    key,
-                    reason: format!("expected a finite number, found {}", v.type_name()),
-                }),
-            },
+    /// A finite number (f32, f64, or an integer, which some converters
+    /// write) for which `valid` holds; `expected` says what that is.
+    fn float(
+        &self,
+        suffix: &str,
+        expected: &str,
+        valid: impl Fn(f32) -> bool,
+    ) -> Result<Option<f32>, ModelError> {
+        let (key, v) = match self.value(suffix) {
+            (_, None) => return Ok(None),
+            (key, Some(v)) => (key, v),
+        };
+        let f = v.as_f32().ok_or_else(|| ModelError::BadKey {
+            key: key.clone(),
+            reason: format!("should be a number, found {}", v.brief()),
+        })?;
+        // An f64 or u64 beyond f32's range converts to infinity.
+        if f.is_finite() && valid(f) {
+            Ok(Some(f))
+        } else {
+            Err(ModelError::BadValue {
+                key,
+                value: v.brief(),
+                expected: expected.into(),
+            })
         }
     }
 
-    fn rope_scaling_is_linear(&self) -> bool {
-        matches!(
-            self.value("rope.scaling.type").1.and_then(|v| v.as_str()),
-            Some("linear")
-        )
+    /// llama.cpp's rule: the scale is 1 / `rope.scaling.factor` (or the
+    /// older `rope.scale_linear`), a factor of 0 meaning none, and a scaling
+    /// type of `none` turning it off. Only linear scaling is computed here;
+    /// YaRN and LongRoPE with a real factor would silently give wrong
+    /// output, so they are refused.
+    fn rope_freq_scale(&self) -> Result<f32, ModelError> {
+        let kind = match self.value("rope.scaling.type") {
+            (_, None) => "linear",
+            (key, Some(v)) => v.as_str().ok_or_else(|| ModelError::BadKey {
+                key,
+                reason: format!("should be a string, found {}", v.brief()),
+            })?,
+        };
+        if !matches!(kind, "none" | "linear" | "yarn" | "longrope") {
+            return Err(ModelError::BadValue {
+                key: self.name("rope.scaling.type"),
+                value: format!("{kind:?}"),
+                expected: "one of none, linear, yarn or longrope".into(),
+            });
+        }
+        let factor_ok = "zero (no scaling) or a positive finite number";
+        let factor = match self.float("rope.scaling.factor", factor_ok, |v| v >= 0.0)? {
+            Some(f) => Some(("rope.scaling.factor", f)),
+            None => self
+                .float("rope.scale_linear", factor_ok, |v| v >= 0.0)?
+                .map(|f| ("rope.scale_linear", f)),
+        };
+        let Some((factor_key, factor)) = factor.filter(|&(_, f)| f != 0.0) else {
+            return Ok(1.0);
+        };
+        let scale = 1.0 / factor;
+        if kind == "none" || scale == 1.0 {
+            // A factor of 1 scales nothing, whatever the method.
+            return Ok(1.0);
+        }
+        if !scale.is_finite() {
+            return Err(ModelError::BadValue {
+                key: self.name(factor_key),
+                value: format!("{factor:?}"),
+                expected: "large enough that its inverse is a finite f32".into(),
+            });
+        }
+        if kind != "linear" {
+            return Err(ModelError::Unsupported {
+                key: self.name("rope.scaling.type"),
+                value: format!("{kind:?}"),
+                feature: "RoPE scaling other than linear".into(),
+            });
+        }
+        Ok(scale)
+    }
+}
+
+/// `v` as an integer in `min..=max`; any integer type is accepted, since
+/// converters disagree on u32, i32 and u64.
+fn int_value(key: &str, v: &GgufValue, min: u64, max: u64) -> Result<usize, ModelError> {
+    let bad = |value: String, expected: String| ModelError::BadValue {
+        key: key.to_string(),
+        value,
+        expected,
+    };
+    match (v.as_u64(), v.as_i64()) {
+        (Some(n), _) if n < min => Err(bad(n.to_string(), format!("at least {min}"))),
+        (Some(n), _) if n > max => Err(bad(n.to_string(), format!("at most {max}"))),
+        (Some(n), _) => Ok(n as usize),
+        // Negative: a converter's -1 for "unset", or a u32 read as i32.
+        (None, Some(n)) => Err(bad(n.to_string(), format!("at least {min}"))),
+        (None, None) => Err(ModelError::BadKey {
+            key: key.to_string(),
+            reason: format!("should be an integer, found {}", v.brief()),
+        }),
+    }
+}
+
+/// What the tensors say about the model's shape.
+struct Shapes<'a> {
+    file: &'a GgufFile,
+    /// One more than the highest `N` of the `blk.N.*` tensors.
+    n_blocks: usize,
+}
+
+impl<'a> Shapes<'a> {
+    fn of(file: &'a GgufFile) -> Shapes<'a> {
+        let n_blocks = file
+            .tensors()
+            .iter()
+            .filter_map(|t| {
+                t.name
+                    .strip_prefix("blk.")?
+                    .split('.')
+                    .next()?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .map(|i| i.saturating_add(1))
+            .max()
+            .unwrap_or(0);
+        Shapes { file, n_blocks }
+    }
+
+    /// A 2-D tensor (a trailing unit dimension allowed, as for any weight).
+    fn matrix(&self, name: &str) -> Result<&'a TensorInfo, ModelError> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        let extra = t.shape.get(2..).unwrap_or(&[]);
+        if t.shape.len() < 2 || extra.iter().any(|&d| d != 1) {
+            return Err(ModelError::Contradiction(format!(
+                "{name} has shape {:?}; a matrix has two dimensions",
+                t.shape
+            )));
+        }
+        Ok(t)
+    }
+
+    /// Dimension `axis` of `t` as a size; `what` names it in the error.
+    fn dim(&self, t: &TensorInfo, axis: usize, what: &str) -> Result<usize, ModelError> {
+        let d = t.shape.get(axis).copied().unwrap_or(1);
+        if d > MAX_SIZE {
+            return Err(ModelError::Contradiction(format!(
+                "{what} taken from {} shape {:?} is more than {MAX_SIZE}",
+                t.name, t.shape
+            )));
+        }
+        Ok(d as usize)
+    }
+
+    /// `value` (named by `what`) when dimension `axis` of `t` agrees.
+    fn expect(
+        &self,
+        t: &TensorInfo,
+        axis: usize,
+        value: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<usize, ModelError> {
+        if t.shape.get(axis) == Some(&(value as u64)) {
+            return Ok(value);
+        }
+        Err(ModelError::Contradiction(format!(
+            "{} is {value} but {} has shape {:?}",
+            what(),
+            t.name,
+            t.shape
+        )))
+    }
+
+    /// The row count of first-layer weight `name`, which reads rows of
+    /// `n_embd` values, checked against `value` (named by `what`). The key
+    /// is blamed only when the tensor is otherwise sound: a missing tensor,
+    /// or one whose rows are not `n_embd` long, is the weights loader's to
+    /// report, by the tensor's name.
+    fn expect_rows(
+        &self,
+        name: &str,
+        n_embd: usize,
+        value: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<usize, ModelError> {
+        match self.file.tensor(name) {
+            Some(t) if t.shape.first() == Some(&(n_embd as u64)) => self.expect(t, 1, value, what),
+            _ => Ok(value),
+        }
     }
 }

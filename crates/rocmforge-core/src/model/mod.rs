@@ -6,7 +6,7 @@ mod weights;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use config::{Arch, ModelConfig};
+pub use config::{Arch, ModelConfig, ARCH_KEYS, GENERAL_KEYS};
 pub use weights::{LayerWeights, ModelWeights, WeightId, WeightRef, WEIGHT_ALIGN};
 
 use crate::gguf::{GgufError, GgufFile};
@@ -16,12 +16,29 @@ use crate::quant::QuantType;
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("unsupported architecture '{0}' (supported: llama, qwen2, qwen3)")]
+    #[error("unsupported architecture {0:?} (supported: llama, qwen2, qwen3)")]
     UnsupportedArch(String),
     #[error("missing metadata key '{0}'")]
     MissingKey(String),
-    #[error("metadata key '{key}' {reason}")]
+    /// The value has the wrong type (a string where a number belongs).
+    #[error("{key} {reason}")]
     BadKey { key: String, reason: String },
+    /// The value has the right type but cannot be right (a head count of 0).
+    #[error("{key} is {value}; it must be {expected}")]
+    BadValue {
+        key: String,
+        value: String,
+        expected: String,
+    },
+    /// A valid value describing something this project does not run.
+    #[error("{key} is {value}: {feature} is not supported")]
+    Unsupported {
+        key: String,
+        value: String,
+        feature: String,
+    },
+    /// Values that each look fine but disagree with each other or with the
+    /// tensor shapes.
     #[error("inconsistent hyperparameters: {0}")]
     Contradiction(String),
     #[error("missing tensor '{0}'")]

@@ -91,7 +91,9 @@ impl ModelWeights {
             Some(_) => Some(b.vector("rope_freqs.weight", cfg.n_rot / 2)?),
             None => None,
         };
-        let mut layers = Vec::with_capacity(cfg.n_layer);
+        // A hand-built config is not checked against the file; capping by
+        // the tensor count keeps a bogus n_layer from reserving gigabytes.
+        let mut layers = Vec::with_capacity(cfg.n_layer.min(file.tensors().len()));
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
             let biased = cfg.arch == Arch::Qwen2;
@@ -164,8 +166,19 @@ impl Builder<'_> {
                 ty: t.ty,
             });
         }
-        let region_offset = self.region.next_multiple_of(WEIGHT_ALIGN);
-        self.region = region_offset + t.n_bytes;
+        // Each tensor fits in the file, but infos may overlap, so only the
+        // sum of many can overflow; checked rather than trusted.
+        let region_offset = self
+            .region
+            .checked_next_multiple_of(WEIGHT_ALIGN)
+            .and_then(|start| Some((start, start.checked_add(t.n_bytes)?)));
+        let Some((region_offset, region_end)) = region_offset else {
+            return Err(ModelError::Contradiction(format!(
+                "the weights add up to more than {} bytes",
+                u64::MAX
+            )));
+        };
+        self.region = region_end;
         self.table.push(WeightRef {
             name: name.to_string(),
             ty: t.ty,

@@ -7,21 +7,23 @@ pub enum TokenizerError {
     #[error("tokenizer metadata key `{0}` is missing")]
     MissingKey(&'static str),
 
+    /// `found` is the value in brief ([`crate::gguf::GgufValue::brief`]).
     #[error("tokenizer metadata key `{key}` should be {expected}, found {found}")]
     WrongType {
         key: &'static str,
         expected: &'static str,
-        found: &'static str,
+        found: String,
     },
 
-    #[error("element {index} of `{key}` should be {expected}")]
+    #[error("element {index} of `{key}` should be {expected}, found {found}")]
     WrongElementType {
         key: &'static str,
         index: usize,
         expected: &'static str,
+        found: String,
     },
 
-    #[error("unsupported tokenizer model `{0}` (supported: llama, gpt2)")]
+    #[error("unsupported tokenizer model {0:?} (supported: llama, gpt2)")]
     UnsupportedModel(String),
 
     #[error("the vocabulary is empty")]
@@ -60,6 +62,6 @@ pub enum TokenizerError {
         id_key: &'static str,
     },
 
-    #[error("pre-tokenizer regex for `{pre}` failed to compile: {message}")]
+    #[error("pre-tokenizer regex for {pre:?} failed to compile: {message}")]
     Regex { pre: String, message: String },
 }

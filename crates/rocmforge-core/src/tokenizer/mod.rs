@@ -56,7 +56,7 @@ mod vocab;
 
 pub use error::TokenizerError;
 pub use piece::StreamDecoder;
-pub use spec::{SpecialIds, VocabSpec};
+pub use spec::{SpecialIds, VocabSpec, METADATA_KEYS};
 
 use partition::Fragment;
 use vocab::Attr;

@@ -52,6 +52,33 @@ const K_SCORES: &str = "tokenizer.ggml.scores";
 const K_TYPES: &str = "tokenizer.ggml.token_type";
 const K_MERGES: &str = "tokenizer.ggml.merges";
 
+/// Every key the tokenizer reads, in one list so that the metadata sweep test
+/// (`crates/rocmforge/tests/metadata_sweep.rs`) tries bad values for each;
+/// reading a key missing from it trips a debug assertion.
+pub const METADATA_KEYS: &[&str] = &[
+    K_MODEL,
+    K_PRE,
+    K_TOKENS,
+    K_SCORES,
+    K_TYPES,
+    K_MERGES,
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.eot_token_id",
+    "tokenizer.ggml.eom_token_id",
+    "tokenizer.ggml.unknown_token_id",
+    "tokenizer.ggml.padding_token_id",
+    "tokenizer.ggml.fim_pre_token_id",
+    "tokenizer.ggml.fim_suf_token_id",
+    "tokenizer.ggml.fim_mid_token_id",
+    "tokenizer.ggml.fim_pad_token_id",
+    "tokenizer.ggml.fim_rep_token_id",
+    "tokenizer.ggml.fim_sep_token_id",
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.add_eos_token",
+    "tokenizer.ggml.add_space_prefix",
+];
+
 impl VocabSpec {
     /// Reads the spec through `get`, a metadata lookup such as
     /// [`crate::gguf::GgufFile::get`]. Wrong value types are errors; missing
@@ -59,6 +86,13 @@ impl VocabSpec {
     pub fn from_metadata<'a>(
         get: impl Fn(&str) -> Option<&'a GgufValue>,
     ) -> Result<(VocabSpec, Vec<String>), TokenizerError> {
+        let get = |key: &str| {
+            debug_assert!(
+                METADATA_KEYS.contains(&key),
+                "{key} is read but missing from METADATA_KEYS, so no test sweeps it"
+            );
+            get(key)
+        };
         let mut notes = Vec::new();
         let model = match get(K_MODEL) {
             None => return Err(TokenizerError::MissingKey(K_MODEL)),
@@ -82,6 +116,7 @@ impl VocabSpec {
                             key: K_SCORES,
                             index,
                             expected: "f32",
+                            found: e.brief(),
                         }),
                     })
                     .collect::<Result<Vec<f32>, _>>()
@@ -93,13 +128,14 @@ impl VocabSpec {
                     .iter()
                     .enumerate()
                     .map(|(index, e)| {
-                        e.as_i64().and_then(|t| i32::try_from(t).ok()).ok_or(
-                            TokenizerError::WrongElementType {
+                        e.as_i64()
+                            .and_then(|t| i32::try_from(t).ok())
+                            .ok_or_else(|| TokenizerError::WrongElementType {
                                 key: K_TYPES,
                                 index,
                                 expected: "i32",
-                            },
-                        )
+                                found: e.brief(),
+                            })
                     })
                     .collect::<Result<Vec<i32>, _>>()
             })
@@ -159,7 +195,7 @@ fn wrong_type(key: &'static str, expected: &'static str, v: &GgufValue) -> Token
     TokenizerError::WrongType {
         key,
         expected,
-        found: v.type_name(),
+        found: v.brief(),
     }
 }
 
@@ -182,10 +218,11 @@ fn string_array(key: &'static str, v: &GgufValue) -> Result<Vec<String>, Tokeniz
         .map(|(index, e)| {
             e.as_str()
                 .map(str::to_owned)
-                .ok_or(TokenizerError::WrongElementType {
+                .ok_or_else(|| TokenizerError::WrongElementType {
                     key,
                     index,
                     expected: "string",
+                    found: e.brief(),
                 })
         })
         .collect()
