@@ -12,7 +12,7 @@ use std::sync::Arc;
 use memmap2::{Advice, MmapMut};
 use rocmforge_core::backend::BackendError;
 use rocmforge_core::gguf::GgufFile;
-use rocmforge_core::model::{Model, WeightId};
+use rocmforge_core::model::{FfnWeights, Model, WeightId};
 use rocmforge_core::quant::QuantType;
 
 use crate::kernels::quant_dot::q4_0x8;
@@ -22,6 +22,8 @@ pub struct WeightView {
     pub ty: QuantType,
     pub cols: usize,
     pub rows: usize,
+    /// Stacked matrices (experts); `rows` counts the rows of all of them.
+    pub experts: usize,
     /// Stored in the `q4_0x8` layout rather than in file order.
     pub interleaved: bool,
     ptr: *const u8,
@@ -42,6 +44,11 @@ impl WeightView {
 
     pub fn row_bytes(&self) -> usize {
         self.len / self.rows
+    }
+
+    /// Rows of one expert.
+    pub fn expert_rows(&self) -> usize {
+        self.rows / self.experts
     }
 
     /// An F32 vector (norm, bias, rope factors); alignment checked at load.
@@ -109,6 +116,7 @@ impl MappedWeights {
                 ty: w.ty,
                 cols: w.cols,
                 rows: w.rows,
+                experts: w.experts,
                 interleaved: false,
                 ptr: data.as_ptr(),
                 len: data.len(),
@@ -161,7 +169,12 @@ fn packable_weights(model: &Model) -> Vec<bool> {
     let w = &model.weights;
     let mut matmul: Vec<WeightId> = vec![w.output];
     for l in &w.layers {
-        matmul.extend([l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down]);
+        matmul.extend([l.wq, l.wk, l.wv, l.wo]);
+        // Experts keep the file's layout: `matmul_id` reads one expert's
+        // rows at a time.
+        if let FfnWeights::Dense { gate, up, down } = l.ffn {
+            matmul.extend([gate, up, down]);
+        }
     }
     let mut packable = vec![false; w.table.len()];
     for id in matmul {

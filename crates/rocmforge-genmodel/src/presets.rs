@@ -13,6 +13,8 @@ pub enum Arch {
     Qwen2,
     /// Llama layout plus a per-head RMSNorm on q and k (`attn_q_norm`, `attn_k_norm`).
     Qwen3,
+    /// Qwen3's attention; every feed-forward block a routed mixture of experts.
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -21,6 +23,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
         }
     }
 
@@ -29,7 +32,7 @@ impl Arch {
     }
 
     pub fn has_qk_norm(self) -> bool {
-        self == Arch::Qwen3
+        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe)
     }
 }
 
@@ -68,6 +71,15 @@ pub struct Llama3RopeScaling {
     pub original_context: f64,
 }
 
+/// The experts of a mixture-of-experts preset (`num_experts`,
+/// `num_experts_per_tok`, `moe_intermediate_size` in the configs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeShape {
+    pub n_expert: u64,
+    pub n_expert_used: u64,
+    pub n_ff_exp: u64,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Preset {
     pub name: &'static str,
@@ -91,6 +103,9 @@ pub struct Preset {
     pub tied_embeddings: bool,
     pub vocab: Vocab,
     pub rope_scaling: Option<Llama3RopeScaling>,
+    /// Experts in place of the dense feed-forward blocks (`n_ff` is then
+    /// only written as metadata, as the converter does).
+    pub moe: Option<MoeShape>,
 }
 
 pub const PRESETS: &[Preset] = &[
@@ -114,6 +129,7 @@ pub const PRESETS: &[Preset] = &[
         tied_embeddings: false,
         vocab: Vocab::LlamaSpm,
         rope_scaling: None,
+        moe: None,
     },
     // Shape of testdata/reference/tiny-qwen2-Q8_0.gguf; n_ff = 176 is not a
     // multiple of 32, so ffn_down falls back to F16 as it does there.
@@ -135,6 +151,7 @@ pub const PRESETS: &[Preset] = &[
         tied_embeddings: true,
         vocab: Vocab::Qwen2,
         rope_scaling: None,
+        moe: None,
     },
     // Shape of testdata/reference/tiny-qwen3-Q8_0.gguf: head_dim 32 while
     // n_embd / n_head = 16.
@@ -156,6 +173,7 @@ pub const PRESETS: &[Preset] = &[
         tied_embeddings: true,
         vocab: Vocab::Qwen2,
         rope_scaling: None,
+        moe: None,
     },
     // Qwen/Qwen2.5-0.5B. n_embd 896 is not a multiple of 256: K-quant types
     // fall back on every tensor whose rows are n_embd long, as in the real
@@ -178,6 +196,7 @@ pub const PRESETS: &[Preset] = &[
         tied_embeddings: true,
         vocab: Vocab::Qwen2,
         rope_scaling: None,
+        moe: None,
     },
     // Qwen/Qwen3-0.6B: head_dim 128 while n_embd / n_head = 64.
     Preset {
@@ -198,6 +217,7 @@ pub const PRESETS: &[Preset] = &[
         tied_embeddings: true,
         vocab: Vocab::Qwen2,
         rope_scaling: None,
+        moe: None,
     },
     // meta-llama/Llama-3.2-1B. The tokenizer is a stand-in, see Vocab::Llama3FromGpt2.
     Preset {
@@ -223,6 +243,7 @@ pub const PRESETS: &[Preset] = &[
             high_freq_factor: 4.0,
             original_context: 8192.0,
         }),
+        moe: None,
     },
     // meta-llama/Llama-2-7b-hf.
     Preset {
@@ -243,6 +264,59 @@ pub const PRESETS: &[Preset] = &[
         tied_embeddings: false,
         vocab: Vocab::LlamaSpm,
         rope_scaling: None,
+        moe: None,
+    },
+    // The shape of tiny-qwen3 with 8 experts of 64, 2 per token; rows of
+    // 64 take Q8_0 and the legacy quants, K-quants fall back as in
+    // tiny-qwen2.
+    Preset {
+        name: "tiny-qwen3moe",
+        model: "tiny-qwen3moe",
+        arch: Arch::Qwen3Moe,
+        n_layer: 2,
+        n_embd: 64,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 32,
+        explicit_head_dim: true,
+        n_ff: 192,
+        n_vocab: 151936,
+        n_ctx: 4096,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: true,
+        vocab: Vocab::Qwen2,
+        rope_scaling: None,
+        moe: Some(MoeShape {
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 64,
+        }),
+    },
+    // Qwen/Qwen3-30B-A3B: 128 experts of 768, 8 per token (3.3B active).
+    Preset {
+        name: "qwen3-30b-a3b",
+        model: "Qwen3-30B-A3B",
+        arch: Arch::Qwen3Moe,
+        n_layer: 48,
+        n_embd: 2048,
+        n_head: 32,
+        n_head_kv: 4,
+        head_dim: 128,
+        explicit_head_dim: true,
+        n_ff: 6144,
+        n_vocab: 151936,
+        n_ctx: 40960,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: false,
+        vocab: Vocab::Qwen2,
+        rope_scaling: None,
+        moe: Some(MoeShape {
+            n_expert: 128,
+            n_expert_used: 8,
+            n_ff_exp: 768,
+        }),
     },
 ];
 

@@ -250,6 +250,12 @@ pub fn record_graph(
             }
         }
         match *op {
+            Op::TopKGate { .. } | Op::MatMulId { .. } | Op::MoeSum { .. } => {
+                return Err(BackendError::UnsupportedOp {
+                    backend: "GPU",
+                    op: "mixture-of-experts layers",
+                })
+            }
             Op::Embed { table, out } => {
                 let w = &a.weights[table];
                 let name = format!("embed_{}", weight_kernel(w)?);

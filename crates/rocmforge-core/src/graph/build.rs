@@ -1,7 +1,8 @@
-//! Builds the decoder-only transformer graph shared by llama, qwen2 and qwen3.
+//! Builds the decoder-only transformer graph shared by llama, qwen2, qwen3
+//! and qwen3moe (whose feed-forward blocks are mixtures of experts).
 
 use super::{AttentionSpec, Graph, Op, RopeSpec, TensorDesc, TensorId};
-use crate::model::{Model, WeightId};
+use crate::model::{FfnWeights, Model, MoeConfig, WeightId};
 
 struct Builder {
     n_tokens: usize,
@@ -43,6 +44,42 @@ impl Builder {
             out,
             group,
         });
+        out
+    }
+
+    /// llama.cpp's `build_moe_ffn` with softmax gating: route, run the
+    /// chosen experts' SwiGLU on one row per (token, choice), and sum the
+    /// rows of each token by their weights.
+    fn moe(&mut self, h: TensorId, moe: &MoeConfig, w: [WeightId; 4]) -> TensorId {
+        let [router, gate_exps, up_exps, down_exps] = w;
+        let (n, k) = (self.rows(h), moe.n_expert_used);
+        let logits = self.matmul(router, moe.n_expert, h, None);
+        let ids = self.tensor(n, k);
+        let weights = self.tensor(n, k);
+        self.ops.push(Op::TopKGate {
+            logits,
+            ids,
+            weights,
+            k,
+            normalize: moe.normalize_weights,
+        });
+        let gate = self.matmul_id(gate_exps, moe.n_ff_exp, h, ids);
+        let up = self.matmul_id(up_exps, moe.n_ff_exp, h, ids);
+        let act = self.tensor(n * k, moe.n_ff_exp);
+        self.ops.push(Op::SwiGlu { gate, up, out: act });
+        let down = self.matmul_id(down_exps, self.cols(h), act, ids);
+        let out = self.tensor(n, self.cols(h));
+        self.ops.push(Op::MoeSum {
+            x: down,
+            weights,
+            out,
+        });
+        out
+    }
+
+    fn matmul_id(&mut self, w: WeightId, out_cols: usize, x: TensorId, ids: TensorId) -> TensorId {
+        let out = self.tensor(self.rows(ids) * self.cols(ids), out_cols);
+        self.ops.push(Op::MatMulId { w, x, ids, out });
         out
     }
 
@@ -98,12 +135,23 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
         let x_attn = b.add(x, o);
 
         let h = b.rms_norm(x_attn, lw.ffn_norm, cfg.n_embd);
-        let gate = b.matmul(lw.w_gate, cfg.n_ff, h, None);
-        let up = b.matmul(lw.w_up, cfg.n_ff, h, None);
-        let act = b.tensor(n_tokens, cfg.n_ff);
-        b.ops.push(Op::SwiGlu { gate, up, out: act });
-        let down = b.matmul(lw.w_down, cfg.n_embd, act, None);
-        x = b.add(x_attn, down);
+        let ffn = match (&lw.ffn, &cfg.moe) {
+            (&FfnWeights::Dense { gate, up, down }, _) => {
+                let gate = b.matmul(gate, cfg.n_ff, h, None);
+                let up = b.matmul(up, cfg.n_ff, h, None);
+                let act = b.tensor(n_tokens, cfg.n_ff);
+                b.ops.push(Op::SwiGlu { gate, up, out: act });
+                b.matmul(down, cfg.n_embd, act, None)
+            }
+            (&FfnWeights::Moe { .. }, None) => unreachable!("expert weights come from a MoE config"),
+            (&FfnWeights::Moe {
+                router,
+                gate_exps,
+                up_exps,
+                down_exps,
+            }, Some(moe)) => b.moe(h, moe, [router, gate_exps, up_exps, down_exps]),
+        };
+        x = b.add(x_attn, ffn);
     }
     if !all_logits && n_tokens > 1 {
         let last = b.tensor(1, cfg.n_embd);

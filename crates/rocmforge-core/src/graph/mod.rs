@@ -77,6 +77,35 @@ pub enum Op {
     },
     /// Copies the last row of `x`: decoding needs logits for the last token only.
     LastRow { x: TensorId, out: TensorId },
+    /// Mixture-of-experts routing, per row of router `logits` (one value
+    /// per expert): softmax, then the `k` most probable experts, best first.
+    /// `ids` gets their indices (as f32: exact below 2^24, and every
+    /// activation stays one type), `weights` their probabilities, divided
+    /// by their sum when `normalize`.
+    TopKGate {
+        logits: TensorId,
+        ids: TensorId,
+        weights: TensorId,
+        k: usize,
+        normalize: bool,
+    },
+    /// Expert matmuls (llama.cpp's `mul_mat_id`): row `t * k + j` of `out`
+    /// is expert `ids[t][j]` of the stacked weight `w` times row `t` of `x`,
+    /// or row `t * k + j` when `x` already has one row per choice. Only the
+    /// chosen experts' rows are read.
+    MatMulId {
+        w: WeightId,
+        x: TensorId,
+        ids: TensorId,
+        out: TensorId,
+    },
+    /// Row `t` of `out` is the sum over `j` of `weights[t][j]` times row
+    /// `t * k + j` of `x`, in order of `j`.
+    MoeSum {
+        x: TensorId,
+        weights: TensorId,
+        out: TensorId,
+    },
 }
 
 impl Op {
@@ -90,6 +119,9 @@ impl Op {
             Op::Attention { q, .. } => vec![q],
             Op::SwiGlu { gate, up, .. } => vec![gate, up],
             Op::Add { a, b, .. } => vec![a, b],
+            Op::TopKGate { logits, .. } => vec![logits],
+            Op::MatMulId { x, ids, .. } => vec![x, ids],
+            Op::MoeSum { x, weights, .. } => vec![x, weights],
         }
     }
 
@@ -102,7 +134,10 @@ impl Op {
             | Op::Attention { out, .. }
             | Op::SwiGlu { out, .. }
             | Op::Add { out, .. }
-            | Op::LastRow { out, .. } => vec![out],
+            | Op::LastRow { out, .. }
+            | Op::MatMulId { out, .. }
+            | Op::MoeSum { out, .. } => vec![out],
+            Op::TopKGate { ids, weights, .. } => vec![ids, weights],
             Op::Rope { x, .. } => vec![x],
             Op::StoreKv { .. } => vec![],
         }

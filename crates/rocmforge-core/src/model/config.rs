@@ -8,6 +8,7 @@
 
 use crate::gguf::{GgufFile, GgufValue, TensorInfo};
 
+use super::moe::MoeConfig;
 use super::ModelError;
 
 /// Architectures whose forward pass this project builds.
@@ -19,6 +20,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: per-head RMSNorm on Q and K, head size set explicitly.
     Qwen3,
+    /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder): Qwen3's attention, a routed
+    /// mixture of experts in place of every feed-forward block.
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -27,6 +31,7 @@ impl Arch {
             "llama" => Some(Arch::Llama),
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
+            "qwen3moe" => Some(Arch::Qwen3Moe),
             _ => None,
         }
     }
@@ -36,13 +41,28 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
         }
+    }
+
+    /// Every architecture this project builds, for error messages and docs.
+    pub const ALL: &'static [Arch] = &[Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Qwen3Moe];
+
+    /// Per-head RMSNorm on Q and K before RoPE.
+    pub fn has_qk_norm(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe)
+    }
+
+    /// Every feed-forward block is a mixture of experts. Llama files may
+    /// have experts too (Mixtral), told by `expert_count`.
+    pub fn requires_experts(self) -> bool {
+        self == Arch::Qwen3Moe
     }
 
     /// How RoPE pairs dimensions: llama rotates adjacent pairs, the Qwen
     /// families rotate the two halves of each head against each other (NeoX).
     pub fn rope_neox(self) -> bool {
-        matches!(self, Arch::Qwen2 | Arch::Qwen3)
+        matches!(self, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe)
     }
 }
 
@@ -68,6 +88,7 @@ pub const ARCH_KEYS: &[&str] = &[
     "vocab_size",
     "expert_count",
     "expert_used_count",
+    "expert_feed_forward_length",
 ];
 
 /// Keys outside `{arch}.*` that loading a model reads: the architecture, and
@@ -100,6 +121,9 @@ pub struct ModelConfig {
     pub n_rot: usize,
     pub rope_freq_base: f32,
     pub rope_freq_scale: f32,
+    /// The experts of every feed-forward block, for mixture-of-experts
+    /// models; `n_ff` is then one expert's width.
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
@@ -231,28 +255,17 @@ impl ModelConfig {
         };
         shapes.expect_rows("blk.0.attn_k.weight", n_embd, n_head_kv * head_dim, kv_what)?;
         let ffn_up = "blk.0.ffn_up.weight";
-        let n_ff = match keys.per_layer_size("feed_forward_length", 1, n_layer)? {
-            Some(v) => {
-                shapes.expect_rows(ffn_up, n_embd, v, || keys.name("feed_forward_length"))?
-            }
-            None => shapes.dim(shapes.matrix(ffn_up)?, 1, "n_ff")?,
+        let moe = MoeConfig::from_keys(&keys, &shapes, arch, n_embd)?;
+        let dense_ff = keys.per_layer_size("feed_forward_length", 1, n_layer)?;
+        let n_ff = match (&moe, dense_ff) {
+            // Converters still write the dense width of the checkpoint's
+            // config (6144 for Qwen3-30B-A3B), which no tensor has.
+            (Some(moe), _) => moe.n_ff_exp,
+            (None, Some(v)) => shapes.expect_rows(ffn_up, n_embd, v, || {
+                keys.name("feed_forward_length")
+            })?,
+            (None, None) => shapes.dim(shapes.matrix(ffn_up)?, 1, "n_ff")?,
         };
-
-        let n_experts = keys.size("expert_count", 0)?.unwrap_or(0);
-        if n_experts > 0 {
-            return Err(ModelError::Unsupported {
-                key: keys.name("expert_count"),
-                value: n_experts.to_string(),
-                feature: "mixture of experts".into(),
-            });
-        }
-        if let Some(used) = keys.size("expert_used_count", 0)?.filter(|&n| n > 0) {
-            return Err(ModelError::Contradiction(format!(
-                "{} is {used} but {} is 0",
-                keys.name("expert_used_count"),
-                keys.name("expert_count")
-            )));
-        }
 
         // Positions are 32-bit; no tensor bounds the context.
         let n_ctx_train = keys
@@ -280,22 +293,23 @@ impl ModelConfig {
             n_rot,
             rope_freq_base,
             rope_freq_scale: keys.rope_freq_scale()?,
+            moe,
         })
     }
 }
 
 /// Typed access to `{arch}.*` keys with errors that name the key.
-struct Keys<'a> {
+pub(super) struct Keys<'a> {
     file: &'a GgufFile,
     arch: &'a str,
 }
 
 impl Keys<'_> {
-    fn name(&self, suffix: &str) -> String {
+    pub(super) fn name(&self, suffix: &str) -> String {
         format!("{}.{}", self.arch, suffix)
     }
 
-    fn missing(&self, suffix: &str) -> ModelError {
+    pub(super) fn missing(&self, suffix: &str) -> ModelError {
         ModelError::MissingKey(self.name(suffix))
     }
 
@@ -310,11 +324,11 @@ impl Keys<'_> {
     }
 
     /// An integer in `min..=MAX_SIZE`, of any integer type.
-    fn size(&self, suffix: &str, min: u64) -> Result<Option<usize>, ModelError> {
+    pub(super) fn size(&self, suffix: &str, min: u64) -> Result<Option<usize>, ModelError> {
         self.ranged(suffix, min, MAX_SIZE)
     }
 
-    fn ranged(&self, suffix: &str, min: u64, max: u64) -> Result<Option<usize>, ModelError> {
+    pub(super) fn ranged(&self, suffix: &str, min: u64, max: u64) -> Result<Option<usize>, ModelError> {
         match self.value(suffix) {
             (_, None) => Ok(None),
             (key, Some(v)) => int_value(&key, v, min, max).map(Some),
@@ -324,7 +338,7 @@ impl Keys<'_> {
     /// Like [`Self::size`], or an array of one such value per layer, which
     /// llama.cpp accepts for head counts and feed-forward sizes. This graph
     /// has one shape for every layer, so the values must all be equal.
-    fn per_layer_size(
+    pub(super) fn per_layer_size(
         &self,
         suffix: &str,
         min: u64,
@@ -461,7 +475,7 @@ fn int_value(key: &str, v: &GgufValue, min: u64, max: u64) -> Result<usize, Mode
 }
 
 /// What the tensors say about the model's shape.
-struct Shapes<'a> {
+pub(super) struct Shapes<'a> {
     file: &'a GgufFile,
     /// One more than the highest `N` of the `blk.N.*` tensors.
     n_blocks: usize,
@@ -487,7 +501,7 @@ impl<'a> Shapes<'a> {
     }
 
     /// A 2-D tensor (a trailing unit dimension allowed, as for any weight).
-    fn matrix(&self, name: &str) -> Result<&'a TensorInfo, ModelError> {
+    pub(super) fn matrix(&self, name: &str) -> Result<&'a TensorInfo, ModelError> {
         let t = self
             .file
             .tensor(name)
@@ -502,8 +516,23 @@ impl<'a> Shapes<'a> {
         Ok(t)
     }
 
+    /// A stack of expert matrices: three dimensions (`[cols, rows, experts]`).
+    pub(super) fn experts(&self, name: &str) -> Result<&'a TensorInfo, ModelError> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        if t.shape.len() != 3 {
+            return Err(ModelError::Contradiction(format!(
+                "{name} has shape {:?}; a stack of experts has three dimensions",
+                t.shape
+            )));
+        }
+        Ok(t)
+    }
+
     /// Dimension `axis` of `t` as a size; `what` names it in the error.
-    fn dim(&self, t: &TensorInfo, axis: usize, what: &str) -> Result<usize, ModelError> {
+    pub(super) fn dim(&self, t: &TensorInfo, axis: usize, what: &str) -> Result<usize, ModelError> {
         let d = t.shape.get(axis).copied().unwrap_or(1);
         if d > MAX_SIZE {
             return Err(ModelError::Contradiction(format!(
@@ -515,7 +544,7 @@ impl<'a> Shapes<'a> {
     }
 
     /// `value` (named by `what`) when dimension `axis` of `t` agrees.
-    fn expect(
+    pub(super) fn expect(
         &self,
         t: &TensorInfo,
         axis: usize,
@@ -538,7 +567,7 @@ impl<'a> Shapes<'a> {
     /// is blamed only when the tensor is otherwise sound: a missing tensor,
     /// or one whose rows are not `n_embd` long, is the weights loader's to
     /// report, by the tensor's name.
-    fn expect_rows(
+    pub(super) fn expect_rows(
         &self,
         name: &str,
         n_embd: usize,

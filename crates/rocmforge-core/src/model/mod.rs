@@ -1,13 +1,15 @@
 //! A loaded model: the mapped GGUF file, its config and its located weights.
 
 mod config;
+pub mod moe;
 mod weights;
 
 use std::path::Path;
 use std::sync::Arc;
 
 pub use config::{Arch, ModelConfig, ARCH_KEYS, GENERAL_KEYS};
-pub use weights::{LayerWeights, ModelWeights, WeightId, WeightRef, WEIGHT_ALIGN};
+pub use moe::MoeConfig;
+pub use weights::{FfnWeights, LayerWeights, ModelWeights, WeightId, WeightRef, WEIGHT_ALIGN};
 
 use crate::gguf::{GgufError, GgufFile};
 use crate::quant::QuantType;
@@ -16,7 +18,7 @@ use crate::quant::QuantType;
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2, qwen3)")]
+    #[error("unsupported architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe)")]
     UnsupportedArch(String),
     #[error("missing metadata key '{0}'")]
     MissingKey(String),

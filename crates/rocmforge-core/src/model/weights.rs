@@ -4,7 +4,7 @@
 use crate::gguf::GgufFile;
 use crate::quant::QuantType;
 
-use super::{Arch, ModelConfig, ModelError};
+use super::{moe, Arch, ModelConfig, ModelError};
 
 /// Index into [`ModelWeights::table`].
 pub type WeightId = usize;
@@ -21,8 +21,13 @@ pub struct WeightRef {
     pub ty: QuantType,
     /// Elements per row (ggml ne0: the contiguous dimension).
     pub cols: usize,
-    /// Number of rows (1 for vectors).
+    /// Number of rows (1 for vectors), of all experts together for a stack
+    /// of experts.
     pub rows: usize,
+    /// Matrices stacked along ggml's third dimension (experts), 1 for a
+    /// plain weight. Expert `e` is rows `e * rows / experts..`, contiguous,
+    /// since every quant block lies within one row.
+    pub experts: usize,
     /// Absolute byte offset of the data in the file.
     pub file_offset: u64,
     pub n_bytes: u64,
@@ -33,6 +38,11 @@ pub struct WeightRef {
 impl WeightRef {
     pub fn row_bytes(&self) -> usize {
         (self.n_bytes / self.rows as u64) as usize
+    }
+
+    /// Rows of one expert (all rows for a plain weight).
+    pub fn expert_rows(&self) -> usize {
+        self.rows / self.experts
     }
 }
 
@@ -50,9 +60,25 @@ pub struct LayerWeights {
     pub q_norm: Option<WeightId>,
     pub k_norm: Option<WeightId>,
     pub ffn_norm: WeightId,
-    pub w_gate: WeightId,
-    pub w_up: WeightId,
-    pub w_down: WeightId,
+    pub ffn: FfnWeights,
+}
+
+/// A block's feed-forward weights: one SwiGLU, or a routed mixture of them.
+#[derive(Clone, Debug)]
+pub enum FfnWeights {
+    Dense {
+        gate: WeightId,
+        up: WeightId,
+        down: WeightId,
+    },
+    Moe {
+        /// `n_expert` rows of `n_embd`: the router's logits.
+        router: WeightId,
+        /// Stacks of `n_expert` matrices (see [`WeightRef::experts`]).
+        gate_exps: WeightId,
+        up_exps: WeightId,
+        down_exps: WeightId,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -97,7 +123,7 @@ impl ModelWeights {
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
             let biased = cfg.arch == Arch::Qwen2;
-            let qk_norm = cfg.arch == Arch::Qwen3;
+            let qk_norm = cfg.arch.has_qk_norm();
             layers.push(LayerWeights {
                 attn_norm: b.vector(&n("attn_norm.weight"), e)?,
                 wq: b.matrix(&n("attn_q.weight"), e, q)?,
@@ -110,9 +136,19 @@ impl ModelWeights {
                 q_norm: b.optional_vector(&n("attn_q_norm.weight"), cfg.head_dim, qk_norm)?,
                 k_norm: b.optional_vector(&n("attn_k_norm.weight"), cfg.head_dim, qk_norm)?,
                 ffn_norm: b.vector(&n("ffn_norm.weight"), e)?,
-                w_gate: b.matrix(&n("ffn_gate.weight"), e, ff)?,
-                w_up: b.matrix(&n("ffn_up.weight"), e, ff)?,
-                w_down: b.matrix(&n("ffn_down.weight"), ff, e)?,
+                ffn: match &cfg.moe {
+                    None => FfnWeights::Dense {
+                        gate: b.matrix(&n("ffn_gate.weight"), e, ff)?,
+                        up: b.matrix(&n("ffn_up.weight"), e, ff)?,
+                        down: b.matrix(&n("ffn_down.weight"), ff, e)?,
+                    },
+                    Some(m) => FfnWeights::Moe {
+                        router: b.matrix(&n(moe::ROUTER), e, m.n_expert)?,
+                        gate_exps: b.experts(&n(moe::GATE_EXPS), e, ff, m.n_expert)?,
+                        up_exps: b.experts(&n(moe::UP_EXPS), e, ff, m.n_expert)?,
+                        down_exps: b.experts(&n(moe::DOWN_EXPS), ff, e, m.n_expert)?,
+                    },
+                },
             });
         }
         Ok(ModelWeights {
@@ -134,12 +170,20 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn push(&mut self, name: &str, cols: usize, rows: usize) -> Result<WeightId, ModelError> {
+    fn push(
+        &mut self,
+        name: &str,
+        cols: usize,
+        rows: usize,
+        experts: usize,
+    ) -> Result<WeightId, ModelError> {
         let t = self
             .file
             .tensor(name)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-        let expected: &[u64] = if rows == 1 {
+        let expected: &[u64] = if experts > 1 {
+            &[cols as u64, rows as u64, experts as u64]
+        } else if rows == 1 {
             &[cols as u64]
         } else {
             &[cols as u64, rows as u64]
@@ -183,7 +227,8 @@ impl Builder<'_> {
             name: name.to_string(),
             ty: t.ty,
             cols,
-            rows,
+            rows: rows * experts,
+            experts,
             file_offset: self.file.data_offset() + t.offset,
             n_bytes: t.n_bytes,
             region_offset,
@@ -192,13 +237,24 @@ impl Builder<'_> {
     }
 
     fn matrix(&mut self, name: &str, cols: usize, rows: usize) -> Result<WeightId, ModelError> {
-        self.push(name, cols, rows)
+        self.push(name, cols, rows, 1)
+    }
+
+    /// `experts` matrices of `rows` rows of `cols` values.
+    fn experts(
+        &mut self,
+        name: &str,
+        cols: usize,
+        rows: usize,
+        experts: usize,
+    ) -> Result<WeightId, ModelError> {
+        self.push(name, cols, rows, experts)
     }
 
     /// Norms, biases and rope factors are read as plain f32 by every backend;
     /// converters always store them that way.
     fn vector(&mut self, name: &str, len: usize) -> Result<WeightId, ModelError> {
-        let id = self.push(name, len, 1)?;
+        let id = self.push(name, len, 1, 1)?;
         let ty = self.table[id].ty;
         if ty != QuantType::F32 {
             return Err(ModelError::UnsupportedType {

@@ -2,6 +2,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod moe;
 mod isa;
 pub mod norm;
 pub mod quant_dot;

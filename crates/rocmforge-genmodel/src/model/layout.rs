@@ -168,9 +168,32 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
         }
         out.push(matrix(blk("attn_output.weight"), q_dim, p.n_embd));
         out.push(vector(blk("ffn_norm.weight"), p.n_embd, Fill::Norm));
-        out.push(matrix(blk("ffn_gate.weight"), p.n_embd, p.n_ff));
-        out.push(matrix(blk("ffn_up.weight"), p.n_embd, p.n_ff));
-        out.push(matrix(blk("ffn_down.weight"), p.n_ff, p.n_embd));
+        match &p.moe {
+            None => {
+                out.push(matrix(blk("ffn_gate.weight"), p.n_embd, p.n_ff));
+                out.push(matrix(blk("ffn_up.weight"), p.n_embd, p.n_ff));
+                out.push(matrix(blk("ffn_down.weight"), p.n_ff, p.n_embd));
+            }
+            Some(moe) => {
+                // The converter keeps the router in F32 and llama-quantize
+                // leaves it so.
+                out.push(TensorSpec {
+                    name: blk("ffn_gate_inp.weight"),
+                    shape: vec![p.n_embd, moe.n_expert],
+                    ty: QuantType::F32,
+                    fill: Fill::Matrix,
+                    fallback_from: None,
+                });
+                let experts = |name: String, n_in: u64, n_out: u64| {
+                    let mut t = matrix(name, n_in, n_out);
+                    t.shape.push(moe.n_expert);
+                    t
+                };
+                out.push(experts(blk("ffn_gate_exps.weight"), p.n_embd, moe.n_ff_exp));
+                out.push(experts(blk("ffn_down_exps.weight"), moe.n_ff_exp, p.n_embd));
+                out.push(experts(blk("ffn_up_exps.weight"), p.n_embd, moe.n_ff_exp));
+            }
+        }
     }
     out.push(vector("output_norm.weight".into(), p.n_embd, Fill::Norm));
     if !p.tied_embeddings {
@@ -193,6 +216,7 @@ mod tests {
             ("qwen3-0.6b", 596_049_920),
             ("llama3-1b", 1_235_814_400),
             ("llama2-7b", 6_738_415_616),
+            ("qwen3-30b-a3b", 30_532_122_624),
         ] {
             let total: u64 = tensors(find(preset).unwrap(), QuantType::F16)
                 .iter()

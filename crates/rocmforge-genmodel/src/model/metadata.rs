@@ -70,6 +70,11 @@ pub fn model_metadata(p: &Preset, ty: QuantType) -> Metadata {
         // The converter's Llama class adds these two; the Qwen classes do not.
         m.push((key("vocab_size"), u32v(p.n_vocab)));
     }
+    if let Some(moe) = &p.moe {
+        m.push((key("expert_count"), u32v(moe.n_expert)));
+        m.push((key("expert_used_count"), u32v(moe.n_expert_used)));
+        m.push((key("expert_feed_forward_length"), u32v(moe.n_ff_exp)));
+    }
     m.push((key("rope.dimension_count"), u32v(p.head_dim)));
     m.push((
         "general.quantization_version".into(),

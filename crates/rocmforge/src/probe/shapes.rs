@@ -45,6 +45,7 @@ const fn shape(
         // No tokenizer is written (probes run from token ids).
         vocab: Vocab::LlamaSpm,
         rope_scaling: None,
+        moe: None,
     }
 }
 

@@ -9,6 +9,8 @@ use rocmforge_core::graph::{Graph, Op, TensorId};
 use rocmforge_core::plan::{ArenaPlan, KvLayout};
 use rocmforge_core::quant::{dequantize, QuantType};
 
+mod moe;
+
 use crate::kernels::{activation, attention, norm, quant_dot, rope::RopeTable};
 use crate::memory::SharedMem;
 use crate::team::{Member, SpinBarrier};
@@ -38,7 +40,7 @@ impl ScratchLayout {
     pub fn for_graph(graph: &Graph, weights: &[WeightView], n_ctx: usize) -> ScratchLayout {
         let mut act_bytes = 0;
         for op in &graph.ops {
-            if let Op::MatMul { w, x, .. } = *op {
+            if let Op::MatMul { w, x, .. } | Op::MatMulId { w, x, .. } = *op {
                 let t = graph.tensor(x);
                 act_bytes = act_bytes.max(t.rows * activation_row_bytes(weights[w].ty, t.cols));
             }
@@ -285,6 +287,15 @@ impl Step<'_> {
                     o.copy_from_slice(&a[range.clone()]);
                     activation::add_inplace(o, &b[range]);
                 }
+                Op::TopKGate {
+                    logits,
+                    ids,
+                    weights,
+                    k,
+                    normalize,
+                } => self.top_k_gate(m, logits, (ids, weights), k, normalize),
+                Op::MatMulId { w, x, ids, out } => self.matmul_id(m, barrier, (w, x, ids, out)),
+                Op::MoeSum { x, weights, out } => self.moe_sum(m, x, weights, out),
                 Op::LastRow { x, out } => {
                     if m.ith == 0 {
                         let d = self.graph.tensor(x);
