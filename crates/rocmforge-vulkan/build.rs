@@ -47,6 +47,7 @@ type Defines = &'static [(&'static str, &'static str)];
 const WEIGHT_KERNELS: &[(&str, &str, Defines)] = &[
     ("embed", "embed.comp", &[("WG_SIZE", "64")]),
     ("matvec", "matvec.comp", &[("WG_SIZE", "64")]),
+    ("matvec_id", "matvec_id.comp", &[("WG_SIZE", "64")]),
     ("matmul", "matmul.comp", &[]),
     // Matrix-core prefill (used only where the device has
     // VK_KHR_cooperative_matrix): 128x128 and 64x64 output tiles.
@@ -131,6 +132,8 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ),
     ("quantize_f16", "quantize_act.comp", &[("ACT_F16", "1")]),
     ("quantize_bf16", "quantize_act.comp", &[("ACT_BF16", "1")]),
+    ("moe_route", "moe.comp", &[("OP_ROUTE", "1")]),
+    ("moe_sum", "moe.comp", &[("OP_SUM", "1")]),
     ("spin", "spin.comp", &[]),
 ];
 

@@ -29,6 +29,12 @@ fn every_weight_type_on_tiny_llama() {
     check_preset("tiny-llama");
 }
 
+/// The expert mat-vec of every type (mixture-of-experts layers).
+#[test]
+fn every_weight_type_on_tiny_mixtral() {
+    check_preset("tiny-mixtral");
+}
+
 #[test]
 fn every_weight_type_on_ragged_tiny_qwen2() {
     check_preset("tiny-qwen2");

@@ -293,6 +293,34 @@ pub const PRESETS: &[Preset] = &[
             n_ff_exp: 64,
         }),
     },
+    // A Mixtral-style llama with experts (Mixtral and its descendants are
+    // `llama` files with `expert_count` set): rows of 256 everywhere, so
+    // every weight type applies to the experts without fallback.
+    Preset {
+        name: "tiny-mixtral",
+        model: "tiny-mixtral",
+        arch: Arch::Llama,
+        n_layer: 2,
+        n_embd: 256,
+        n_head: 8,
+        n_head_kv: 4,
+        head_dim: 32,
+        explicit_head_dim: false,
+        // Mixtral's converter writes the expert width here.
+        n_ff: 256,
+        n_vocab: 32000,
+        n_ctx: 4096,
+        rope_base: 1e6,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+        vocab: Vocab::LlamaSpm,
+        rope_scaling: None,
+        moe: Some(MoeShape {
+            n_expert: 4,
+            n_expert_used: 2,
+            n_ff_exp: 256,
+        }),
+    },
     // Qwen/Qwen3-30B-A3B: 128 experts of 768, 8 per token (3.3B active).
     Preset {
         name: "qwen3-30b-a3b",

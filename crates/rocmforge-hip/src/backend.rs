@@ -307,6 +307,7 @@ impl HipBackend {
                 cols: w.cols,
                 rows: w.rows,
                 row_bytes: w.row_bytes(),
+                experts: w.experts,
             };
             // Matrices go through the kernels of their type; vectors (norm
             // weights, biases, rope factors) are read as f32.

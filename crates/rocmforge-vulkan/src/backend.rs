@@ -456,6 +456,7 @@ impl Backend for VulkanBackend {
                 cols: w.cols,
                 rows: w.rows,
                 row_bytes: w.row_bytes(),
+                experts: w.experts,
             };
             if w.rows > 1 {
                 kernels::weight_kernel(&dw)?;

@@ -23,6 +23,7 @@ use crate::plan::{ArenaPlan, KvLayout, StepInputLayout};
 use crate::quant::QuantType;
 
 use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
+use super::moe::record_moe_op;
 use super::push::*;
 use super::{weight_suffix, KernelSink, Lowering};
 
@@ -33,8 +34,11 @@ pub struct DeviceWeight {
     pub ty: QuantType,
     pub address: u64,
     pub cols: usize,
+    /// Rows of all experts together for a stack of experts.
     pub rows: usize,
     pub row_bytes: usize,
+    /// Stacked matrices (experts), 1 for a plain weight.
+    pub experts: usize,
 }
 
 /// Largest graph (tokens) whose attention stages K/V rows in shared memory
@@ -52,7 +56,7 @@ pub fn scratch_bytes(graph: &Graph) -> usize {
         .ops
         .iter()
         .filter_map(|op| match *op {
-            Op::MatMul { x, .. } => {
+            Op::MatMul { x, .. } | Op::MatMulId { x, .. } => {
                 let d = graph.tensor(x);
                 Some(d.bytes().max(q8_packed_layout(d.rows * d.cols).1))
             }
@@ -251,10 +255,8 @@ pub fn record_graph(
         }
         match *op {
             Op::TopKGate { .. } | Op::MatMulId { .. } | Op::MoeSum { .. } => {
-                return Err(BackendError::UnsupportedOp {
-                    backend: "GPU",
-                    op: "mixture-of-experts layers",
-                })
+                let what = label(i, format!("{op:?}"));
+                record_moe_op(sink, graph, op, a, &t, what)?;
             }
             Op::Embed { table, out } => {
                 let w = &a.weights[table];

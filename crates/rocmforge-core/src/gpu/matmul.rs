@@ -59,6 +59,39 @@ fn activation_kernel(ty: QuantType) -> Option<&'static str> {
     }
 }
 
+/// Rounds `n` activations at `x` into `scratch` the way the CPU reference
+/// quantizes them for weights of type `ty`, if it does; returns whether it
+/// did (the matmul then reads `scratch`).
+pub(super) fn round_activations(
+    sink: &mut dyn KernelSink,
+    ty: QuantType,
+    x: u64,
+    n: u32,
+    scratch: u64,
+    what: String,
+) -> Result<bool, BackendError> {
+    let Some(q) = activation_kernel(ty) else {
+        return Ok(false);
+    };
+    let quant = QuantizePush {
+        x,
+        out: scratch,
+        n,
+        pad: 0,
+        scales: 0,
+        up: 0,
+        act: 0,
+    };
+    // One invocation per block of 32 (256 for Q8_K, 8 for floats).
+    let block = match q {
+        "quantize_q8_0" => 32,
+        "quantize_q8_k" => 256,
+        _ => 8,
+    };
+    sink.dispatch(q, quant.bytes(), (n / block).div_ceil(64), what)?;
+    Ok(true)
+}
+
 pub fn matmul_weight<'w>(op: &Op, a: &'w GraphAddresses) -> &'w DeviceWeight {
     match *op {
         Op::MatMul { w, .. } => &a.weights[w],
@@ -170,24 +203,7 @@ pub fn record_matmuls(
         )?;
         return Ok(true);
     }
-    if let Some(q) = activation_kernel(w.ty) {
-        let n = push.n * push.k;
-        let quant = QuantizePush {
-            x: push.x,
-            out: a.scratch,
-            n,
-            pad: 0,
-            scales: 0,
-            up: 0,
-            act: 0,
-        };
-        // One invocation per block of 32 (256 for Q8_K, 8 for floats).
-        let block = match q {
-            "quantize_q8_0" => 32,
-            "quantize_q8_k" => 256,
-            _ => 8,
-        };
-        sink.dispatch(q, quant.bytes(), (n / block).div_ceil(64), activations)?;
+    if round_activations(sink, w.ty, push.x, push.n * push.k, a.scratch, activations)? {
         push.x = a.scratch;
     }
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {

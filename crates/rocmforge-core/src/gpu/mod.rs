@@ -21,6 +21,7 @@
 
 mod lower;
 mod matmul;
+mod moe;
 pub mod push;
 
 use crate::backend::BackendError;
@@ -95,7 +96,7 @@ pub fn grid(groups: u32, max_x: u32) -> (u32, u32) {
 pub fn workgroup_size(kernel: &str) -> Option<u32> {
     let family = |prefix: &str| kernel.starts_with(prefix);
     Some(match kernel {
-        _ if family("matvec_int_") => 64,
+        _ if family("matvec_int_") || family("matvec_id_") => 64,
         _ if family("matmul_cmps_") || family("matmul_cms_") => 128,
         _ if family("matmul_cmp_") || family("matmul_cm_") => 256,
         _ if family("matmul_") => 128,
@@ -108,6 +109,8 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         "add" | "swiglu" | "copy" => 256,
         "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
         | "quantize_bf16" => 64,
+        "moe_route" => 64,
+        "moe_sum" => 256,
         "spin" => 1,
         _ => return None,
     })

@@ -196,3 +196,48 @@ const _: () = assert!(std::mem::size_of::<AttentionPush>() == 80);
 const _: () = assert!(std::mem::size_of::<EltwisePush>() == 32);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
 const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);
+
+#[repr(C)]
+pub struct MoeRoutePush {
+    pub logits: u64,
+    pub ids: u64,
+    pub weights: u64,
+    pub n_rows: u32,
+    pub n_expert: u32,
+    pub k: u32,
+    pub normalize: u32,
+}
+// SAFETY: repr(C), three u64 then four u32: 40 bytes, no padding.
+unsafe impl Push for MoeRoutePush {}
+
+#[repr(C)]
+pub struct MatIdPush {
+    pub x: u64,
+    /// The stack of experts; expert `e` starts `e * expert_bytes` in.
+    pub w: u64,
+    pub ids: u64,
+    pub out: u64,
+    pub expert_bytes: u64,
+    /// Rows of one expert.
+    pub rows: u32,
+    pub k: u32,
+    pub n_pairs: u32,
+    /// Pairs per row of `x`: the experts per token when every choice of a
+    /// token reads the token's row, 1 when each has its own.
+    pub x_div: u32,
+}
+// SAFETY: repr(C), five u64 then four u32: 56 bytes, no padding.
+unsafe impl Push for MatIdPush {}
+
+#[repr(C)]
+pub struct MoeSumPush {
+    pub x: u64,
+    pub weights: u64,
+    pub out: u64,
+    pub n_rows: u32,
+    pub cols: u32,
+    pub k: u32,
+    pub pad: u32,
+}
+// SAFETY: repr(C), three u64 then four u32: 40 bytes, no padding.
+unsafe impl Push for MoeSumPush {}

@@ -143,13 +143,18 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
                 b.ops.push(Op::SwiGlu { gate, up, out: act });
                 b.matmul(down, cfg.n_embd, act, None)
             }
-            (&FfnWeights::Moe { .. }, None) => unreachable!("expert weights come from a MoE config"),
-            (&FfnWeights::Moe {
-                router,
-                gate_exps,
-                up_exps,
-                down_exps,
-            }, Some(moe)) => b.moe(h, moe, [router, gate_exps, up_exps, down_exps]),
+            (&FfnWeights::Moe { .. }, None) => {
+                unreachable!("expert weights come from a MoE config")
+            }
+            (
+                &FfnWeights::Moe {
+                    router,
+                    gate_exps,
+                    up_exps,
+                    down_exps,
+                },
+                Some(moe),
+            ) => b.moe(h, moe, [router, gate_exps, up_exps, down_exps]),
         };
         x = b.add(x_attn, ffn);
     }

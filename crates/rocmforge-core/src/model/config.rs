@@ -258,12 +258,22 @@ impl ModelConfig {
         let moe = MoeConfig::from_keys(&keys, &shapes, arch, n_embd)?;
         let dense_ff = keys.per_layer_size("feed_forward_length", 1, n_layer)?;
         let n_ff = match (&moe, dense_ff) {
-            // Converters still write the dense width of the checkpoint's
-            // config (6144 for Qwen3-30B-A3B), which no tensor has.
+            // Llama files with experts (Mixtral) give the expert width
+            // here, and llama.cpp checks the expert tensors against it.
+            (Some(moe), Some(v)) if arch == Arch::Llama && v != moe.n_ff_exp => {
+                return Err(ModelError::Contradiction(format!(
+                    "{} is {v} but the experts are {} wide",
+                    keys.name("feed_forward_length"),
+                    moe.n_ff_exp
+                )))
+            }
+            // Other converters still write the dense width of the
+            // checkpoint's config (6144 for Qwen3-30B-A3B), which no tensor
+            // has.
             (Some(moe), _) => moe.n_ff_exp,
-            (None, Some(v)) => shapes.expect_rows(ffn_up, n_embd, v, || {
-                keys.name("feed_forward_length")
-            })?,
+            (None, Some(v)) => {
+                shapes.expect_rows(ffn_up, n_embd, v, || keys.name("feed_forward_length"))?
+            }
             (None, None) => shapes.dim(shapes.matrix(ffn_up)?, 1, "n_ff")?,
         };
 
@@ -328,7 +338,12 @@ impl Keys<'_> {
         self.ranged(suffix, min, MAX_SIZE)
     }
 
-    pub(super) fn ranged(&self, suffix: &str, min: u64, max: u64) -> Result<Option<usize>, ModelError> {
+    pub(super) fn ranged(
+        &self,
+        suffix: &str,
+        min: u64,
+        max: u64,
+    ) -> Result<Option<usize>, ModelError> {
         match self.value(suffix) {
             (_, None) => Ok(None),
             (key, Some(v)) => int_value(&key, v, min, max).map(Some),

@@ -61,10 +61,7 @@ impl MoeConfig {
             return Err(ModelError::BadValue {
                 key: keys.name("expert_used_count"),
                 value: used.to_string(),
-                expected: format!(
-                    "between 1 and {} ({n_expert})",
-                    keys.name("expert_count")
-                ),
+                expected: format!("between 1 and {} ({n_expert})", keys.name("expert_count")),
             });
         }
         if used > MAX_EXPERTS_USED {

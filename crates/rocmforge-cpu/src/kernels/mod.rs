@@ -2,8 +2,8 @@
 
 pub mod activation;
 pub mod attention;
-pub mod moe;
 mod isa;
+pub mod moe;
 pub mod norm;
 pub mod quant_dot;
 pub mod rope;

@@ -15,6 +15,8 @@ pub enum Fill {
     Norm,
     /// Projection biases: small noise.
     Bias,
+    /// Mixture-of-experts routers: wide noise (see `ROUTER_STD`).
+    Router,
     /// Values computed from the config, not random (`rope_freqs.weight`).
     Fixed(Vec<f32>),
 }
@@ -181,7 +183,7 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
                     name: blk("ffn_gate_inp.weight"),
                     shape: vec![p.n_embd, moe.n_expert],
                     ty: QuantType::F32,
-                    fill: Fill::Matrix,
+                    fill: Fill::Router,
                     fallback_from: None,
                 });
                 let experts = |name: String, n_in: u64, n_out: u64| {

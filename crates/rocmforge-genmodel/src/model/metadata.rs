@@ -73,7 +73,11 @@ pub fn model_metadata(p: &Preset, ty: QuantType) -> Metadata {
     if let Some(moe) = &p.moe {
         m.push((key("expert_count"), u32v(moe.n_expert)));
         m.push((key("expert_used_count"), u32v(moe.n_expert_used)));
-        m.push((key("expert_feed_forward_length"), u32v(moe.n_ff_exp)));
+        // Llama files (Mixtral) give the expert width as
+        // feed_forward_length, and llama.cpp reads it from there.
+        if p.arch != Arch::Llama {
+            m.push((key("expert_feed_forward_length"), u32v(moe.n_ff_exp)));
+        }
     }
     m.push((key("rope.dimension_count"), u32v(p.head_dim)));
     m.push((

@@ -16,6 +16,10 @@ pub const MATRIX_STD: f32 = 0.02;
 /// Spread of RMSNorm scales around 1.
 pub const NORM_NOISE_STD: f32 = 0.02;
 pub const BIAS_STD: f32 = 0.01;
+/// Mixture-of-experts routers: trained ones are confident (logits several
+/// units apart), and with MATRIX_STD every expert would be a near tie,
+/// whose choice the rounding of any two correct backends may flip.
+pub const ROUTER_STD: f32 = 0.5;
 
 /// Elements generated per work item; bounds each worker's f32 scratch (4 MiB)
 /// and sets the granularity of progress updates.
@@ -63,6 +67,9 @@ fn fill_row(fill: &Fill, seed: u64, tensor_index: u64, row: u64, out: &mut [f32]
         Fill::Norm => out
             .iter_mut()
             .for_each(|v| *v = 1.0 + NORM_NOISE_STD * rng.next_normalish()),
+        Fill::Router => out
+            .iter_mut()
+            .for_each(|v| *v = ROUTER_STD * rng.next_normalish()),
         Fill::Bias => out
             .iter_mut()
             .for_each(|v| *v = BIAS_STD * rng.next_normalish()),

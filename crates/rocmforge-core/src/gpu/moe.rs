@@ -1,0 +1,92 @@
+//! Lowering of the mixture-of-experts ops: routing, expert mat-vecs and
+//! the weighted sum, one dispatch each (the expert mat-vec after the
+//! rounding of its input that every f32 matmul gets).
+//!
+//! The expert ids exist only on the device, so the expert mat-vec reads
+//! them there and offsets the weight address itself: one recorded dispatch
+//! serves whichever experts a step routes to. It runs one workgroup per
+//! (pair, row), so a prefill reads an expert's rows once per token that
+//! chose it; grouping tokens by expert (as llama.cpp's `mul_mat_id` does)
+//! is the next step for prefill speed.
+
+use crate::backend::BackendError;
+use crate::graph::{Graph, Op, TensorId};
+
+use super::lower::{u32_of, weight_kernel, GraphAddresses};
+use super::matmul::round_activations;
+use super::push::{MatIdPush, MoeRoutePush, MoeSumPush, Push};
+use super::KernelSink;
+
+/// Records `op` if it is a mixture-of-experts op; returns whether it was.
+pub fn record_moe_op(
+    sink: &mut dyn KernelSink,
+    graph: &Graph,
+    op: &Op,
+    a: &GraphAddresses,
+    t: &dyn Fn(TensorId) -> u64,
+    label: String,
+) -> Result<bool, BackendError> {
+    match *op {
+        Op::TopKGate {
+            logits,
+            ids,
+            weights,
+            k,
+            normalize,
+        } => {
+            let d = graph.tensor(logits);
+            let push = MoeRoutePush {
+                logits: t(logits),
+                ids: t(ids),
+                weights: t(weights),
+                n_rows: u32_of(d.rows, "rows")?,
+                n_expert: u32_of(d.cols, "experts")?,
+                k: u32_of(k, "experts per token")?,
+                normalize: u32::from(normalize),
+            };
+            sink.dispatch("moe_route", push.bytes(), push.n_rows.div_ceil(64), label)?;
+        }
+        Op::MatMulId { w, x, ids, out } => {
+            let dw = &a.weights[w];
+            let suffix = weight_kernel(dw)?;
+            let xd = graph.tensor(x);
+            let n_pairs = graph.tensor(out).rows;
+            let rows = dw.rows / dw.experts;
+            let mut push = MatIdPush {
+                x: t(x),
+                w: dw.address,
+                ids: t(ids),
+                out: t(out),
+                expert_bytes: (rows * dw.row_bytes) as u64,
+                rows: u32_of(rows, "rows")?,
+                k: u32_of(xd.cols, "inner size")?,
+                n_pairs: u32_of(n_pairs, "expert choices")?,
+                x_div: u32_of(n_pairs / xd.rows, "experts per token")?,
+            };
+            let values = u32_of(xd.rows * xd.cols, "activations")?;
+            let rounding = format!("{label} (rounding {} activations)", dw.ty);
+            if round_activations(sink, dw.ty, push.x, values, a.scratch, rounding)? {
+                push.x = a.scratch;
+            }
+            let groups = u32_of(n_pairs * rows, "expert mat-vec workgroups")?;
+            let what = format!("{label} ({} {})", dw.name, dw.ty);
+            sink.dispatch(&format!("matvec_id_{suffix}"), push.bytes(), groups, what)?;
+        }
+        Op::MoeSum { x, weights, out } => {
+            let d = graph.tensor(out);
+            let push = MoeSumPush {
+                x: t(x),
+                weights: t(weights),
+                out: t(out),
+                n_rows: u32_of(d.rows, "rows")?,
+                cols: u32_of(d.cols, "columns")?,
+                k: u32_of(graph.tensor(weights).cols, "experts per token")?,
+                pad: 0,
+            };
+            let groups = u32_of((d.rows * d.cols).div_ceil(256), "workgroups")?;
+            sink.dispatch("moe_sum", push.bytes(), groups, label)?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
