@@ -126,6 +126,38 @@ struct EltwisePush {
     uint32_t pad;
 };
 
+struct MoeRoutePush {
+    uint64_t logits;
+    uint64_t ids;
+    uint64_t weights;
+    uint32_t n_rows;
+    uint32_t n_expert;
+    uint32_t k;
+    uint32_t normalize;
+};
+
+struct MatIdPush {
+    uint64_t x;
+    uint64_t w;
+    uint64_t ids;
+    uint64_t out;
+    uint64_t expert_bytes;
+    uint32_t rows;
+    uint32_t k;
+    uint32_t n_pairs;
+    uint32_t x_div;
+};
+
+struct MoeSumPush {
+    uint64_t x;
+    uint64_t weights;
+    uint64_t out;
+    uint32_t n_rows;
+    uint32_t cols;
+    uint32_t k;
+    uint32_t pad;
+};
+
 struct SpinPush {
     uint64_t flag;
     uint64_t bound;
@@ -238,6 +270,35 @@ RF_PUSH_AT(EltwisePush, b, 8);
 RF_PUSH_AT(EltwisePush, out, 16);
 RF_PUSH_AT(EltwisePush, n, 24);
 RF_PUSH_AT(EltwisePush, pad, 28);
+
+static_assert(sizeof(MoeRoutePush) == 40, "MoeRoutePush size");
+RF_PUSH_AT(MoeRoutePush, logits, 0);
+RF_PUSH_AT(MoeRoutePush, ids, 8);
+RF_PUSH_AT(MoeRoutePush, weights, 16);
+RF_PUSH_AT(MoeRoutePush, n_rows, 24);
+RF_PUSH_AT(MoeRoutePush, n_expert, 28);
+RF_PUSH_AT(MoeRoutePush, k, 32);
+RF_PUSH_AT(MoeRoutePush, normalize, 36);
+
+static_assert(sizeof(MatIdPush) == 56, "MatIdPush size");
+RF_PUSH_AT(MatIdPush, x, 0);
+RF_PUSH_AT(MatIdPush, w, 8);
+RF_PUSH_AT(MatIdPush, ids, 16);
+RF_PUSH_AT(MatIdPush, out, 24);
+RF_PUSH_AT(MatIdPush, expert_bytes, 32);
+RF_PUSH_AT(MatIdPush, rows, 40);
+RF_PUSH_AT(MatIdPush, k, 44);
+RF_PUSH_AT(MatIdPush, n_pairs, 48);
+RF_PUSH_AT(MatIdPush, x_div, 52);
+
+static_assert(sizeof(MoeSumPush) == 40, "MoeSumPush size");
+RF_PUSH_AT(MoeSumPush, x, 0);
+RF_PUSH_AT(MoeSumPush, weights, 8);
+RF_PUSH_AT(MoeSumPush, out, 16);
+RF_PUSH_AT(MoeSumPush, n_rows, 24);
+RF_PUSH_AT(MoeSumPush, cols, 28);
+RF_PUSH_AT(MoeSumPush, k, 32);
+RF_PUSH_AT(MoeSumPush, pad, 36);
 
 static_assert(sizeof(SpinPush) == 16, "SpinPush size");
 RF_PUSH_AT(SpinPush, flag, 0);

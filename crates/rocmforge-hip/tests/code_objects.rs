@@ -180,6 +180,25 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 128,
         max_lds: 16384,
     },
+    // Mixture-of-experts routing: one thread per token walks its router
+    // row (k passes, no arrays); the weighted sum is element-wise.
+    Budget {
+        kernel: "moe_route",
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "moe_sum",
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    // Expert mat-vec (matvec_id.comp): the f32 mat-vec for one token, the
+    // weight row offset by the expert read on the device.
+    Budget {
+        kernel: "matvec_id_",
+        max_vgprs: 64,
+        max_lds: 256,
+    },
     // Test-only spinner: one invocation, as the GLSL one.
     Budget {
         kernel: "spin",
@@ -206,7 +225,7 @@ fn expected_kernels() -> Vec<String> {
         let Some(suffix) = weight_suffix(ty) else {
             continue;
         };
-        for family in ["embed_", "matvec_", "matmul_", "matmul_cmps_"] {
+        for family in ["embed_", "matvec_", "matvec_id_", "matmul_", "matmul_cmps_"] {
             names.push(format!("{family}{suffix}"));
         }
         if has_int_form(ty) {
