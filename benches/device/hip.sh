@@ -18,7 +18,7 @@ export ROCMFORGE_REQUIRE_HIP_DEVICE=1
 if [ "$mode" = conformance ] || [ "$mode" = all ]; then
   [ -x .gpu/bin/test-hip-gpu ] && .gpu/bin/test-hip-gpu --ignored --test-threads=1 2>&1 |
     tee -a "$out/hip.log" | grep -E "^test |test result|panicked"
-  for t in .gpu/bin/test-hip-* .gpu/bin/test-contract .gpu/bin/test-fixtures .gpu/bin/test-weight_types; do
+  for t in .gpu/bin/test-hip-* .gpu/bin/test-contract .gpu/bin/test-fixtures .gpu/bin/test-families .gpu/bin/test-weight_types; do
     case "$t" in .gpu/bin/test-hip-gpu|.gpu/bin/test-hip-device_kernels) continue ;; esac
     [ -x "$t" ] || continue
     echo "== $t"

@@ -17,9 +17,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 
 export CARGO_TARGET_DIR=/tmp/rocmforge-target
 mkdir -p "$CARGO_TARGET_DIR/models"
-# Only the fixtures whose files travelled (see docs/vulkan.md).
+# Only the fixtures whose files travelled (see docs/vulkan.md); references
+# without a committed model (generated families) are not fixtures.
 fixtures=""
 for f in testdata/reference/*.logits; do
-  [ -f "$f" ] && [ ! -L "$f" ] && fixtures="$fixtures${fixtures:+,}$(basename "$f" .logits)"
+  g="${f%.logits}.gguf"
+  [ -f "$f" ] && [ ! -L "$f" ] && [ -f "$g" ] && [ ! -L "$g" ] &&
+    fixtures="$fixtures${fixtures:+,}$(basename "$f" .logits)"
 done
 export ROCMFORGE_FIXTURES=$fixtures
