@@ -46,13 +46,16 @@ mod bpe;
 mod build;
 mod byte_level;
 mod error;
+mod nfd_table;
 mod partition;
 mod piece;
 mod pretokenize;
 mod spec;
 mod special;
 mod spm;
+mod unicode;
 mod vocab;
+mod wpm;
 
 pub use error::TokenizerError;
 pub use piece::StreamDecoder;
@@ -65,6 +68,7 @@ use vocab::Attr;
 enum Algorithm {
     Spm { bytes: Box<[Option<u32>; 256]> },
     Bpe(Box<bpe::Bpe>),
+    Wpm(Box<wpm::Wpm>),
 }
 
 /// A loaded vocabulary with its encoder and decoder. Immutable and `Sync`, so
@@ -78,7 +82,18 @@ pub struct Tokenizer {
     add_bos: bool,
     add_eos: bool,
     add_space_prefix: bool,
+    /// Drop the first token's leading space when decoding: it came from the
+    /// algorithm (SPM's prefix space, WordPiece's word mark), not the text.
+    strip_first_space: bool,
+    /// WordPiece's `[SEP]`, appended with the special tokens.
+    sep: Option<u32>,
     notes: Vec<String>,
+}
+
+/// Every `tokenizer.ggml.pre` name the BPE tokenizer knows: all the names
+/// llama.cpp accepts.
+pub fn supported_pre_tokenizers() -> impl Iterator<Item = &'static str> {
+    pretokenize::all_names()
 }
 
 impl Tokenizer {
@@ -146,9 +161,20 @@ impl Tokenizer {
                     }
                 }
             }
+            Algorithm::Wpm(wpm) => {
+                for frag in fragments {
+                    match frag {
+                        Fragment::Text(a, b) => wpm.encode(&self.vocab, &text[a..b], &mut out),
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
         }
         if add_bos && self.add_eos {
             out.extend(self.specials.eos);
+        }
+        if add_bos {
+            out.extend(self.sep);
         }
         out
     }
@@ -245,7 +271,11 @@ impl Tokenizer {
         for (i, &id) in ids.iter().enumerate() {
             let piece = self.pieces.get(id);
             let piece = match piece {
-                [b' ', rest @ ..] if i == 0 && self.add_space_prefix => rest,
+                [b' ', rest @ ..]
+                    if i == 0 && (self.add_space_prefix || self.strip_first_space) =>
+                {
+                    rest
+                }
                 _ => piece,
             };
             bytes.extend_from_slice(piece);
