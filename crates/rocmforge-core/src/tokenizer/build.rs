@@ -101,6 +101,7 @@ pub(crate) fn from_spec(
         _ => None,
     };
 
+    let mut forced_bos = false;
     let (algorithm, add_bos_default, add_space_prefix_default) = match family {
         Family::Spm => {
             let bytes = spm::byte_fallback_table(&vocab, specials.unk);
@@ -119,6 +120,7 @@ pub(crate) fn from_spec(
                 pre: pre_name,
                 message: e,
             })?;
+            forced_bos = pre_spec.kind == pretokenize::PreType::Gemma4;
             let merges = spec
                 .merges
                 .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?;
@@ -140,7 +142,9 @@ pub(crate) fn from_spec(
             (Algorithm::Wpm(Box::new(wpm)), true, false)
         }
     };
-    let add_bos = spec.add_bos.unwrap_or(add_bos_default);
+    // llama.cpp overrides a Gemma 4 file's `add_bos_token = false`: the model
+    // needs BOS and some conversions got the flag wrong.
+    let add_bos = forced_bos || spec.add_bos.unwrap_or(add_bos_default);
     let add_eos = spec.add_eos.unwrap_or(false);
     if add_bos && specials.bos.is_none() {
         return Err(TokenizerError::MissingSpecialToken {

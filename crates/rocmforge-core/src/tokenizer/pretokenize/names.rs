@@ -36,8 +36,10 @@ pub enum PreType {
     Afmoe,
     Laguna,
     ExaoneMoe,
-    /// SPM-style BPE over raw UTF-8 with spaces as U+2581 (Gemma 4, Sarvam).
+    /// SPM-style BPE over raw UTF-8 with spaces as U+2581.
     Gemma4,
+    /// Gemma 4's shape without its newline and BOS special cases.
+    SarvamMoe,
     MiniCpm5,
     Whitespace,
 }
@@ -65,8 +67,11 @@ const fn spec(kind: PreType) -> PreSpec {
         ignore_merges: false,
         add_bos: false,
         no_bos: false,
-        byte_encode: !matches!(kind, PreType::Gemma4 | PreType::Whitespace),
-        escape_whitespace: matches!(kind, PreType::Gemma4),
+        byte_encode: !matches!(
+            kind,
+            PreType::Gemma4 | PreType::SarvamMoe | PreType::Whitespace
+        ),
+        escape_whitespace: matches!(kind, PreType::Gemma4 | PreType::SarvamMoe),
     }
 }
 
@@ -154,7 +159,7 @@ const TABLE: &[(&[&str], PreSpec)] = &[
         spec(T::Starcoder),
     ),
     (&["gemma4", "granite-embed-multi-311m"], spec(T::Gemma4)),
-    (&["sarvam-moe"], spec(T::Gemma4)),
+    (&["sarvam-moe"], spec(T::SarvamMoe)),
     (&["whitespace"], spec(T::Whitespace)),
     (
         &[
@@ -218,4 +223,29 @@ pub fn all_names() -> impl Iterator<Item = &'static str> {
 /// The spec of a file with no `tokenizer.ggml.pre`: llama.cpp's default.
 pub fn missing() -> PreSpec {
     spec(PreType::Default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_carry_llama_cpp_flags() {
+        let mut names: Vec<&str> = all_names().collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "a name is listed twice");
+        let llama3 = lookup("llama-bpe").unwrap();
+        assert!(llama3.ignore_merges && llama3.add_bos && llama3.byte_encode);
+        let dbrx = lookup("dbrx").unwrap();
+        assert_eq!(dbrx.kind, PreType::Llama3);
+        assert!(!dbrx.ignore_merges && !dbrx.add_bos);
+        assert!(lookup("glm4").unwrap().no_bos);
+        let gemma = lookup("gemma4").unwrap();
+        assert!(!gemma.byte_encode && gemma.escape_whitespace);
+        assert_eq!(lookup("deepseek-llm").unwrap().kind, PreType::DeepseekLlm);
+        assert_eq!(lookup("qwen35").unwrap().kind, PreType::Qwen35);
+        assert_eq!(lookup("bert-bge"), None);
+    }
 }

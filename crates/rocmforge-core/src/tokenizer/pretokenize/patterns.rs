@@ -132,7 +132,7 @@ pub(crate) fn patterns(kind: PreType) -> &'static [Pattern] {
         ],
         T::Laguna => &[R(NEWLINE_RUNS), R(QWEN2)],
         T::ExaoneMoe => &[R(EXAONE_MOE)],
-        T::Gemma4 => &[R(NEWLINE_RUNS)],
+        T::Gemma4 | T::SarvamMoe => &[R(NEWLINE_RUNS)],
         T::MiniCpm5 => &[R(r"\p{N}{1,3}"), R(MINICPM5)],
         T::Whitespace => &[R(r"\S+")],
     }
