@@ -1,6 +1,6 @@
 //! First code point of each character's canonical decomposition (NFD), for
 //! BERT's accent stripping: `(first, last, base)` ranges, sorted, where every
-//! character in `first..=last` decomposes to `base` followed by marks.
+//! character in `first..=last` decomposes to `base`, then combining marks if any.
 //!
 //! Generated from Python's `unicodedata` (Unicode 14.0.0):
 //! `ord(unicodedata.normalize("NFD", chr(c))[0])` for every code point where it
