@@ -18,20 +18,21 @@ fn load(rel: &str) -> Tokenizer {
     Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Texts of a `.inp` file. llama.cpp's test writes each text followed by
-/// `"\n__ggml_vocab_test__\n"`, so texts may be empty or be newlines themselves.
+/// Texts of a `.inp` file, split as llama.cpp's `test-tokenizer-0` does: texts
+/// end at `"\n__ggml_vocab_test__\n"`, so they may be empty or be newlines
+/// themselves, and the last one may run to the end of the file instead.
 fn read_inputs(path: &Path) -> Vec<String> {
     const SEP: &str = "\n__ggml_vocab_test__\n";
     let data = std::fs::read_to_string(path).unwrap();
     let mut texts = Vec::new();
     let mut pos = 0;
     while pos < data.len() {
-        let end = pos
-            + data[pos..]
-                .find(SEP)
-                .expect("every text ends with the separator");
-        texts.push(data[pos..end].to_string());
-        pos = end + SEP.len();
+        let Some(len) = data[pos..].find(SEP) else {
+            texts.push(data[pos..].to_string());
+            break;
+        };
+        texts.push(data[pos..pos + len].to_string());
+        pos += len + SEP.len();
     }
     texts
 }
@@ -44,12 +45,42 @@ fn read_outputs(path: &Path) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn check_vocab_fixture(name: &str) {
+/// Every reference vocabulary with test texts, by the name in its file name.
+const FIXTURES: &[&str] = &[
+    "bert-bge",
+    "command-r",
+    "deepseek-coder",
+    "deepseek-llm",
+    "falcon",
+    "gemma-4",
+    "gpt-2",
+    "llama-bpe",
+    "llama-spm",
+    "mpt",
+    "phi-3",
+    "qwen2",
+    "qwen35",
+    "refact",
+    "starcoder",
+];
+
+/// Vocabularies shipped without texts: they must still load cleanly.
+const LOAD_ONLY: &[&str] = &["aquila", "baichuan", "gpt-neox"];
+
+/// Vocabularies of a tokenizer model this crate does not implement (UGM).
+const UNSUPPORTED: &[&str] = &["nomic-bert-moe"];
+
+/// Checks one fixture; `Err` describes the first mismatching text.
+fn check_vocab_fixture(name: &str) -> Result<(), String> {
     let gguf = format!("tokenizer/ggml-vocab-{name}.gguf");
     let t0 = Instant::now();
-    let tok = load(&gguf);
+    let path = testdata().join(&gguf);
+    let file = GgufFile::open(&path).map_err(|e| format!("{name}: {e}"))?;
+    let tok = Tokenizer::from_gguf(&file).map_err(|e| format!("{name}: {e}"))?;
     let load_time = t0.elapsed();
-    assert!(tok.notes().is_empty(), "{name}: {:?}", tok.notes());
+    if !tok.notes().is_empty() {
+        return Err(format!("{name}: notes {:?}", tok.notes()));
+    }
     let inp = testdata().join(format!("{gguf}.inp"));
     let texts = read_inputs(&inp);
     let expected = read_outputs(&testdata().join(format!("{gguf}.out")));
@@ -59,38 +90,89 @@ fn check_vocab_fixture(name: &str) {
     let t0 = Instant::now();
     let got: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode(t, false, false)).collect();
     let encode_time = t0.elapsed();
-    let mut failures = Vec::new();
-    for ((text, want), got) in texts.iter().zip(&expected).zip(&got) {
-        if want != got {
-            failures.push(format!("{text:?}\n  want {want:?}\n  got  {got:?}"));
-        }
+    let mismatches: Vec<String> = texts
+        .iter()
+        .zip(&expected)
+        .zip(&got)
+        .filter(|((_, want), got)| want != got)
+        .map(|((text, want), got)| format!("{text:?}\n  want {want:?}\n  got  {got:?}"))
+        .collect();
+    if let Some(first) = mismatches.first() {
+        return Err(format!(
+            "{name}: {} of {} texts differ; first:\n{first}",
+            mismatches.len(),
+            texts.len()
+        ));
     }
+    eprintln!("{name}: load {load_time:?}, encode all {encode_time:?}");
+    if encode_time.as_millis() >= 500 {
+        return Err(format!("{name}: encoding took {encode_time:?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_reference_vocab_tokenizes_exactly() {
+    let failures: Vec<String> = FIXTURES
+        .iter()
+        .filter_map(|name| check_vocab_fixture(name).err())
+        .collect();
     assert!(
         failures.is_empty(),
-        "{name}: {} mismatches:\n{}",
+        "{} of {} vocabularies fail:\n{}",
         failures.len(),
-        failures.join("\n")
-    );
-    eprintln!("{name}: load {load_time:?}, encode all {encode_time:?}");
-    assert!(
-        encode_time.as_millis() < 500,
-        "{name}: encoding took {encode_time:?}"
+        FIXTURES.len(),
+        failures.join("\n\n")
     );
 }
 
 #[test]
-fn llama_spm_fixture() {
-    check_vocab_fixture("llama-spm");
+fn every_reference_vocab_is_listed() {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(testdata().join("tokenizer")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if let Some(stem) = name
+            .strip_prefix("ggml-vocab-")
+            .and_then(|n| n.strip_suffix(".gguf"))
+        {
+            found.push(stem.to_owned());
+        }
+    }
+    found.sort();
+    let mut listed: Vec<String> = FIXTURES
+        .iter()
+        .chain(LOAD_ONLY)
+        .chain(UNSUPPORTED)
+        .map(|s| s.to_string())
+        .collect();
+    listed.sort();
+    assert_eq!(found, listed);
+    for name in FIXTURES {
+        let inp = testdata().join(format!("tokenizer/ggml-vocab-{name}.gguf.inp"));
+        assert!(inp.exists(), "{name} has no texts");
+    }
 }
 
 #[test]
-fn gpt2_fixture() {
-    check_vocab_fixture("gpt-2");
-}
-
-#[test]
-fn qwen2_fixture() {
-    check_vocab_fixture("qwen2");
+fn vocabs_without_texts_load_cleanly() {
+    for name in LOAD_ONLY {
+        let tok = load(&format!("tokenizer/ggml-vocab-{name}.gguf"));
+        assert!(tok.notes().is_empty(), "{name}: {:?}", tok.notes());
+        let text = "Hello world, 123 tokens!";
+        let ids = tok.encode(text, false, false);
+        assert!(!ids.is_empty(), "{name}");
+        assert_eq!(tok.decode(&ids), text, "{name}");
+    }
+    // Refused with an error naming the model, not tokenized wrongly.
+    for name in UNSUPPORTED {
+        let path = testdata().join(format!("tokenizer/ggml-vocab-{name}.gguf"));
+        let file = GgufFile::open(&path).unwrap();
+        let err = Tokenizer::from_gguf(&file).unwrap_err().to_string();
+        assert!(
+            err.contains("unsupported tokenizer model \"t5\""),
+            "{name}: {err}"
+        );
+    }
 }
 
 #[test]
@@ -126,7 +208,9 @@ fn reference_prompt_tokens() {
 
 #[test]
 fn decode_round_trips_fixture_texts() {
-    for name in ["llama-spm", "gpt-2", "qwen2"] {
+    // WordPiece lowercases and drops accents and spacing, so bert-bge cannot
+    // round-trip (see `wordpiece_decodes_normalized_words`).
+    for &name in FIXTURES.iter().filter(|&&n| n != "bert-bge") {
         let gguf = format!("tokenizer/ggml-vocab-{name}.gguf");
         let tok = load(&gguf);
         for text in read_inputs(&testdata().join(format!("{gguf}.inp"))) {
@@ -141,6 +225,18 @@ fn decode_round_trips_fixture_texts() {
             assert_eq!(streamed, String::from_utf8_lossy(&bytes), "{name}");
         }
     }
+}
+
+#[test]
+fn wordpiece_decodes_normalized_words() {
+    let tok = load("tokenizer/ggml-vocab-bert-bge.gguf");
+    let ids = tok.encode("Hello  Äpfel", false, false);
+    assert_eq!(tok.decode(&ids), "hello apfel");
+    // With special tokens: [CLS] text [SEP], which print as nothing.
+    let with = tok.encode("Hello", true, false);
+    assert_eq!(with.first(), Some(&101));
+    assert_eq!(with.last(), Some(&102));
+    assert_eq!(tok.decode(&with), "hello");
 }
 
 /// Multi-byte characters that the vocabulary spells as several byte tokens

@@ -168,7 +168,7 @@ fn bad_merges_and_tokens() {
 
 #[test]
 fn unsupported_models() {
-    for model in ["rwkv", "bert", "t5", ""] {
+    for model in ["rwkv", "plamo2", "t5", ""] {
         let mut m = spm_meta();
         set(&mut m, "model", model);
         assert!(
@@ -237,10 +237,16 @@ fn unknown_pre_tokenizer_falls_back_to_default() {
         [id(&tok, "123"), id(&tok, "4")]
     );
 
+    // No name at all is llama.cpp's documented default, not a fallback: same
+    // splitting, no note.
     let mut m = bpe_meta();
     m.remove("tokenizer.ggml.pre");
     let tok = build(&m).unwrap();
-    assert_eq!(tok.notes().len(), 1);
+    assert!(tok.notes().is_empty(), "{:?}", tok.notes());
+    assert_eq!(
+        tok.encode("1234", false, false),
+        [id(&tok, "123"), id(&tok, "4")]
+    );
 }
 
 #[test]

@@ -296,11 +296,19 @@ fn tokenizer_cases(f: &Fixture) -> Vec<Case> {
         cases.push(case(key, "n_vocab - 1", Some(GgufValue::U64(n - 1))));
         cases.push(case(key, "i64::MIN", Some(GgufValue::I64(i64::MIN))));
     }
-    for model in ["llama", "gpt2", "bert"] {
+    for model in ["llama", "gpt2", "bert", "gemma4", "t5"] {
         let v = GgufValue::from(model);
         cases.push(case("tokenizer.ggml.model", model, Some(v)));
     }
-    for pre in ["qwen2", "llama3", "default", "no-such-pre"] {
+    for pre in [
+        "qwen2",
+        "llama3",
+        "default",
+        "no-such-pre",
+        "gemma4",
+        "deepseek-llm",
+        "kimi-k2",
+    ] {
         let v = GgufValue::from(pre);
         cases.push(case("tokenizer.ggml.pre", pre, Some(v)));
     }

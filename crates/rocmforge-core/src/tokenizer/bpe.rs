@@ -1,6 +1,8 @@
-//! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): the pre-tokenizer cuts
-//! text into words, each word's bytes become GPT-2 byte characters, and merge
-//! rules apply in rank order (lowest rank first, ties leftmost) within a word.
+//! BPE with merge rules (`tokenizer.ggml.model = "gpt2"`, `"gemma4"`): the
+//! pre-tokenizer cuts text into words, each word's bytes become GPT-2 byte
+//! characters (byte-level vocabularies) or stay UTF-8 (SPM-style ones such as
+//! Gemma 4's), and merge rules apply in rank order (lowest rank first, ties
+//! leftmost) within a word.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -53,6 +55,14 @@ pub(crate) struct Bpe {
     pub(crate) bytes: ByteLevel,
     /// Look a whole word up before merging (llama3 family).
     pub(crate) ignore_merges: bool,
+    /// Map bytes to GPT-2's byte characters. Without it, words stay UTF-8 and
+    /// bytes no token covers become `<0xXX>` tokens.
+    pub(crate) byte_encode: bool,
+    /// Take a word of only newlines whole when the vocabulary has it (Gemma 4:
+    /// its merges cannot build long newline runs that are tokens).
+    pub(crate) newline_runs_whole: bool,
+    /// Spaces become U+2581 before pre-tokenizing (SPM-style vocabularies).
+    pub(crate) escape_whitespace: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -90,14 +100,29 @@ impl PartialOrd for Candidate {
 impl Bpe {
     /// Encodes raw (not byte-level) text, appending ids to `out`.
     pub(crate) fn encode(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
+        if self.escape_whitespace {
+            let escaped = text.replace(' ', "\u{2581}");
+            self.encode_words(vocab, &escaped, out);
+        } else {
+            self.encode_words(vocab, text, out);
+        }
+    }
+
+    fn encode_words(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
         let mut word = String::new();
         let mut key = String::new();
         let mut symbols = Vec::new();
         let mut queue = BinaryHeap::new();
         for (start, end) in self.pre.split(text) {
             word.clear();
-            self.bytes.encode_into(&text[start..end], &mut word);
-            if self.ignore_merges {
+            if self.byte_encode {
+                self.bytes.encode_into(&text[start..end], &mut word);
+            } else {
+                word.push_str(&text[start..end]);
+            }
+            let whole =
+                self.ignore_merges || (self.newline_runs_whole && word.bytes().all(|b| b == b'\n'));
+            if whole {
                 if let Some(id) = vocab.id(&word) {
                     out.push(id);
                     continue;
@@ -110,10 +135,10 @@ impl Bpe {
                 let piece = &word[s.start..s.start + s.len];
                 match vocab.id(piece) {
                     Some(id) => out.push(id),
-                    // Only possible when a merge result is missing from the
-                    // vocabulary: spell it per byte character, skipping any the
-                    // vocabulary lacks, as llama.cpp does.
-                    None => {
+                    // Only possible when a merge result or a character is
+                    // missing from the vocabulary: spell it per byte, skipping
+                    // bytes the vocabulary lacks, as llama.cpp does.
+                    None if self.byte_encode => {
                         let mut buf = [0u8; 4];
                         out.extend(
                             piece
@@ -121,6 +146,11 @@ impl Bpe {
                                 .filter_map(|c| vocab.id(c.encode_utf8(&mut buf))),
                         );
                     }
+                    None => out.extend(
+                        piece
+                            .bytes()
+                            .filter_map(|b| vocab.id(&format!("<0x{b:02X}>"))),
+                    ),
                 }
                 i = s.next;
             }
@@ -194,7 +224,7 @@ impl Bpe {
 
 #[cfg(test)]
 mod tests {
-    use super::super::pretokenize::PreTokenizerKind;
+    use super::super::pretokenize::PreType;
     use super::*;
 
     fn strings(v: &[&str]) -> Vec<String> {
@@ -204,9 +234,12 @@ mod tests {
     fn bpe(merges: &[&str], ignore_merges: bool) -> Bpe {
         Bpe {
             ranks: MergeRanks::build(strings(merges)).unwrap(),
-            pre: PreTokenizer::new(PreTokenizerKind::Gpt2).unwrap(),
+            pre: PreTokenizer::new(PreType::Gpt2).unwrap(),
             bytes: ByteLevel::new(),
             ignore_merges,
+            byte_encode: true,
+            newline_runs_whole: false,
+            escape_whitespace: false,
         }
     }
 

@@ -23,7 +23,10 @@ pub enum TokenizerError {
         found: String,
     },
 
-    #[error("unsupported tokenizer model {0:?} (supported: llama, gpt2)")]
+    #[error(
+        "unsupported tokenizer model {0:?} (supported: llama, gpt2, gemma4, bert; \
+         not t5/UGM, rwkv, plamo2)"
+    )]
     UnsupportedModel(String),
 
     #[error("the vocabulary is empty")]

@@ -1,13 +1,22 @@
 //! Text ↔ token ids, reproducing llama.cpp's tokenizers from GGUF metadata.
 //!
-//! Two families cover the supported models:
-//! - **SPM** (`tokenizer.ggml.model = "llama"`; Llama 1/2, Mistral): spaces
-//!   become `▁`, a space is prefixed to the text, adjacent symbols merge by
-//!   token score, unknown characters fall back to `<0xXX>` byte tokens
-//!   (`spm`).
-//! - **BPE** (`"gpt2"`; GPT-2, Llama 3, Qwen2/3): a pre-tokenizer regex chosen by
-//!   `tokenizer.ggml.pre` cuts words, bytes map to GPT-2's printable characters,
-//!   merge rules apply by rank (`bpe`, `pretokenize`, `byte_level`).
+//! Three families cover the supported models:
+//! - **SPM** (`tokenizer.ggml.model = "llama"`; Llama 1/2, Mistral, Phi-3,
+//!   Baichuan): spaces become `▁`, a space is prefixed to the text, adjacent
+//!   symbols merge by token score, unknown characters fall back to `<0xXX>`
+//!   byte tokens (`spm`).
+//! - **BPE** (`"gpt2"`; GPT-2, Llama 3, Qwen2/3/3.5, DeepSeek, Falcon, ...): a
+//!   pre-tokenizer chosen by `tokenizer.ggml.pre` cuts words, bytes map to
+//!   GPT-2's printable characters, merge rules apply by rank (`bpe`,
+//!   `pretokenize`, `byte_level`). Every pre-tokenizer name llama.cpp accepts
+//!   is known ([`supported_pre_tokenizers`]). `"gemma4"` is the SPM-style
+//!   variant: spaces become `▁`, words stay UTF-8, uncovered bytes become
+//!   `<0xXX>` tokens, and merges still come from the file.
+//! - **WPM** (`"bert"`): BERT's normalizer and greedy longest-match WordPiece
+//!   (`wpm`).
+//!
+//! UGM (`"t5"`), RWKV and PLaMo-2 vocabularies are refused with
+//! [`TokenizerError::UnsupportedModel`].
 //!
 //! Before either runs, text is cut around special tokens written literally in
 //! it (`partition`): user-defined tokens always, control tokens only when the
@@ -31,10 +40,10 @@
 //! - Out-of-range BOS/EOS/EOT/EOM ids are errors (llama.cpp warns and falls back
 //!   to defaults); other bad ids are dropped with a note in [`Tokenizer::notes`].
 //! - An unknown `tokenizer.ggml.pre` falls back to the default pre-tokenizer
-//!   with a note, as llama.cpp does for a missing one (current llama.cpp
-//!   refuses unknown names). Supported names: see `pretokenize`; they cover
-//!   default, gpt-2, llama3/llama-bpe, qwen2, deepseek-coder, falcon,
-//!   starcoder, chatglm and bloom families.
+//!   with a note (current llama.cpp refuses unknown names). A missing one
+//!   silently means the default, as in llama.cpp (which also logs a warning):
+//!   files such as llama.cpp's own Aquila and GPT-NeoX vocabularies were
+//!   converted that way.
 //! - BPE files without BOS/EOS ids get none (llama.cpp assumes id 11).
 //! - [`Tokenizer::decode`] does not apply `clean_up_tokenization_spaces`; llama.cpp
 //!   skips it too when printing generated tokens one by one, and it would
@@ -46,13 +55,16 @@ mod bpe;
 mod build;
 mod byte_level;
 mod error;
+mod nfd_table;
 mod partition;
 mod piece;
 mod pretokenize;
 mod spec;
 mod special;
 mod spm;
+mod unicode;
 mod vocab;
+mod wpm;
 
 pub use error::TokenizerError;
 pub use piece::StreamDecoder;
@@ -65,6 +77,7 @@ use vocab::Attr;
 enum Algorithm {
     Spm { bytes: Box<[Option<u32>; 256]> },
     Bpe(Box<bpe::Bpe>),
+    Wpm(Box<wpm::Wpm>),
 }
 
 /// A loaded vocabulary with its encoder and decoder. Immutable and `Sync`, so
@@ -78,7 +91,18 @@ pub struct Tokenizer {
     add_bos: bool,
     add_eos: bool,
     add_space_prefix: bool,
+    /// Drop the first printed word's leading space when decoding: it is
+    /// WordPiece's word mark, not text.
+    strip_first_space: bool,
+    /// WordPiece's `[SEP]`, appended with the special tokens.
+    sep: Option<u32>,
     notes: Vec<String>,
+}
+
+/// Every `tokenizer.ggml.pre` name the BPE tokenizer knows: all the names
+/// llama.cpp accepts.
+pub fn supported_pre_tokenizers() -> impl Iterator<Item = &'static str> {
+    pretokenize::all_names()
 }
 
 impl Tokenizer {
@@ -146,9 +170,20 @@ impl Tokenizer {
                     }
                 }
             }
+            Algorithm::Wpm(wpm) => {
+                for frag in fragments {
+                    match frag {
+                        Fragment::Text(a, b) => wpm.encode(&self.vocab, &text[a..b], &mut out),
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
         }
         if add_bos && self.add_eos {
             out.extend(self.specials.eos);
+        }
+        if add_bos {
+            out.extend(self.sep);
         }
         out
     }
@@ -245,7 +280,15 @@ impl Tokenizer {
         for (i, &id) in ids.iter().enumerate() {
             let piece = self.pieces.get(id);
             let piece = match piece {
-                [b' ', rest @ ..] if i == 0 && self.add_space_prefix => rest,
+                // SPM: only the very first token (after BOS the space stays,
+                // as in llama.cpp). WordPiece: the first printed word, also
+                // after [CLS].
+                [b' ', rest @ ..]
+                    if (i == 0 && self.add_space_prefix)
+                        || (bytes.is_empty() && self.strip_first_space) =>
+                {
+                    rest
+                }
                 _ => piece,
             };
             bytes.extend_from_slice(piece);

@@ -23,12 +23,15 @@ pub struct SpecialIds {
     pub fim_pad: Option<u64>,
     pub fim_rep: Option<u64>,
     pub fim_sep: Option<u64>,
+    /// WordPiece's separator (`[SEP]`), appended after the text.
+    pub sep: Option<u64>,
 }
 
 /// Everything the tokenizer reads from `tokenizer.ggml.*`.
 #[derive(Debug, Clone, Default)]
 pub struct VocabSpec {
-    /// `tokenizer.ggml.model`: `llama` (SentencePiece BPE) or `gpt2` (byte-level BPE).
+    /// `tokenizer.ggml.model`: `llama` (SentencePiece BPE), `gpt2` (BPE with
+    /// merges), `gemma4` (SPM-style BPE with merges) or `bert` (WordPiece).
     pub model: String,
     /// `tokenizer.ggml.pre`: the pre-tokenizer name (BPE only).
     pub pre: Option<String>,
@@ -43,6 +46,10 @@ pub struct VocabSpec {
     pub add_bos: Option<bool>,
     pub add_eos: Option<bool>,
     pub add_space_prefix: Option<bool>,
+    /// BERT normalizer options (WordPiece only); llama.cpp defaults both to
+    /// true, and `strip_accents` to `lowercase`.
+    pub normalizer_lowercase: Option<bool>,
+    pub normalizer_strip_accents: Option<bool>,
 }
 
 const K_MODEL: &str = "tokenizer.ggml.model";
@@ -74,9 +81,12 @@ pub const METADATA_KEYS: &[&str] = &[
     "tokenizer.ggml.fim_pad_token_id",
     "tokenizer.ggml.fim_rep_token_id",
     "tokenizer.ggml.fim_sep_token_id",
+    "tokenizer.ggml.seperator_token_id",
     "tokenizer.ggml.add_bos_token",
     "tokenizer.ggml.add_eos_token",
     "tokenizer.ggml.add_space_prefix",
+    "tokenizer.ggml.normalizer.lowercase",
+    "tokenizer.ggml.normalizer.strip_accents",
 ];
 
 impl VocabSpec {
@@ -169,6 +179,8 @@ impl VocabSpec {
             fim_pad: id("tokenizer.ggml.fim_pad_token_id")?,
             fim_rep: id("tokenizer.ggml.fim_rep_token_id")?,
             fim_sep: id("tokenizer.ggml.fim_sep_token_id")?,
+            // Sic: llama.cpp's key name.
+            sep: id("tokenizer.ggml.seperator_token_id")?,
         };
         let flag = |key: &'static str| -> Result<Option<bool>, TokenizerError> {
             get(key)
@@ -186,6 +198,8 @@ impl VocabSpec {
             add_bos: flag("tokenizer.ggml.add_bos_token")?,
             add_eos: flag("tokenizer.ggml.add_eos_token")?,
             add_space_prefix: flag("tokenizer.ggml.add_space_prefix")?,
+            normalizer_lowercase: flag("tokenizer.ggml.normalizer.lowercase")?,
+            normalizer_strip_accents: flag("tokenizer.ggml.normalizer.strip_accents")?,
         };
         Ok((spec, notes))
     }
