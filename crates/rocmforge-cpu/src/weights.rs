@@ -5,7 +5,9 @@
 //! into one anonymous region (huge pages where the OS gives them) in the
 //! eight-row layout of `quant_dot::q4_0x8`, and their pages of the file
 //! mapping are released: resident memory stays the file size. Every other
-//! weight is read straight from the file.
+//! weight is read straight from the file, its pages touched at load so the
+//! first step does not fault them in, except mixture-of-experts stacks,
+//! which fault in as steps route to them.
 
 use std::sync::Arc;
 
@@ -129,9 +131,13 @@ impl MappedWeights {
                 at += data.len().next_multiple_of(64);
                 let offset = (data.as_ptr() as usize - file_start) as u64;
                 model.file.release_pages(offset..offset + data.len() as u64);
-            } else {
+            } else if w.experts == 1 {
                 prefault(data);
             }
+            // Expert stacks stay unread: a step reads only its tokens'
+            // experts, so of a 30B-A3B file mostly the experts in use
+            // become resident, and a file larger than RAM still runs (at
+            // the page cache's speed for the cold experts).
             views.push(view);
             done += data.len() as u64;
             progress(done, total);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rocmforge_core::backend::Backend;
 use rocmforge_core::gguf::{GgufFile, GgufWriter};
-use rocmforge_core::model::Model;
+use rocmforge_core::model::{FfnWeights, Model};
 use rocmforge_core::quant::{dequantize, quantize_to_vec, QuantType};
 use rocmforge_core::session::{Session, SessionOptions};
 use rocmforge_cpu::CpuBackend;

@@ -1,0 +1,96 @@
+//! Mixture-of-experts files that cannot be run are one clear error: an
+//! architecture this project does not build, and expert counts that
+//! contradict the router and expert tensors.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{assert_one_line_error, run, scratch_dir};
+use rocmforge_core::gguf::{GgufFile, GgufValue, GgufWriter};
+use rocmforge_core::quant::QuantType;
+use rocmforge_genmodel::find;
+
+/// tiny-qwen3moe, generated once per test run.
+fn tiny_moe() -> PathBuf {
+    let dir = rocmforge_genmodel::repo_root().join("target/conformance-models");
+    rocmforge_genmodel::cached(find("tiny-qwen3moe").unwrap(), QuantType::Q8_0, &dir).unwrap()
+}
+
+/// A copy of tiny-qwen3moe with metadata key `key` set to `value`.
+fn with_key(name: &str, key: &str, value: GgufValue) -> PathBuf {
+    let src = GgufFile::open(&tiny_moe()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        w.add_metadata(k, if k == key { value.clone() } else { v.clone() });
+    }
+    for t in src.tensors() {
+        w.add_tensor(&t.name, &t.shape, t.ty, src.tensor_data(t).to_vec())
+            .unwrap();
+    }
+    let path = scratch_dir("moe").join(format!("{name}.gguf"));
+    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    path
+}
+
+fn generate(path: &PathBuf) -> std::process::Output {
+    run(&[
+        "generate",
+        "--gguf",
+        path.to_str().unwrap(),
+        "--prompt",
+        "hi",
+        "--backend",
+        "cpu",
+        "-n",
+        "1",
+    ])
+}
+
+#[test]
+fn the_unchanged_file_generates() {
+    let o = generate(&tiny_moe());
+    assert!(o.status.success(), "{}", common::stderr(&o));
+}
+
+#[test]
+fn unsupported_architecture_names_it() {
+    let p = with_key(
+        "arch",
+        "general.architecture",
+        GgufValue::String("deepseek2".into()),
+    );
+    assert_one_line_error(&generate(&p), 1, "unsupported architecture \"deepseek2\"");
+}
+
+#[test]
+fn expert_count_contradicting_the_router_is_an_error() {
+    let p = with_key("count", "qwen3moe.expert_count", GgufValue::U32(16));
+    assert_one_line_error(&generate(&p), 1, "qwen3moe.expert_count is 16");
+}
+
+#[test]
+fn experts_used_beyond_the_count_is_an_error() {
+    let p = with_key("used", "qwen3moe.expert_used_count", GgufValue::U32(9));
+    assert_one_line_error(&generate(&p), 1, "qwen3moe.expert_used_count is 9");
+}
+
+#[test]
+fn expert_width_contradicting_the_tensors_is_an_error() {
+    let p = with_key(
+        "width",
+        "qwen3moe.expert_feed_forward_length",
+        GgufValue::U32(96),
+    );
+    assert_one_line_error(
+        &generate(&p),
+        1,
+        "qwen3moe.expert_feed_forward_length is 96",
+    );
+}
+
+#[test]
+fn a_moe_arch_without_experts_is_an_error() {
+    let p = with_key("none", "qwen3moe.expert_count", GgufValue::U32(0));
+    assert_one_line_error(&generate(&p), 1, "qwen3moe.expert_count");
+}
