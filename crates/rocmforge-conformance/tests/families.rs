@@ -20,6 +20,7 @@ use rocmforge_core::tokenizer::Tokenizer;
 const FAMILIES: &[(&str, QuantType)] = &[
     ("tiny-qwen3moe", QuantType::Q8_0),
     ("tiny-mixtral", QuantType::Q4K),
+    ("tiny-phi3", QuantType::Q8_0),
 ];
 
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. Once upon a time";

@@ -15,6 +15,8 @@ pub enum Arch {
     Qwen3,
     /// Qwen3's attention; every feed-forward block a routed mixture of experts.
     Qwen3Moe,
+    /// Llama layout with Q/K/V fused in `attn_qkv` and gate/up in `ffn_up`.
+    Phi3,
 }
 
 impl Arch {
@@ -24,6 +26,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Phi3 => "phi3",
         }
     }
 
@@ -49,6 +52,8 @@ pub enum Vocab {
     /// (128000..) and `tokenizer.ggml.pre = "llama-bpe"`. Token ids below 50257
     /// therefore do not mean what they mean in a real Llama 3 file.
     Llama3FromGpt2,
+    /// `ggml-vocab-phi-3.gguf`: Phi-3's SentencePiece vocab, 32064 tokens.
+    Phi3,
 }
 
 impl Vocab {
@@ -57,6 +62,7 @@ impl Vocab {
             Vocab::LlamaSpm => "ggml-vocab-llama-spm.gguf",
             Vocab::Qwen2 => "ggml-vocab-qwen2.gguf",
             Vocab::Llama3FromGpt2 => "ggml-vocab-gpt-2.gguf",
+            Vocab::Phi3 => "ggml-vocab-phi-3.gguf",
         }
     }
 }
@@ -106,6 +112,8 @@ pub struct Preset {
     /// Experts in place of the dense feed-forward blocks (`n_ff` is then
     /// only written as metadata, as the converter does).
     pub moe: Option<MoeShape>,
+    /// `attention.sliding_window` as the converter writes it (Phi-3).
+    pub sliding_window: Option<u64>,
 }
 
 pub const PRESETS: &[Preset] = &[
@@ -130,6 +138,7 @@ pub const PRESETS: &[Preset] = &[
         vocab: Vocab::LlamaSpm,
         rope_scaling: None,
         moe: None,
+        sliding_window: None,
     },
     // Shape of testdata/reference/tiny-qwen2-Q8_0.gguf; n_ff = 176 is not a
     // multiple of 32, so ffn_down falls back to F16 as it does there.
@@ -152,6 +161,7 @@ pub const PRESETS: &[Preset] = &[
         vocab: Vocab::Qwen2,
         rope_scaling: None,
         moe: None,
+        sliding_window: None,
     },
     // Shape of testdata/reference/tiny-qwen3-Q8_0.gguf: head_dim 32 while
     // n_embd / n_head = 16.
@@ -174,6 +184,7 @@ pub const PRESETS: &[Preset] = &[
         vocab: Vocab::Qwen2,
         rope_scaling: None,
         moe: None,
+        sliding_window: None,
     },
     // Qwen/Qwen2.5-0.5B. n_embd 896 is not a multiple of 256: K-quant types
     // fall back on every tensor whose rows are n_embd long, as in the real
@@ -197,6 +208,7 @@ pub const PRESETS: &[Preset] = &[
         vocab: Vocab::Qwen2,
         rope_scaling: None,
         moe: None,
+        sliding_window: None,
     },
     // Qwen/Qwen3-0.6B: head_dim 128 while n_embd / n_head = 64.
     Preset {
@@ -218,6 +230,7 @@ pub const PRESETS: &[Preset] = &[
         vocab: Vocab::Qwen2,
         rope_scaling: None,
         moe: None,
+        sliding_window: None,
     },
     // meta-llama/Llama-3.2-1B. The tokenizer is a stand-in, see Vocab::Llama3FromGpt2.
     Preset {
@@ -244,6 +257,7 @@ pub const PRESETS: &[Preset] = &[
             original_context: 8192.0,
         }),
         moe: None,
+        sliding_window: None,
     },
     // meta-llama/Llama-2-7b-hf.
     Preset {
@@ -265,6 +279,7 @@ pub const PRESETS: &[Preset] = &[
         vocab: Vocab::LlamaSpm,
         rope_scaling: None,
         moe: None,
+        sliding_window: None,
     },
     // The shape of tiny-qwen3 with 8 experts of 64, 2 per token; rows of
     // 64 take Q8_0 and the legacy quants, K-quants fall back as in
@@ -292,6 +307,7 @@ pub const PRESETS: &[Preset] = &[
             n_expert_used: 2,
             n_ff_exp: 64,
         }),
+        sliding_window: None,
     },
     // A Mixtral-style llama with experts (Mixtral and its descendants are
     // `llama` files with `expert_count` set): rows of 256 everywhere, so
@@ -320,6 +336,52 @@ pub const PRESETS: &[Preset] = &[
             n_expert_used: 2,
             n_ff_exp: 256,
         }),
+        sliding_window: None,
+    },
+    // The shape of Phi-3-mini scaled down: fused QKV and gate/up, 32064
+    // tokens, the checkpoint's sliding window.
+    Preset {
+        name: "tiny-phi3",
+        model: "tiny-phi3",
+        arch: Arch::Phi3,
+        n_layer: 2,
+        n_embd: 256,
+        n_head: 8,
+        n_head_kv: 8,
+        head_dim: 32,
+        explicit_head_dim: false,
+        n_ff: 512,
+        n_vocab: 32064,
+        n_ctx: 4096,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+        vocab: Vocab::Phi3,
+        rope_scaling: None,
+        moe: None,
+        sliding_window: Some(2047),
+    },
+    // microsoft/Phi-3-mini-4k-instruct.
+    Preset {
+        name: "phi3-mini",
+        model: "Phi-3-mini-4k-instruct",
+        arch: Arch::Phi3,
+        n_layer: 32,
+        n_embd: 3072,
+        n_head: 32,
+        n_head_kv: 32,
+        head_dim: 96,
+        explicit_head_dim: false,
+        n_ff: 8192,
+        n_vocab: 32064,
+        n_ctx: 4096,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+        vocab: Vocab::Phi3,
+        rope_scaling: None,
+        moe: None,
+        sliding_window: Some(2047),
     },
     // Qwen/Qwen3-30B-A3B: 128 experts of 768, 8 per token (3.3B active).
     Preset {
@@ -345,6 +407,7 @@ pub const PRESETS: &[Preset] = &[
             n_expert_used: 8,
             n_ff_exp: 768,
         }),
+        sliding_window: None,
     },
 ];
 

@@ -23,6 +23,10 @@ pub enum Arch {
     /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder): Qwen3's attention, a routed
     /// mixture of experts in place of every feed-forward block.
     Qwen3Moe,
+    /// Phi-3 / Phi-3.5 / Phi-4-mini: Q, K and V in one fused matrix, gate
+    /// and up in another (split at load; the graph is llama's with NeoX
+    /// RoPE).
+    Phi3,
 }
 
 impl Arch {
@@ -32,6 +36,7 @@ impl Arch {
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
             "qwen3moe" => Some(Arch::Qwen3Moe),
+            "phi3" => Some(Arch::Phi3),
             _ => None,
         }
     }
@@ -42,11 +47,18 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Phi3 => "phi3",
         }
     }
 
     /// Every architecture this project builds, for error messages and docs.
-    pub const ALL: &'static [Arch] = &[Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Qwen3Moe];
+    pub const ALL: &'static [Arch] = &[
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Qwen3Moe,
+        Arch::Phi3,
+    ];
 
     /// Per-head RMSNorm on Q and K before RoPE.
     pub fn has_qk_norm(self) -> bool {
@@ -62,7 +74,20 @@ impl Arch {
     /// How RoPE pairs dimensions: llama rotates adjacent pairs, the Qwen
     /// families rotate the two halves of each head against each other (NeoX).
     pub fn rope_neox(self) -> bool {
-        matches!(self, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe)
+        matches!(
+            self,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3
+        )
+    }
+
+    /// Rows of `ffn_up` per feed-forward row: Phi-3 stores gate and up in
+    /// it, gate first.
+    pub fn ffn_up_parts(self) -> usize {
+        if self == Arch::Phi3 {
+            2
+        } else {
+            1
+        }
     }
 }
 
@@ -89,6 +114,7 @@ pub const ARCH_KEYS: &[&str] = &[
     "expert_count",
     "expert_used_count",
     "expert_feed_forward_length",
+    "attention.sliding_window",
 ];
 
 /// Keys outside `{arch}.*` that loading a model reads: the architecture, and
@@ -124,6 +150,9 @@ pub struct ModelConfig {
     /// The experts of every feed-forward block, for mixture-of-experts
     /// models; `n_ff` is then one expert's width.
     pub moe: Option<MoeConfig>,
+    /// Sliding-window attention over this many positions (Phi-3's 2047).
+    /// Not computed: a session's context must fit in it.
+    pub sliding_window: Option<usize>,
 }
 
 impl ModelConfig {
@@ -254,6 +283,15 @@ impl ModelConfig {
             )
         };
         shapes.expect_rows("blk.0.attn_k.weight", n_embd, n_head_kv * head_dim, kv_what)?;
+        let qkv_what = || {
+            format!(
+                "({} + 2 × {}) × head size ({n_head} + 2 × {n_head_kv}) × {head_dim}",
+                keys.name("attention.head_count"),
+                keys.name("attention.head_count_kv")
+            )
+        };
+        let qkv_rows = (n_head + 2 * n_head_kv) * head_dim;
+        shapes.expect_rows("blk.0.attn_qkv.weight", n_embd, qkv_rows, qkv_what)?;
         let ffn_up = "blk.0.ffn_up.weight";
         let moe = MoeConfig::from_keys(&keys, &shapes, arch, n_embd)?;
         let dense_ff = keys.per_layer_size("feed_forward_length", 1, n_layer)?;
@@ -272,11 +310,20 @@ impl ModelConfig {
             // has.
             (Some(moe), _) => moe.n_ff_exp,
             (None, Some(v)) => {
-                shapes.expect_rows(ffn_up, n_embd, v, || keys.name("feed_forward_length"))?
+                let parts = arch.ffn_up_parts();
+                let what = || match parts {
+                    1 => keys.name("feed_forward_length"),
+                    _ => format!("{parts} × {}", keys.name("feed_forward_length")),
+                };
+                shapes.expect_rows(ffn_up, n_embd, v * parts, what)? / parts
             }
-            (None, None) => shapes.dim(shapes.matrix(ffn_up)?, 1, "n_ff")?,
+            (None, None) => shapes.dim(shapes.matrix(ffn_up)?, 1, "n_ff")? / arch.ffn_up_parts(),
         };
 
+        // Phi-3 files give the window their checkpoint was trained with;
+        // a context within it attends exactly as full attention does.
+        let sliding_window = keys.ranged("attention.sliding_window", 0, u32::MAX.into())?;
+        let sliding_window = sliding_window.filter(|&w| w > 0);
         // Positions are 32-bit; no tensor bounds the context.
         let n_ctx_train = keys
             .ranged("context_length", 1, u32::MAX.into())?
@@ -304,6 +351,7 @@ impl ModelConfig {
             rope_freq_base,
             rope_freq_scale: keys.rope_freq_scale()?,
             moe,
+            sliding_window,
         })
     }
 }

@@ -18,7 +18,7 @@ use crate::quant::QuantType;
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe)")]
+    #[error("unsupported architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe, phi3)")]
     UnsupportedArch(String),
     #[error("missing metadata key '{0}'")]
     MissingKey(String),
@@ -78,14 +78,11 @@ impl Model {
         })
     }
 
-    /// The bytes of one weight, read through the mapping. A lookup by name:
-    /// backends resolve these once at load, not per token.
+    /// The bytes of one weight, read through the mapping: a whole tensor,
+    /// or the rows of a fused one (Phi-3's QKV) that the weight names.
     pub fn weight_bytes(&self, id: WeightId) -> &[u8] {
         let w = self.weights.get(id);
-        let t = self
-            .file
-            .tensor(&w.name)
-            .expect("weights were located in this file");
-        self.file.tensor_data(t)
+        let start = w.file_offset as usize;
+        &self.file.as_bytes()[start..start + w.n_bytes as usize]
     }
 }

@@ -124,11 +124,24 @@ impl ModelWeights {
             let n = |s: &str| format!("blk.{i}.{s}");
             let biased = cfg.arch == Arch::Qwen2;
             let qk_norm = cfg.arch.has_qk_norm();
+            // Phi-3 fuses Q, K and V into one matrix: its row ranges are
+            // the three weights (whole rows are whole quant blocks).
+            let (wq, wk, wv) = match file.tensor(&n("attn_qkv.weight")) {
+                Some(_) => {
+                    let ids = b.split_rows(&n("attn_qkv.weight"), e, &[q, kv, kv])?;
+                    (ids[0], ids[1], ids[2])
+                }
+                None => (
+                    b.matrix(&n("attn_q.weight"), e, q)?,
+                    b.matrix(&n("attn_k.weight"), e, kv)?,
+                    b.matrix(&n("attn_v.weight"), e, kv)?,
+                ),
+            };
             layers.push(LayerWeights {
                 attn_norm: b.vector(&n("attn_norm.weight"), e)?,
-                wq: b.matrix(&n("attn_q.weight"), e, q)?,
-                wk: b.matrix(&n("attn_k.weight"), e, kv)?,
-                wv: b.matrix(&n("attn_v.weight"), e, kv)?,
+                wq,
+                wk,
+                wv,
                 wo: b.matrix(&n("attn_output.weight"), q, e)?,
                 bq: b.optional_vector(&n("attn_q.bias"), q, biased)?,
                 bk: b.optional_vector(&n("attn_k.bias"), kv, biased)?,
@@ -137,6 +150,16 @@ impl ModelWeights {
                 k_norm: b.optional_vector(&n("attn_k_norm.weight"), cfg.head_dim, qk_norm)?,
                 ffn_norm: b.vector(&n("ffn_norm.weight"), e)?,
                 ffn: match &cfg.moe {
+                    // Phi-3's ffn_up holds gate then up (ggml's swiglu of
+                    // the fused product takes the first half as the gate).
+                    None if cfg.arch.ffn_up_parts() == 2 => {
+                        let ids = b.split_rows(&n("ffn_up.weight"), e, &[ff, ff])?;
+                        FfnWeights::Dense {
+                            gate: ids[0],
+                            up: ids[1],
+                            down: b.matrix(&n("ffn_down.weight"), ff, e)?,
+                        }
+                    }
                     None => FfnWeights::Dense {
                         gate: b.matrix(&n("ffn_gate.weight"), e, ff)?,
                         up: b.matrix(&n("ffn_up.weight"), e, ff)?,
@@ -238,6 +261,41 @@ impl Builder<'_> {
 
     fn matrix(&mut self, name: &str, cols: usize, rows: usize) -> Result<WeightId, ModelError> {
         self.push(name, cols, rows, 1)
+    }
+
+    /// A fused matrix of `parts` row counts, as one weight per part: each
+    /// part's rows are a contiguous byte range of the tensor, named
+    /// `name[i]`.
+    fn split_rows(
+        &mut self,
+        name: &str,
+        cols: usize,
+        parts: &[usize],
+    ) -> Result<Vec<WeightId>, ModelError> {
+        let whole = self.push(name, cols, parts.iter().sum(), 1)?;
+        // Checked and located as a whole, then replaced by its parts.
+        let fused = self.table.pop().expect("pushed above");
+        debug_assert_eq!(whole, self.table.len());
+        self.region = fused.region_offset;
+        let row_bytes = fused.row_bytes() as u64;
+        let mut ids = Vec::with_capacity(parts.len());
+        let mut first_row = 0u64;
+        for (i, &rows) in parts.iter().enumerate() {
+            let n_bytes = rows as u64 * row_bytes;
+            let region_offset = self.region.next_multiple_of(WEIGHT_ALIGN);
+            self.region = region_offset + n_bytes;
+            self.table.push(WeightRef {
+                name: format!("{name}[{i}]"),
+                rows,
+                file_offset: fused.file_offset + first_row * row_bytes,
+                n_bytes,
+                region_offset,
+                ..fused.clone()
+            });
+            ids.push(self.table.len() - 1);
+            first_row += rows as u64;
+        }
+        Ok(ids)
     }
 
     /// `experts` matrices of `rows` rows of `cols` values.

@@ -4,7 +4,7 @@
 use rocmforge_core::quant::QuantType;
 
 use super::rope_scaling::llama3_rope_factors;
-use crate::presets::Preset;
+use crate::presets::{Arch, Preset};
 
 /// How a tensor's values are produced.
 #[derive(Clone, Debug, PartialEq)]
@@ -156,9 +156,13 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
     for i in 0..p.n_layer {
         let blk = |t: &str| format!("blk.{i}.{t}");
         out.push(vector(blk("attn_norm.weight"), p.n_embd, Fill::Norm));
-        out.push(matrix(blk("attn_q.weight"), p.n_embd, q_dim));
-        out.push(matrix(blk("attn_k.weight"), p.n_embd, kv_dim));
-        out.push(matrix(blk("attn_v.weight"), p.n_embd, kv_dim));
+        if p.arch == Arch::Phi3 {
+            out.push(matrix(blk("attn_qkv.weight"), p.n_embd, q_dim + 2 * kv_dim));
+        } else {
+            out.push(matrix(blk("attn_q.weight"), p.n_embd, q_dim));
+            out.push(matrix(blk("attn_k.weight"), p.n_embd, kv_dim));
+            out.push(matrix(blk("attn_v.weight"), p.n_embd, kv_dim));
+        }
         if p.arch.has_qkv_bias() {
             out.push(vector(blk("attn_q.bias"), q_dim, Fill::Bias));
             out.push(vector(blk("attn_k.bias"), kv_dim, Fill::Bias));
@@ -171,6 +175,11 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
         out.push(matrix(blk("attn_output.weight"), q_dim, p.n_embd));
         out.push(vector(blk("ffn_norm.weight"), p.n_embd, Fill::Norm));
         match &p.moe {
+            // Gate and up in one matrix, gate first.
+            None if p.arch == Arch::Phi3 => {
+                out.push(matrix(blk("ffn_up.weight"), p.n_embd, 2 * p.n_ff));
+                out.push(matrix(blk("ffn_down.weight"), p.n_ff, p.n_embd));
+            }
             None => {
                 out.push(matrix(blk("ffn_gate.weight"), p.n_embd, p.n_ff));
                 out.push(matrix(blk("ffn_up.weight"), p.n_embd, p.n_ff));
@@ -219,6 +228,7 @@ mod tests {
             ("llama3-1b", 1_235_814_400),
             ("llama2-7b", 6_738_415_616),
             ("qwen3-30b-a3b", 30_532_122_624),
+            ("phi3-mini", 3_821_079_552),
         ] {
             let total: u64 = tensors(find(preset).unwrap(), QuantType::F16)
                 .iter()

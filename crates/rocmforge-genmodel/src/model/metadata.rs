@@ -79,6 +79,9 @@ pub fn model_metadata(p: &Preset, ty: QuantType) -> Metadata {
             m.push((key("expert_feed_forward_length"), u32v(moe.n_ff_exp)));
         }
     }
+    if let Some(window) = p.sliding_window {
+        m.push((key("attention.sliding_window"), u32v(window)));
+    }
     m.push((key("rope.dimension_count"), u32v(p.head_dim)));
     m.push((
         "general.quantization_version".into(),

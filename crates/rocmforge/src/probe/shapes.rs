@@ -46,6 +46,7 @@ const fn shape(
         vocab: Vocab::LlamaSpm,
         rope_scaling: None,
         moe: None,
+        sliding_window: None,
     }
 }
 

@@ -1,6 +1,7 @@
-//! Mixture-of-experts files that cannot be run are one clear error: an
-//! architecture this project does not build, and expert counts that
-//! contradict the router and expert tensors.
+//! The newer families from the command line: files that cannot be run are
+//! one clear error (an architecture this project does not build, expert
+//! counts that contradict the router and expert tensors, a context beyond
+//! a sliding window), and the default context stays inside the window.
 
 mod common;
 
@@ -11,10 +12,14 @@ use rocmforge_core::gguf::{GgufFile, GgufValue, GgufWriter};
 use rocmforge_core::quant::QuantType;
 use rocmforge_genmodel::find;
 
-/// tiny-qwen3moe, generated once per test run.
-fn tiny_moe() -> PathBuf {
+/// A tiny preset's Q8_0 model, generated once per build tree.
+fn generated(preset: &str) -> PathBuf {
     let dir = rocmforge_genmodel::repo_root().join("target/conformance-models");
-    rocmforge_genmodel::cached(find("tiny-qwen3moe").unwrap(), QuantType::Q8_0, &dir).unwrap()
+    rocmforge_genmodel::cached(find(preset).unwrap(), QuantType::Q8_0, &dir).unwrap()
+}
+
+fn tiny_moe() -> PathBuf {
+    generated("tiny-qwen3moe")
 }
 
 /// A copy of tiny-qwen3moe with metadata key `key` set to `value`.
@@ -33,8 +38,8 @@ fn with_key(name: &str, key: &str, value: GgufValue) -> PathBuf {
     path
 }
 
-fn generate(path: &PathBuf) -> std::process::Output {
-    run(&[
+fn generate_with(path: &PathBuf, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
         "generate",
         "--gguf",
         path.to_str().unwrap(),
@@ -44,7 +49,13 @@ fn generate(path: &PathBuf) -> std::process::Output {
         "cpu",
         "-n",
         "1",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+fn generate(path: &PathBuf) -> std::process::Output {
+    generate_with(path, &[])
 }
 
 #[test]
@@ -93,4 +104,16 @@ fn expert_width_contradicting_the_tensors_is_an_error() {
 fn a_moe_arch_without_experts_is_an_error() {
     let p = with_key("none", "qwen3moe.expert_count", GgufValue::U32(0));
     assert_one_line_error(&generate(&p), 1, "qwen3moe.expert_count");
+}
+
+#[test]
+fn phi3_default_context_stays_in_its_window() {
+    let o = generate(&generated("tiny-phi3"));
+    assert!(o.status.success(), "{}", common::stderr(&o));
+}
+
+#[test]
+fn phi3_context_beyond_its_window_is_an_error() {
+    let o = generate_with(&generated("tiny-phi3"), &["--ctx-size", "4096"]);
+    assert_one_line_error(&o, 1, "sliding attention window of 2047 positions");
 }
