@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use common::{assert_one_line_error, run, scratch_dir};
 use rocmforge_core::gguf::{GgufFile, GgufValue, GgufWriter};
@@ -38,7 +38,7 @@ fn with_key(name: &str, key: &str, value: GgufValue) -> PathBuf {
     path
 }
 
-fn generate_with(path: &PathBuf, extra: &[&str]) -> std::process::Output {
+fn generate_with(path: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "generate",
         "--gguf",
@@ -54,7 +54,7 @@ fn generate_with(path: &PathBuf, extra: &[&str]) -> std::process::Output {
     run(&args)
 }
 
-fn generate(path: &PathBuf) -> std::process::Output {
+fn generate(path: &Path) -> std::process::Output {
     generate_with(path, &[])
 }
 
