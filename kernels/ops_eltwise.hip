@@ -4,6 +4,11 @@
 //   swiglu   out = silu(a) * b = a / (1 + e^-a) * b, in that order (the
 //            CPU's silu_mul, ggml's form: -0, not NaN, for very negative a)
 //   copy     out = a (b unused; LastRow)
+//   scale    out = a * factor (b unused; Gemma's embedding scale)
+//   geglu    out = gelu(a) * b: GELU's tanh form (tanh through libm's e^x:
+//            the result is rounded to f16, as ggml's CPU table is, which
+//            absorbs the last bits) on a rounded to f16; 0 below -10, a
+//            above 10
 // e^x is libm's expf bit for bit (ops_libm.h), as the CPU's; the shader
 // uses the device's exp.
 #include "ops_common.h"
@@ -12,7 +17,21 @@
 
 namespace ops {
 
-enum class Elt { Add, Swiglu, Copy };
+enum class Elt { Add, Swiglu, Copy, Scale, Geglu };
+
+DEV float geglu_gate(float a) {
+    if (a <= -10.0f) {
+        return 0.0f;
+    }
+    if (a >= 10.0f) {
+        return a;
+    }
+    const float x = (float)(_Float16)a;
+    // tanh(y) = 1 - 2 / (e^2y + 1): no device libm here beyond ops_libm.h.
+    const float y = 0.7978846f * x * (1.0f + 0.044715f * x * x);
+    const float t = 1.0f - 2.0f / (libm_expf(2.0f * y) + 1.0f);
+    return (float)(_Float16)(0.5f * x * (1.0f + t));
+}
 
 template <Elt OP> DEV void eltwise_run(const EltwisePush& p) {
     uint32_t i = wg_linear() * ELTWISE_OPS_WG + thread_id_x();
@@ -25,6 +44,10 @@ template <Elt OP> DEV void eltwise_run(const EltwisePush& p) {
         r = a + dev_ptr<const float>(p.b)[i];
     } else if (OP == Elt::Swiglu) {
         r = swiglu_value(a, dev_ptr<const float>(p.b)[i]);
+    } else if (OP == Elt::Scale) {
+        r = a * p.factor;
+    } else if (OP == Elt::Geglu) {
+        r = geglu_gate(a) * dev_ptr<const float>(p.b)[i];
     } else {
         r = a;
     }
@@ -41,4 +64,10 @@ KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void swiglu(EltwisePush p) {
 }
 KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void copy(EltwisePush p) {
     ops::eltwise_run<ops::Elt::Copy>(p);
+}
+KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void scale(EltwisePush p) {
+    ops::eltwise_run<ops::Elt::Scale>(p);
+}
+KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void geglu(EltwisePush p) {
+    ops::eltwise_run<ops::Elt::Geglu>(p);
 }

@@ -123,7 +123,7 @@ struct EltwisePush {
     uint64_t b;
     uint64_t out;
     uint32_t n;
-    uint32_t pad;
+    float factor;
 };
 
 struct MoeRoutePush {
@@ -269,7 +269,7 @@ RF_PUSH_AT(EltwisePush, a, 0);
 RF_PUSH_AT(EltwisePush, b, 8);
 RF_PUSH_AT(EltwisePush, out, 16);
 RF_PUSH_AT(EltwisePush, n, 24);
-RF_PUSH_AT(EltwisePush, pad, 28);
+RF_PUSH_AT(EltwisePush, factor, 28);
 
 static_assert(sizeof(MoeRoutePush) == 40, "MoeRoutePush size");
 RF_PUSH_AT(MoeRoutePush, logits, 0);

@@ -1,5 +1,8 @@
 // Elementwise ops, one invocation per value; OP picks the op at build time:
-// OP_ADD: out = a + b; OP_SWIGLU: out = silu(a) * b; OP_COPY: out = a.
+// OP_ADD: out = a + b; OP_SWIGLU: out = silu(a) * b; OP_COPY: out = a;
+// OP_SCALE: out = a * factor; OP_GEGLU: out = gelu(a) * b, GELU's tanh form
+// on a rounded to f16, itself rounded to f16 (ggml's CPU reads it from a
+// table of every f16), 0 below -10 and a above 10.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -11,6 +14,7 @@ layout(push_constant, std430) uniform Push {
     uint64_t b;
     uint64_t out_;
     uint n;
+    float factor;
 } pc;
 
 void main() {
@@ -25,6 +29,22 @@ void main() {
     float r = a / (1.0 + exp(-a)) * F32s(pc.b).v[i];
 #elif defined(OP_COPY)
     float r = a;
+#elif defined(OP_SCALE)
+    float r = a * pc.factor;
+#elif defined(OP_GEGLU)
+    float g;
+    if (a <= -10.0) {
+        g = 0.0;
+    } else if (a >= 10.0) {
+        g = a;
+    } else {
+        float x = round_f16(a);
+        // tanh(y) = 1 - 2 / (e^2y + 1), finite for every y (a GLSL tanh
+        // may divide infinities).
+        float y = 0.7978846 * x * (1.0 + 0.044715 * x * x);
+        g = round_f16(0.5 * x * (1.0 + (1.0 - 2.0 / (exp(2.0 * y) + 1.0))));
+    }
+    float r = g * F32s(pc.b).v[i];
 #else
 #error "no OP_ defined"
 #endif

@@ -118,6 +118,8 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ("add", "eltwise.comp", &[("OP_ADD", "1")]),
     ("swiglu", "eltwise.comp", &[("OP_SWIGLU", "1")]),
     ("copy", "eltwise.comp", &[("OP_COPY", "1")]),
+    ("scale", "eltwise.comp", &[("OP_SCALE", "1")]),
+    ("geglu", "eltwise.comp", &[("OP_GEGLU", "1")]),
     ("quantize_q8_0", "quantize_act.comp", &[("ACT_Q8_0", "1")]),
     ("quantize_q8_k", "quantize_act.comp", &[("ACT_Q8_K", "1")]),
     (

@@ -24,6 +24,8 @@ struct Prepared {
     graph: Graph,
     plan: ArenaPlan,
     rope: RopeTable,
+    /// The local layers' table (Gemma 3), if their frequencies differ.
+    rope_local: Option<RopeTable>,
     /// Op ranges of matmuls that run as one phase (core's fusion groups).
     groups: Vec<std::ops::Range<usize>>,
 }
@@ -189,17 +191,23 @@ impl Backend for CpuBackend {
         let views = &loaded.weights.views;
         let freq_factors = graph.rope.freq_factors.map(|id| views[id].f32s());
         graph.rope.check(graph.attention.head_dim, freq_factors)?;
-        let rope = RopeTable::new(
-            if graph.rope.neox {
-                RopeMode::NeoX
-            } else {
-                RopeMode::Normal
-            },
-            graph.rope.n_rot,
-            graph.rope.freq_base,
-            graph.rope.freq_scale,
-            freq_factors,
-        );
+        let table = |local: bool| {
+            let spec = graph.rope.for_op(local);
+            let factors = if local { None } else { freq_factors };
+            RopeTable::new(
+                if spec.neox {
+                    RopeMode::NeoX
+                } else {
+                    RopeMode::Normal
+                },
+                spec.n_rot,
+                spec.freq_base,
+                spec.freq_scale,
+                factors,
+            )
+        };
+        let rope = table(false);
+        let rope_local = graph.rope.local.map(|_| table(true));
         let needed = ScratchLayout::for_graph(graph, views, loaded.kv_layout.n_ctx);
         let fits = |need: usize, have: usize, what| {
             if need > have {
@@ -223,6 +231,7 @@ impl Backend for CpuBackend {
             graph: graph.clone(),
             plan: plan.clone(),
             rope,
+            rope_local,
             groups: matmul_groups(graph, plan),
         });
         Ok(GraphId(self.graphs.len() - 1))
@@ -250,6 +259,7 @@ impl Backend for CpuBackend {
             graph: g,
             plan: &p.plan,
             rope: &p.rope,
+            rope_local: p.rope_local.as_ref(),
             groups: &p.groups,
             weights: &loaded.weights.views,
             kv_layout: loaded.kv_layout,

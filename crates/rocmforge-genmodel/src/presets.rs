@@ -17,6 +17,9 @@ pub enum Arch {
     Qwen3Moe,
     /// Llama layout with Q/K/V fused in `attn_qkv` and gate/up in `ffn_up`.
     Phi3,
+    /// Qwen3's layout plus norms after attention and after the FFN
+    /// (`post_attention_norm`, `post_ffw_norm`).
+    Gemma3,
 }
 
 impl Arch {
@@ -27,6 +30,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Phi3 => "phi3",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
@@ -35,7 +39,7 @@ impl Arch {
     }
 
     pub fn has_qk_norm(self) -> bool {
-        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe)
+        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3)
     }
 }
 
@@ -54,6 +58,9 @@ pub enum Vocab {
     Llama3FromGpt2,
     /// `ggml-vocab-phi-3.gguf`: Phi-3's SentencePiece vocab, 32064 tokens.
     Phi3,
+    /// No Gemma 3 vocab is available offline: the Llama SPM vocab padded
+    /// with CONTROL tokens `<unused{N}>` up to the preset's size.
+    GemmaFromLlamaSpm,
 }
 
 impl Vocab {
@@ -63,6 +70,7 @@ impl Vocab {
             Vocab::Qwen2 => "ggml-vocab-qwen2.gguf",
             Vocab::Llama3FromGpt2 => "ggml-vocab-gpt-2.gguf",
             Vocab::Phi3 => "ggml-vocab-phi-3.gguf",
+            Vocab::GemmaFromLlamaSpm => "ggml-vocab-llama-spm.gguf",
         }
     }
 }
@@ -382,6 +390,54 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: Some(2047),
+    },
+    // Gemma 3's layout at test size: six layers, so five local (sliding
+    // window, RoPE base 10000) and one global (base 1e6); the Llama SPM
+    // vocab stands in for Gemma's.
+    Preset {
+        name: "tiny-gemma3",
+        model: "tiny-gemma3",
+        arch: Arch::Gemma3,
+        n_layer: 6,
+        n_embd: 256,
+        n_head: 4,
+        n_head_kv: 1,
+        head_dim: 64,
+        explicit_head_dim: true,
+        n_ff: 512,
+        n_vocab: 32000,
+        n_ctx: 32768,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: true,
+        vocab: Vocab::LlamaSpm,
+        rope_scaling: None,
+        moe: None,
+        sliding_window: Some(512),
+    },
+    // google/gemma-3-4b-it's text model (its global layers' linear RoPE
+    // scaling by 8 is left out: it changes no speed). The tokenizer is a
+    // stand-in, see Vocab::GemmaFromLlamaSpm.
+    Preset {
+        name: "gemma3-4b",
+        model: "gemma-3-4b",
+        arch: Arch::Gemma3,
+        n_layer: 34,
+        n_embd: 2560,
+        n_head: 8,
+        n_head_kv: 4,
+        head_dim: 256,
+        explicit_head_dim: true,
+        n_ff: 10240,
+        n_vocab: 262144,
+        n_ctx: 131072,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: true,
+        vocab: Vocab::GemmaFromLlamaSpm,
+        rope_scaling: None,
+        moe: None,
+        sliding_window: Some(1024),
     },
     // Qwen/Qwen3-30B-A3B: 128 experts of 768, 8 per token (3.3B active).
     Preset {

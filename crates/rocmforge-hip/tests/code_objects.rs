@@ -82,6 +82,16 @@ const BUDGETS: &[Budget] = &[
         max_lds: 0,
     },
     Budget {
+        kernel: "scale",
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "geglu",
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
         kernel: "quantize_q8_0",
         max_vgprs: 32,
         max_lds: 0,

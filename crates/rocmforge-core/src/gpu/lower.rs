@@ -306,9 +306,9 @@ pub fn record_graph(
                 let what = label(i, format!("RmsNorm {}", w.name));
                 sink.dispatch(kernel, push.bytes(), n_groups, what)?;
             }
-            Op::Rope { x, n_heads } => {
+            Op::Rope { x, n_heads, local } => {
                 let d = graph.tensor(x);
-                let r = &graph.rope;
+                let r = &graph.rope.for_op(local);
                 let push = RopePush {
                     x: t(x),
                     step: a.step,
@@ -415,6 +415,28 @@ pub fn record_graph(
                     )?;
                 }
             }
+            Op::GeGlu { gate, up, out } => {
+                eltwise(
+                    sink,
+                    "geglu",
+                    t(gate),
+                    t(up),
+                    t(out),
+                    graph.tensor(out),
+                    label(i, "GeGlu".into()),
+                )?;
+            }
+            Op::Scale { x, out, factor } => {
+                let what = label(i, format!("Scale {factor}"));
+                eltwise_scaled(
+                    sink,
+                    "scale",
+                    (t(x), 0, t(out)),
+                    factor,
+                    graph.tensor(out),
+                    what,
+                )?;
+            }
             Op::Add { a: x, b, out } => {
                 eltwise(
                     sink,
@@ -456,7 +478,7 @@ fn record_rope_store(
     t: &dyn Fn(TensorId) -> u64,
     label: String,
 ) -> Result<(), BackendError> {
-    let r = &graph.rope;
+    let r = &graph.rope.for_op(rs.local);
     let l = a.kv_layout;
     let q = graph.tensor(rs.q);
     let head_dim = q.cols / rs.n_head;
@@ -501,13 +523,25 @@ fn eltwise(
     shape: crate::graph::TensorDesc,
     label: String,
 ) -> Result<(), BackendError> {
+    eltwise_scaled(sink, kernel, (a, b, out), 1.0, shape, label)
+}
+
+/// [`eltwise`] with the factor `scale` reads.
+fn eltwise_scaled(
+    sink: &mut dyn KernelSink,
+    kernel: &str,
+    (a, b, out): (u64, u64, u64),
+    factor: f32,
+    shape: crate::graph::TensorDesc,
+    label: String,
+) -> Result<(), BackendError> {
     let n = u32_of(shape.rows * shape.cols, "elements")?;
     let push = EltwisePush {
         a,
         b,
         out,
         n,
-        pad: 0,
+        factor,
     };
     sink.dispatch(kernel, push.bytes(), n.div_ceil(256), label)
 }

@@ -155,9 +155,10 @@ pub struct EltwisePush {
     pub b: u64,
     pub out: u64,
     pub n: u32,
-    pub pad: u32,
+    /// The factor of `scale` (unused by the other element-wise kernels).
+    pub factor: f32,
 }
-// SAFETY: repr(C), three u64 then two u32: 32 bytes, no padding.
+// SAFETY: repr(C), three u64 then two 4-byte fields: 32 bytes, no padding.
 unsafe impl Push for EltwisePush {}
 
 #[repr(C)]

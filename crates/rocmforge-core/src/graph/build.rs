@@ -1,7 +1,7 @@
 //! Builds the decoder-only transformer graph shared by llama, qwen2, qwen3
 //! and qwen3moe (whose feed-forward blocks are mixtures of experts).
 
-use super::{AttentionSpec, Graph, Op, RopeSpec, TensorDesc, TensorId};
+use super::{AttentionSpec, Graph, Op, RopeFreq, RopeSpec, TensorDesc, TensorId};
 use crate::model::{FfnWeights, Model, MoeConfig, WeightId};
 
 struct Builder {
@@ -107,6 +107,15 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
         table: w.token_embd,
         out: x,
     });
+    if let Some(factor) = cfg.embed_scale {
+        let scaled = b.tensor(n_tokens, cfg.n_embd);
+        b.ops.push(Op::Scale {
+            x,
+            out: scaled,
+            factor,
+        });
+        x = scaled;
+    }
     for (layer, lw) in w.layers.iter().enumerate() {
         let h = b.rms_norm(x, lw.attn_norm, cfg.n_embd);
         let mut q = b.matmul(lw.wq, cfg.q_dim(), h, lw.bq);
@@ -116,13 +125,16 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
             q = b.rms_norm(q, qn, cfg.head_dim);
             k = b.rms_norm(k, kn, cfg.head_dim);
         }
+        let local = cfg.local_layers.get(layer).copied().unwrap_or(false);
         b.ops.push(Op::Rope {
             x: q,
             n_heads: cfg.n_head,
+            local,
         });
         b.ops.push(Op::Rope {
             x: k,
             n_heads: cfg.n_head_kv,
+            local,
         });
         b.ops.push(Op::StoreKv { layer, k, v });
         let attn = b.tensor(n_tokens, cfg.q_dim());
@@ -131,7 +143,10 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
             q,
             out: attn,
         });
-        let o = b.matmul(lw.wo, cfg.n_embd, attn, None);
+        let mut o = b.matmul(lw.wo, cfg.n_embd, attn, None);
+        if let Some(norm) = lw.attn_post_norm {
+            o = b.rms_norm(o, norm, cfg.n_embd);
+        }
         let x_attn = b.add(x, o);
 
         let h = b.rms_norm(x_attn, lw.ffn_norm, cfg.n_embd);
@@ -140,7 +155,11 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
                 let gate = b.matmul(gate, cfg.n_ff, h, None);
                 let up = b.matmul(up, cfg.n_ff, h, None);
                 let act = b.tensor(n_tokens, cfg.n_ff);
-                b.ops.push(Op::SwiGlu { gate, up, out: act });
+                b.ops.push(if cfg.gelu_ffn {
+                    Op::GeGlu { gate, up, out: act }
+                } else {
+                    Op::SwiGlu { gate, up, out: act }
+                });
                 b.matmul(down, cfg.n_embd, act, None)
             }
             (&FfnWeights::Moe { .. }, None) => {
@@ -155,6 +174,10 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
                 },
                 Some(moe),
             ) => b.moe(h, moe, [router, gate_exps, up_exps, down_exps]),
+        };
+        let ffn = match lw.ffn_post_norm {
+            Some(norm) => b.rms_norm(ffn, norm, cfg.n_embd),
+            None => ffn,
         };
         x = b.add(x_attn, ffn);
     }
@@ -179,12 +202,16 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
             freq_base: cfg.rope_freq_base,
             freq_scale: cfg.rope_freq_scale,
             freq_factors: w.rope_freqs,
+            local: (!cfg.local_layers.is_empty()).then_some(RopeFreq {
+                freq_base: cfg.rope_freq_base_local,
+                freq_scale: 1.0,
+            }),
         },
         attention: AttentionSpec {
             n_head: cfg.n_head,
             n_head_kv: cfg.n_head_kv,
             head_dim: cfg.head_dim,
-            scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+            scale: cfg.attention_scale,
         },
     }
 }

@@ -115,6 +115,8 @@ pub struct RopeStore {
     pub k: TensorId,
     pub n_head_kv: usize,
     pub v: TensorId,
+    /// The layer's own frequencies ([`super::RopeSpec::for_op`]).
+    pub local: bool,
 }
 
 /// The rope-and-store run starting at op `i`, if any.
@@ -124,11 +126,13 @@ pub fn rope_store_at(graph: &Graph, i: usize) -> Option<RopeStore> {
         [Op::Rope {
             x: q,
             n_heads: n_head,
+            local,
         }, Op::Rope {
             x: k,
             n_heads: n_head_kv,
+            local: local_k,
         }, Op::StoreKv { layer, k: k2, v }]
-            if k == k2 && q != k =>
+            if k == k2 && q != k && local == local_k =>
         {
             Some(RopeStore {
                 layer,
@@ -137,6 +141,7 @@ pub fn rope_store_at(graph: &Graph, i: usize) -> Option<RopeStore> {
                 k,
                 n_head_kv,
                 v,
+                local,
             })
         }
         _ => None,

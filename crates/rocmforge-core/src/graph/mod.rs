@@ -51,7 +51,13 @@ pub enum Op {
         out: TensorId,
     },
     /// Rotary embedding in place; row r is at position `pos0 + r`.
-    Rope { x: TensorId, n_heads: usize },
+    /// `local`: the layer's own frequencies ([`RopeSpec::local`], Gemma 3's
+    /// sliding-window layers) instead of the graph's.
+    Rope {
+        x: TensorId,
+        n_heads: usize,
+        local: bool,
+    },
     /// Writes K and V rows into the layer's cache at positions `pos0..`.
     StoreKv {
         layer: usize,
@@ -69,6 +75,19 @@ pub enum Op {
         gate: TensorId,
         up: TensorId,
         out: TensorId,
+    },
+    /// gelu(gate) * up, GELU's tanh form on f16-rounded inputs with an
+    /// f16-rounded result, as ggml's table computes it (Gemma).
+    GeGlu {
+        gate: TensorId,
+        up: TensorId,
+        out: TensorId,
+    },
+    /// out = x * factor (Gemma's embedding scale).
+    Scale {
+        x: TensorId,
+        out: TensorId,
+        factor: f32,
     },
     Add {
         a: TensorId,
@@ -117,7 +136,8 @@ impl Op {
             Op::Rope { x, .. } => vec![x],
             Op::StoreKv { k, v, .. } => vec![k, v],
             Op::Attention { q, .. } => vec![q],
-            Op::SwiGlu { gate, up, .. } => vec![gate, up],
+            Op::SwiGlu { gate, up, .. } | Op::GeGlu { gate, up, .. } => vec![gate, up],
+            Op::Scale { x, .. } => vec![x],
             Op::Add { a, b, .. } => vec![a, b],
             Op::TopKGate { logits, .. } => vec![logits],
             Op::MatMulId { x, ids, .. } => vec![x, ids],
@@ -133,6 +153,8 @@ impl Op {
             | Op::MatMul { out, .. }
             | Op::Attention { out, .. }
             | Op::SwiGlu { out, .. }
+            | Op::GeGlu { out, .. }
+            | Op::Scale { out, .. }
             | Op::Add { out, .. }
             | Op::LastRow { out, .. }
             | Op::MatMulId { out, .. }
@@ -153,6 +175,33 @@ pub struct RopeSpec {
     pub freq_scale: f32,
     /// Llama 3's per-frequency divisors.
     pub freq_factors: Option<WeightId>,
+    /// Frequencies of the `local` Rope ops (Gemma 3's sliding-window
+    /// layers), if they differ.
+    pub local: Option<RopeFreq>,
+}
+
+/// A RoPE base and position scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeFreq {
+    pub freq_base: f32,
+    pub freq_scale: f32,
+}
+
+impl RopeSpec {
+    /// The spec a Rope op uses: the graph's, or with the local frequencies
+    /// (and no frequency factors, which belong to the global ones).
+    pub fn for_op(&self, local: bool) -> RopeSpec {
+        match (local, self.local) {
+            (true, Some(f)) => RopeSpec {
+                freq_base: f.freq_base,
+                freq_scale: f.freq_scale,
+                freq_factors: None,
+                local: None,
+                ..self.clone()
+            },
+            _ => self.clone(),
+        }
+    }
 }
 
 /// Attention geometry shared by every attention op of a graph.

@@ -59,6 +59,9 @@ impl RopeSpec {
     /// wherever its weights live.
     pub fn check(&self, head_dim: usize, freq_factors: Option<&[f32]>) -> Result<(), RopeError> {
         check_rope(self.n_rot, self.freq_base, self.freq_scale, freq_factors)?;
+        if let Some(l) = self.local {
+            check_rope(self.n_rot, l.freq_base, l.freq_scale, None)?;
+        }
         if self.n_rot > head_dim {
             return Err(RopeError::TooManyDims {
                 n_rot: self.n_rot,
@@ -117,6 +120,7 @@ mod tests {
             freq_base: 1e4,
             freq_scale: 1.0,
             freq_factors: None,
+            local: None,
         };
         assert_eq!(
             spec.check(64, None),

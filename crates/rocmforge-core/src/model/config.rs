@@ -27,6 +27,10 @@ pub enum Arch {
     /// and up in another (split at load; the graph is llama's with NeoX
     /// RoPE).
     Phi3,
+    /// Gemma 3: embeddings scaled by sqrt(n_embd), Q/K norms, norms after
+    /// attention and after the feed-forward block, GeGLU, and five
+    /// sliding-window layers (with their own RoPE base) per global one.
+    Gemma3,
 }
 
 impl Arch {
@@ -37,6 +41,7 @@ impl Arch {
             "qwen3" => Some(Arch::Qwen3),
             "qwen3moe" => Some(Arch::Qwen3Moe),
             "phi3" => Some(Arch::Phi3),
+            "gemma3" => Some(Arch::Gemma3),
             _ => None,
         }
     }
@@ -48,6 +53,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Phi3 => "phi3",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
@@ -58,11 +64,18 @@ impl Arch {
         Arch::Qwen3,
         Arch::Qwen3Moe,
         Arch::Phi3,
+        Arch::Gemma3,
     ];
 
     /// Per-head RMSNorm on Q and K before RoPE.
     pub fn has_qk_norm(self) -> bool {
-        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe)
+        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3)
+    }
+
+    /// RMSNorms after attention and after the feed-forward block, before
+    /// each residual add.
+    pub fn has_post_norms(self) -> bool {
+        self == Arch::Gemma3
     }
 
     /// Every feed-forward block is a mixture of experts. Llama files may
@@ -76,7 +89,7 @@ impl Arch {
     pub fn rope_neox(self) -> bool {
         matches!(
             self,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3
         )
     }
 
@@ -115,6 +128,9 @@ pub const ARCH_KEYS: &[&str] = &[
     "expert_used_count",
     "expert_feed_forward_length",
     "attention.sliding_window",
+    "attention.sliding_window_pattern",
+    "rope.freq_base_swa",
+    "final_logit_softcapping",
 ];
 
 /// Keys outside `{arch}.*` that loading a model reads: the architecture, and
@@ -150,9 +166,22 @@ pub struct ModelConfig {
     /// The experts of every feed-forward block, for mixture-of-experts
     /// models; `n_ff` is then one expert's width.
     pub moe: Option<MoeConfig>,
-    /// Sliding-window attention over this many positions (Phi-3's 2047).
-    /// Not computed: a session's context must fit in it.
+    /// Sliding-window attention over this many positions (Phi-3's 2047,
+    /// Gemma 3's 1024). Not computed: a session's context must fit in it.
     pub sliding_window: Option<usize>,
+    /// Layers that use the sliding window and the local RoPE base (Gemma 3:
+    /// five of every six); empty when none do.
+    pub local_layers: Vec<bool>,
+    /// RoPE base of the local layers (`rope.freq_base_swa`, llama.cpp's
+    /// default 10000), which are never position-scaled.
+    pub rope_freq_base_local: f32,
+    /// Multiplier of the token embeddings (Gemma: sqrt(n_embd)).
+    pub embed_scale: Option<f32>,
+    /// The feed-forward gate's activation: SiLU, or GELU for Gemma.
+    pub gelu_ffn: bool,
+    /// Softmax scale of attention: 1/sqrt(head size), except where a
+    /// family says otherwise.
+    pub attention_scale: f32,
 }
 
 impl ModelConfig {
@@ -324,6 +353,31 @@ impl ModelConfig {
         // a context within it attends exactly as full attention does.
         let sliding_window = keys.ranged("attention.sliding_window", 0, u32::MAX.into())?;
         let sliding_window = sliding_window.filter(|&w| w > 0);
+        let local_layers = match (arch, sliding_window) {
+            (Arch::Gemma3, Some(_)) => keys.local_layers(n_layer, 6)?,
+            _ => Vec::new(),
+        };
+        let rope_freq_base_local = keys
+            .float("rope.freq_base_swa", "a positive finite number", |v| {
+                v > 0.0
+            })?
+            .unwrap_or(10000.0);
+        if let Some(cap) = keys.float("final_logit_softcapping", "a finite number", |_| true)? {
+            if cap != 0.0 {
+                return Err(ModelError::Unsupported {
+                    key: keys.name("final_logit_softcapping"),
+                    value: cap.to_string(),
+                    feature: "logit soft-capping (Gemma 2)".into(),
+                });
+            }
+        }
+        // llama.cpp's rule: Gemma 3 27B (62 layers) scales by the model
+        // width per head, the others by the head size.
+        let attention_scale = if arch == Arch::Gemma3 && n_layer == 62 {
+            1.0 / ((n_embd / n_head) as f32).sqrt()
+        } else {
+            1.0 / (head_dim as f32).sqrt()
+        };
         // Positions are 32-bit; no tensor bounds the context.
         let n_ctx_train = keys
             .ranged("context_length", 1, u32::MAX.into())?
@@ -352,6 +406,11 @@ impl ModelConfig {
             rope_freq_scale: keys.rope_freq_scale()?,
             moe,
             sliding_window,
+            local_layers,
+            rope_freq_base_local,
+            embed_scale: (arch == Arch::Gemma3).then(|| (n_embd as f32).sqrt()),
+            gelu_ffn: arch == Arch::Gemma3,
+            attention_scale,
         })
     }
 }
@@ -433,6 +492,30 @@ impl Keys<'_> {
             });
         }
         Ok(sizes.first().copied())
+    }
+
+    /// Which layers use the sliding window: `attention.sliding_window_pattern`
+    /// as one period `n` (layer `i` is local unless `i % n == n - 1`), or
+    /// as an array of one bool per layer; `default` period when absent.
+    fn local_layers(&self, n_layer: usize, default: usize) -> Result<Vec<bool>, ModelError> {
+        let period = match self.value("attention.sliding_window_pattern") {
+            (_, None) => default,
+            (key, Some(GgufValue::Array(items))) => {
+                let flags: Option<Vec<bool>> = items.iter().map(GgufValue::as_bool).collect();
+                return match flags {
+                    Some(f) if f.len() == n_layer => Ok(f),
+                    _ => Err(ModelError::BadKey {
+                        key,
+                        reason: format!("should be one bool per block ({n_layer})"),
+                    }),
+                };
+            }
+            (key, Some(v)) => int_value(&key, v, 0, MAX_SIZE)?,
+        };
+        // llama.cpp: a period of 0 makes every layer local.
+        Ok((0..n_layer)
+            .map(|i| period == 0 || i % period < period - 1)
+            .collect())
     }
 
     /// A finite number (f32, f64, or an integer, which some converters

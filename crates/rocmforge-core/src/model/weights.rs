@@ -61,6 +61,10 @@ pub struct LayerWeights {
     pub k_norm: Option<WeightId>,
     pub ffn_norm: WeightId,
     pub ffn: FfnWeights,
+    /// Gemma's norms of the attention output and of the feed-forward
+    /// output, before each residual add.
+    pub attn_post_norm: Option<WeightId>,
+    pub ffn_post_norm: Option<WeightId>,
 }
 
 /// A block's feed-forward weights: one SwiGLU, or a routed mixture of them.
@@ -124,6 +128,7 @@ impl ModelWeights {
             let n = |s: &str| format!("blk.{i}.{s}");
             let biased = cfg.arch == Arch::Qwen2;
             let qk_norm = cfg.arch.has_qk_norm();
+            let post = cfg.arch.has_post_norms();
             // Phi-3 fuses Q, K and V into one matrix: its row ranges are
             // the three weights (whole rows are whole quant blocks).
             let (wq, wk, wv) = match file.tensor(&n("attn_qkv.weight")) {
@@ -149,6 +154,8 @@ impl ModelWeights {
                 q_norm: b.optional_vector(&n("attn_q_norm.weight"), cfg.head_dim, qk_norm)?,
                 k_norm: b.optional_vector(&n("attn_k_norm.weight"), cfg.head_dim, qk_norm)?,
                 ffn_norm: b.vector(&n("ffn_norm.weight"), e)?,
+                attn_post_norm: b.optional_vector(&n("post_attention_norm.weight"), e, post)?,
+                ffn_post_norm: b.optional_vector(&n("post_ffw_norm.weight"), e, post)?,
                 ffn: match &cfg.moe {
                     // Phi-3's ffn_up holds gate then up (ggml's swiglu of
                     // the fused product takes the first half as the gate).

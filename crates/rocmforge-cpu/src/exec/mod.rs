@@ -68,6 +68,8 @@ pub struct Step<'a> {
     pub graph: &'a Graph,
     pub plan: &'a ArenaPlan,
     pub rope: &'a RopeTable,
+    /// The table of `local` Rope ops, where they have their own.
+    pub rope_local: Option<&'a RopeTable>,
     pub weights: &'a [WeightView],
     pub kv_layout: KvLayout,
     pub kv: SharedMem,
@@ -239,14 +241,18 @@ impl Step<'_> {
                     }
                 }
                 Op::MatMul { .. } => self.matmuls(m, barrier, std::slice::from_ref(op)),
-                Op::Rope { x, n_heads } => {
+                Op::Rope { x, n_heads, local } => {
+                    let table = match (local, self.rope_local) {
+                        (true, Some(t)) => t,
+                        _ => self.rope,
+                    };
                     let d = self.graph.tensor(x);
                     let head_dim = d.cols / n_heads;
                     let rows = m.share(d.rows);
                     let data = self.rows(x, rows.clone());
                     for (i, r) in rows.enumerate() {
                         let row = &mut data[i * d.cols..(i + 1) * d.cols];
-                        self.rope.apply(row, n_heads, head_dim, self.inputs().0 + r);
+                        table.apply(row, n_heads, head_dim, self.inputs().0 + r);
                     }
                 }
                 Op::StoreKv { layer, k, v } => {
@@ -278,6 +284,21 @@ impl Step<'_> {
                     let (g, u) = (self.input(gate), self.input(up));
                     let o = self.output(out, range.clone());
                     activation::silu_mul(&g[range.clone()], &u[range], o);
+                }
+                Op::GeGlu { gate, up, out } => {
+                    let n = self.graph.tensor(out);
+                    let range = m.share(n.rows * n.cols);
+                    let (g, u) = (self.input(gate), self.input(up));
+                    let o = self.output(out, range.clone());
+                    activation::gelu_mul(&g[range.clone()], &u[range], o);
+                }
+                Op::Scale { x, out, factor } => {
+                    let n = self.graph.tensor(out);
+                    let range = m.share(n.rows * n.cols);
+                    let src = &self.input(x)[range.clone()];
+                    for (o, &v) in self.output(out, range).iter_mut().zip(src) {
+                        *o = v * factor;
+                    }
                 }
                 Op::Add { a, b, out } => {
                     let n = self.graph.tensor(out);

@@ -23,6 +23,38 @@ fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// `out = gelu(gate) * up` (GeGLU) as ggml's CPU computes it: GELU's tanh
+/// form evaluated on the input rounded to f16 and rounded to f16 itself
+/// (ggml reads it from a table of every f16), 0 below -10 and the identity
+/// above 10.
+///
+/// # Panics
+/// If the three slices differ in length.
+pub fn gelu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert_eq!(up.len(), gate.len(), "gelu_mul: up length");
+    assert_eq!(out.len(), gate.len(), "gelu_mul: output length");
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = gelu_f16(g) * u;
+    }
+}
+
+/// ggml's `GELU_COEF_A` and `SQRT_2_OVER_PI`.
+const GELU_COEF_A: f32 = 0.044715;
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+fn gelu_f16(x: f32) -> f32 {
+    use half::f16;
+    if x <= -10.0 {
+        return 0.0;
+    }
+    if x >= 10.0 {
+        return x;
+    }
+    let x = f16::from_f32(x).to_f32();
+    let g = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh());
+    f16::from_f32(g).to_f32()
+}
+
 /// `x += y`.
 ///
 /// # Panics

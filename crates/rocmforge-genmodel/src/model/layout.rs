@@ -173,6 +173,13 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
             out.push(vector(blk("attn_k_norm.weight"), p.head_dim, Fill::Norm));
         }
         out.push(matrix(blk("attn_output.weight"), q_dim, p.n_embd));
+        if p.arch == Arch::Gemma3 {
+            out.push(vector(
+                blk("post_attention_norm.weight"),
+                p.n_embd,
+                Fill::Norm,
+            ));
+        }
         out.push(vector(blk("ffn_norm.weight"), p.n_embd, Fill::Norm));
         match &p.moe {
             // Gate and up in one matrix, gate first.
@@ -204,6 +211,9 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
                 out.push(experts(blk("ffn_down_exps.weight"), moe.n_ff_exp, p.n_embd));
                 out.push(experts(blk("ffn_up_exps.weight"), p.n_embd, moe.n_ff_exp));
             }
+        }
+        if p.arch == Arch::Gemma3 {
+            out.push(vector(blk("post_ffw_norm.weight"), p.n_embd, Fill::Norm));
         }
     }
     out.push(vector("output_norm.weight".into(), p.n_embd, Fill::Norm));

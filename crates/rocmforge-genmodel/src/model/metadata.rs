@@ -110,6 +110,12 @@ pub fn tokenizer_metadata(p: &Preset, tokenizer_dir: &Path) -> Result<Metadata, 
             what,
         })?;
     }
+    if p.vocab == Vocab::GemmaFromLlamaSpm {
+        pad_with_unused(&mut m, p.n_vocab).map_err(|what| GenError::VocabContent {
+            path: path.clone(),
+            what,
+        })?;
+    }
     let n_tokens = get(&m, "tokenizer.ggml.tokens")
         .and_then(GgufValue::as_array)
         .map(<[GgufValue]>::len)
@@ -168,6 +174,28 @@ fn pad_to_llama3(m: &mut Metadata, n_vocab: u64) -> Result<(), String> {
     set(m, "tokenizer.ggml.bos_token_id", GgufValue::U32(LLAMA3_BOS));
     set(m, "tokenizer.ggml.eos_token_id", GgufValue::U32(LLAMA3_EOS));
     set(m, "tokenizer.ggml.add_bos_token", GgufValue::Bool(true));
+    Ok(())
+}
+
+/// Pads an SPM vocab with CONTROL tokens `<unused{N}>` (with score 0) up
+/// to `n_vocab`, as Gemma's vocab reserves them.
+fn pad_with_unused(m: &mut Metadata, n_vocab: u64) -> Result<(), String> {
+    let array = |key: &str| match get(m, key) {
+        Some(GgufValue::Array(items)) => Ok(items.clone()),
+        _ => Err(format!("no {key} array")),
+    };
+    let mut tokens = array("tokenizer.ggml.tokens")?;
+    let mut types = array("tokenizer.ggml.token_type")?;
+    let mut scores = array("tokenizer.ggml.scores")?;
+    let n_base = tokens.len() as u64;
+    for i in 0..n_vocab.saturating_sub(n_base) {
+        tokens.push(GgufValue::String(format!("<unused{i}>")));
+        types.push(GgufValue::I32(TOKEN_TYPE_CONTROL));
+        scores.push(GgufValue::F32(0.0));
+    }
+    set(m, "tokenizer.ggml.tokens", GgufValue::Array(tokens));
+    set(m, "tokenizer.ggml.token_type", GgufValue::Array(types));
+    set(m, "tokenizer.ggml.scores", GgufValue::Array(scores));
     Ok(())
 }
 
