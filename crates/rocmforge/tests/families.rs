@@ -117,3 +117,22 @@ fn phi3_context_beyond_its_window_is_an_error() {
     let o = generate_with(&generated("tiny-phi3"), &["--ctx-size", "4096"]);
     assert_one_line_error(&o, 1, "sliding attention window of 2047 positions");
 }
+
+#[test]
+fn phi3_longrope_factors_are_refused() {
+    let src = GgufFile::open(&generated("tiny-phi3")).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        w.add_metadata(k, v.clone());
+    }
+    for t in src.tensors() {
+        w.add_tensor(&t.name, &t.shape, t.ty, src.tensor_data(t).to_vec())
+            .unwrap();
+    }
+    let factors: Vec<u8> = [1.0f32; 16].iter().flat_map(|f| f.to_le_bytes()).collect();
+    w.add_tensor("rope_factors_long.weight", &[16], QuantType::F32, factors)
+        .unwrap();
+    let path = scratch_dir("moe").join("longrope.gguf");
+    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    assert_one_line_error(&generate(&path), 1, "LongRoPE");
+}

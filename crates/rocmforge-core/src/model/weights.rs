@@ -117,6 +117,17 @@ impl ModelWeights {
             Some(_) => b.matrix("output.weight", e, cfg.n_vocab)?,
             None => token_embd,
         };
+        // Phi-3.5 / Phi-4-mini (128k) scale RoPE per frequency by these,
+        // long or short by context; running without them would be wrong.
+        for name in ["rope_factors_long.weight", "rope_factors_short.weight"] {
+            if file.tensor(name).is_some() {
+                return Err(ModelError::Unsupported {
+                    key: name.into(),
+                    value: "present".into(),
+                    feature: "LongRoPE frequency factors (Phi-3.5, Phi-4-mini)".into(),
+                });
+            }
+        }
         let rope_freqs = match file.tensor("rope_freqs.weight") {
             Some(_) => Some(b.vector("rope_freqs.weight", cfg.n_rot / 2)?),
             None => None,
