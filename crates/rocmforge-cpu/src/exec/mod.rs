@@ -40,9 +40,18 @@ impl ScratchLayout {
     pub fn for_graph(graph: &Graph, weights: &[WeightView], n_ctx: usize) -> ScratchLayout {
         let mut act_bytes = 0;
         for op in &graph.ops {
-            if let Op::MatMul { w, x, .. } | Op::MatMulId { w, x, .. } = *op {
-                let t = graph.tensor(x);
-                act_bytes = act_bytes.max(t.rows * activation_row_bytes(weights[w].ty, t.cols));
+            match *op {
+                Op::MatMul { w, x, .. } => {
+                    let t = graph.tensor(x);
+                    act_bytes = act_bytes.max(t.rows * activation_row_bytes(weights[w].ty, t.cols));
+                }
+                Op::MatMulId { w, x, out, .. } => {
+                    let (t, o) = (graph.tensor(x), graph.tensor(out));
+                    let arb = activation_row_bytes(weights[w].ty, t.cols);
+                    act_bytes =
+                        act_bytes.max(moe::GroupedScratch::new(t.rows, o.rows, arb, o.cols).total);
+                }
+                _ => {}
             }
         }
         // Attention: the f16-rounded query, then one score per position.

@@ -1,18 +1,69 @@
 //! The mixture-of-experts ops of a step: routing, expert matmuls and the
 //! weighted sum of the chosen experts' outputs.
 //!
-//! Expert matmuls go one (token, choice) pair at a time: each pair's input
-//! row is quantized once, then threads claim (pair, row chunk) items, so a
-//! decode step reads only the chosen experts' rows, each once.
+//! Expert matmuls quantize each input row once. A decode step then goes one
+//! (token, choice) pair at a time: threads claim (pair, row chunk) items, so
+//! only the chosen experts' rows are read, each once. A prefill groups the
+//! pairs by expert (llama.cpp's `mul_mat_id` does the same): the quantized
+//! rows are gathered expert by expert, each expert's rows run through the
+//! prefill kernel once for all its tokens, and the results are scattered
+//! back to their pairs' rows.
 
 use std::sync::atomic::Ordering;
 
 use rocmforge_core::graph::TensorId;
 use rocmforge_core::model::WeightId;
 
-use super::{activation_row_bytes, Step, DECODE_CHUNK_ROWS};
+use super::{activation_row_bytes, Step, DECODE_CHUNK_ROWS, TILE_ROWS};
 use crate::kernels::{moe, quant_dot};
 use crate::team::{Member, SpinBarrier};
+
+/// Fewest (token, choice) pairs for which a `MatMulId` groups them by
+/// expert: below it (decode, short batches) experts rarely repeat.
+const GROUP_MIN_PAIRS: usize = 16;
+
+/// The scratch of a grouped expert matmul: the quantized input rows, the
+/// same rows gathered in expert order (one per pair), and the results in
+/// that order, each region 64-byte aligned.
+pub(super) struct GroupedScratch {
+    pub gathered: usize,
+    pub results: usize,
+    pub total: usize,
+}
+
+impl GroupedScratch {
+    pub fn new(x_rows: usize, n_pairs: usize, arb: usize, n_out: usize) -> GroupedScratch {
+        let gathered = (x_rows * arb).next_multiple_of(64);
+        let results = gathered + (n_pairs * arb).next_multiple_of(64);
+        let total = results + n_pairs * n_out * 4;
+        GroupedScratch {
+            gathered,
+            results,
+            total,
+        }
+    }
+}
+
+/// Pairs in expert order (stable, so a token's rows keep their order) and
+/// where each expert's run starts in it (`n_expert + 1` entries).
+fn group_by_expert(ids: &[f32], n_expert: usize) -> (Vec<usize>, Vec<usize>) {
+    let expert = |p: usize| (ids[p] as usize).min(n_expert - 1);
+    let mut starts = vec![0usize; n_expert + 1];
+    for p in 0..ids.len() {
+        starts[expert(p) + 1] += 1;
+    }
+    for e in 0..n_expert {
+        starts[e + 1] += starts[e];
+    }
+    let mut next = starts.clone();
+    let mut order = vec![0usize; ids.len()];
+    for p in 0..ids.len() {
+        let e = expert(p);
+        order[next[e]] = p;
+        next[e] += 1;
+    }
+    (order, starts)
+}
 
 impl Step<'_> {
     /// # Safety
@@ -76,6 +127,12 @@ impl Step<'_> {
             self.next_chunk.store(0, Ordering::Relaxed);
         }
         barrier.wait();
+        if n_pairs >= GROUP_MIN_PAIRS {
+            // SAFETY: this fn's contract, and the barrier above ordered the
+            // quantized rows before their reads.
+            unsafe { self.matmul_id_grouped(m, barrier, (w, x, out), pair_ids, k) };
+            return;
+        }
         // SAFETY: written before the barrier above, read-only until the next.
         let acts = unsafe { self.scratch.bytes_ref(0, xd.rows * arb) };
         let n_out = wv.expert_rows();
@@ -112,6 +169,91 @@ impl Step<'_> {
         }
     }
 
+    /// The prefill form of `matmul_id`, after the input rows were quantized
+    /// into the scratch's first region (and a barrier).
+    ///
+    /// # Safety
+    /// As for `run_op`; every member calls it with the same arguments.
+    unsafe fn matmul_id_grouped(
+        &self,
+        m: Member,
+        barrier: &SpinBarrier,
+        (w, x, out): (WeightId, TensorId, TensorId),
+        pair_ids: &[f32],
+        k: usize,
+    ) {
+        let wv = &self.weights[w];
+        let xd = self.graph.tensor(x);
+        let n_pairs = pair_ids.len();
+        let arb = activation_row_bytes(wv.ty, xd.cols);
+        let n_out = wv.expert_rows();
+        let layout = GroupedScratch::new(xd.rows, n_pairs, arb, n_out);
+        // Every member derives the same order from the same ids.
+        let (order, starts) = group_by_expert(pair_ids, wv.experts);
+        let x_row = |p: usize| if xd.rows == n_pairs { p } else { p / k };
+        // SAFETY: the quantized rows were written before the caller's
+        // barrier; each member gathers its share of positions, which no one
+        // else writes, and the gathered rows are read only after the
+        // barrier below.
+        unsafe {
+            let acts = self.scratch.bytes_ref(0, xd.rows * arb);
+            for pos in m.share(n_pairs) {
+                let src = x_row(order[pos]) * arb;
+                self.scratch
+                    .bytes(layout.gathered + pos * arb, arb)
+                    .copy_from_slice(&acts[src..src + arb]);
+            }
+        }
+        barrier.wait();
+        // SAFETY: gathered before the barrier above, read-only until the
+        // next; each claimed (expert, chunk) item writes its own columns of
+        // its expert's result rows, in range of the results region.
+        unsafe {
+            let gathered = self.scratch.bytes_ref(layout.gathered, n_pairs * arb);
+            let results = self.scratch.bytes(layout.results, n_pairs * n_out * 4);
+            let results = results.as_mut_ptr() as *mut f32;
+            let expert_bytes = n_out * wv.row_bytes();
+            let chunks = n_out.div_ceil(TILE_ROWS);
+            let used: Vec<usize> = (0..wv.experts)
+                .filter(|&e| starts[e + 1] > starts[e])
+                .collect();
+            loop {
+                let c = self.next_chunk.fetch_add(1, Ordering::Relaxed);
+                if c >= used.len() * chunks {
+                    break;
+                }
+                let e = used[c / chunks];
+                let rows = (c % chunks) * TILE_ROWS..((c % chunks + 1) * TILE_ROWS).min(n_out);
+                let (first, count) = (starts[e], starts[e + 1] - starts[e]);
+                quant_dot::matmul_rows_strided(
+                    wv.ty,
+                    xd.cols,
+                    &wv.bytes()[e * expert_bytes..(e + 1) * expert_bytes],
+                    rows.clone(),
+                    &gathered[first * arb..(first + count) * arb],
+                    count,
+                    results.add(first * n_out + rows.start),
+                    n_out,
+                );
+            }
+        }
+        barrier.wait();
+        // SAFETY: the results were written before the barrier above; each
+        // member scatters its share of positions to their pairs' rows of
+        // `out`, which nobody else writes.
+        unsafe {
+            let results = self.scratch.bytes_ref(layout.results, n_pairs * n_out * 4);
+            for pos in m.share(n_pairs) {
+                let p = order[pos];
+                let src = &results[pos * n_out * 4..(pos + 1) * n_out * 4];
+                let dst = self.rows(out, p..p + 1);
+                for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                    *d = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+                }
+            }
+        }
+    }
+
     /// # Safety
     /// As for `run_op`.
     pub(super) unsafe fn moe_sum(&self, m: Member, x: TensorId, weights: TensorId, out: TensorId) {
@@ -131,5 +273,18 @@ impl Step<'_> {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_group_by_expert_in_order() {
+        let ids = [2.0, 0.0, 2.0, 1.0, 0.0, 2.0];
+        let (order, starts) = group_by_expert(&ids, 4);
+        assert_eq!(order, [1, 4, 3, 0, 2, 5]);
+        assert_eq!(starts, [0, 2, 3, 6, 6]);
     }
 }
