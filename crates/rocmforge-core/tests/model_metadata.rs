@@ -71,16 +71,23 @@ fn out_of_range_values_name_key_and_value() {
             "is NaN (f32);",
         ),
         ("llama.rope.dimension_count", GgufValue::U32(7), "is 7;"),
-        (
-            "llama.expert_count",
-            GgufValue::U32(8),
-            "mixture of experts",
-        ),
     ];
     for (key, value, needle) in cases {
         let msg = error(&[(key, Some(value))]);
         assert!(msg.starts_with(key) && msg.contains(needle), "{msg}");
     }
+    // Experts on a dense file: the count of experts per token is missing.
+    let msg = error(&[("llama.expert_count", Some(GgufValue::U32(8)))]);
+    assert!(
+        msg.starts_with("llama.expert_used_count is 0;") && msg.contains("llama.expert_count (8)"),
+        "{msg}"
+    );
+    // With it, the router the file lacks.
+    let msg = error(&[
+        ("llama.expert_count", Some(GgufValue::U32(8))),
+        ("llama.expert_used_count", Some(GgufValue::U32(2))),
+    ]);
+    assert!(msg.contains("blk.0.ffn_gate_inp.weight"), "{msg}");
 }
 
 #[test]
