@@ -1,13 +1,13 @@
 // Mixture-of-experts routing and combining (shaders/moe.comp), llama.cpp's
 // build_moe_ffn with softmax gating:
-//   moe_route  per token row of router logits, one thread: softmax (libm's
-//              e^x, as the CPU), the k most probable experts best first
-//              (lower index first among equals) into ids (as f32) and their
-//              probabilities into weights, divided by their sum (clamped as
-//              ggml does) when normalize is set. Argument block
-//              MoeRoutePush, 64 threads, grid ceil(rows / 64). The k picks
-//              are k passes, each taking the best expert ordered strictly
-//              after the previous pick: no per-thread array.
+//   moe_route  per token row of router logits, one workgroup of 64:
+//              softmax (libm's e^x and an f64 normaliser, as the CPU), the
+//              k most probable experts best first (lower index first among
+//              equals) into ids (as f32) and their probabilities into
+//              weights, divided by their sum (clamped as ggml does) when
+//              normalize is set. Argument block MoeRoutePush, grid: rows.
+//              Each pick is a workgroup argmax over the experts ranked after
+//              the previous pick: nothing per expert is stored.
 //   moe_sum    out[t][i] = sum over j of weights[t][j] * x[t*k + j][i], in
 //              order of j, each product rounded before it is added, one
 //              thread per value. Argument block
@@ -17,22 +17,46 @@
 #define MOE_ROUTE_WG 64u
 #define MOE_SUM_WG 256u
 
+namespace ops {
+
+// True when (p, e) ranks before (q, f): more probable, or as probable with a
+// lower index.
+DEV bool ranks_before(float p, uint32_t e, float q, uint32_t f) {
+    return p > q || (p == q && e < f);
+}
+
+} // namespace ops
+
 KERNEL LAUNCH_BOUNDS(MOE_ROUTE_WG) void moe_route(MoeRoutePush s) {
-    const uint32_t t = wg_linear() * MOE_ROUTE_WG + thread_id_x();
+    __shared__ float pick_p[MOE_ROUTE_WG];
+    __shared__ uint32_t pick_e[MOE_ROUTE_WG];
+    __shared__ double part[MOE_ROUTE_WG / WAVE_SIZE];
+    __shared__ float red[MOE_ROUTE_WG];
+    const uint32_t t = wg_linear();
     if (t >= s.n_rows) {
         return;
     }
+    const uint32_t lane = thread_id_x();
     const float* l = dev_ptr<const float>(s.logits) + (uint64_t)t * s.n_expert;
     float mx = -__builtin_inff();
-    for (uint32_t e = 0u; e < s.n_expert; e++) {
+    for (uint32_t e = lane; e < s.n_expert; e += MOE_ROUTE_WG) {
         mx = dev_fmaxf(mx, l[e]);
     }
+    red[lane] = mx;
+    block_barrier();
+    for (uint32_t h = MOE_ROUTE_WG / 2u; h > 0u; h /= 2u) {
+        if (lane < h) {
+            red[lane] = dev_fmaxf(red[lane], red[lane + h]);
+        }
+        block_barrier();
+    }
+    mx = red[0];
     // The CPU sums the normaliser in f64 (ggml's soft_max).
     double sum = 0.0;
-    for (uint32_t e = 0u; e < s.n_expert; e++) {
+    for (uint32_t e = lane; e < s.n_expert; e += MOE_ROUTE_WG) {
         sum += (double)ops::libm_expf(l[e] - mx);
     }
-    const float inv = (float)(1.0 / sum);
+    const float inv = (float)(1.0 / ops::block_sum_f64<MOE_ROUTE_WG>(sum, part));
     float* ids = dev_ptr<float>(s.ids) + (uint64_t)t * s.k;
     float* w = dev_ptr<float>(s.weights) + (uint64_t)t * s.k;
     float prev_p = __builtin_inff();
@@ -40,22 +64,35 @@ KERNEL LAUNCH_BOUNDS(MOE_ROUTE_WG) void moe_route(MoeRoutePush s) {
     float chosen = 0.0f;
     for (uint32_t j = 0u; j < s.k; j++) {
         float best_p = -1.0f;
-        uint32_t best_e = 0u;
-        for (uint32_t e = 0u; e < s.n_expert; e++) {
+        uint32_t best_e = 0xFFFFFFFFu;
+        for (uint32_t e = lane; e < s.n_expert; e += MOE_ROUTE_WG) {
             const float pe = ops::libm_expf(l[e] - mx) * inv;
-            const bool after = pe < prev_p || (pe == prev_p && e > prev_e);
-            if (after && pe > best_p) {
+            if (ops::ranks_before(prev_p, prev_e, pe, e) && ops::ranks_before(pe, e, best_p, best_e)) {
                 best_p = pe;
                 best_e = e;
             }
         }
-        ids[j] = (float)best_e;
-        w[j] = best_p;
-        chosen += best_p;
-        prev_p = best_p;
-        prev_e = best_e;
+        block_barrier();
+        pick_p[lane] = best_p;
+        pick_e[lane] = best_e;
+        block_barrier();
+        for (uint32_t h = MOE_ROUTE_WG / 2u; h > 0u; h /= 2u) {
+            if (lane < h && ops::ranks_before(pick_p[lane + h], pick_e[lane + h], pick_p[lane], pick_e[lane])) {
+                pick_p[lane] = pick_p[lane + h];
+                pick_e[lane] = pick_e[lane + h];
+            }
+            block_barrier();
+        }
+        prev_p = pick_p[0];
+        prev_e = pick_e[0];
+        chosen += prev_p;
+        if (lane == 0u) {
+            ids[j] = (float)prev_e;
+            w[j] = prev_p;
+        }
     }
-    if (s.normalize != 0u) {
+    // Lane 0 wrote the weights, so it rereads its own writes.
+    if (s.normalize != 0u && lane == 0u) {
         const float d = dev_fmaxf(chosen, 6.103515625e-5f);
         for (uint32_t j = 0u; j < s.k; j++) {
             w[j] = w[j] / d;

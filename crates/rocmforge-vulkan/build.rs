@@ -134,7 +134,11 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ),
     ("quantize_f16", "quantize_act.comp", &[("ACT_F16", "1")]),
     ("quantize_bf16", "quantize_act.comp", &[("ACT_BF16", "1")]),
-    ("moe_route", "moe.comp", &[("OP_ROUTE", "1")]),
+    (
+        "moe_route",
+        "moe.comp",
+        &[("OP_ROUTE", "1"), ("WG_SIZE", "64"), ("NEEDS_REDUCE", "1")],
+    ),
     ("moe_sum", "moe.comp", &[("OP_SUM", "1")]),
     ("spin", "spin.comp", &[]),
 ];

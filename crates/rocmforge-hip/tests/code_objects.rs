@@ -190,12 +190,14 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 128,
         max_lds: 16384,
     },
-    // Mixture-of-experts routing: one thread per token walks its router
-    // row (k passes, no arrays); the weighted sum is element-wise.
+    // Mixture-of-experts routing: one workgroup per token, a shared
+    // (probability, expert) pair per lane for each pick's argmax, the max
+    // and the f64 normaliser's partial sums (784 bytes); the weighted sum
+    // is element-wise.
     Budget {
         kernel: "moe_route",
         max_vgprs: 32,
-        max_lds: 0,
+        max_lds: 1024,
     },
     Budget {
         kernel: "moe_sum",

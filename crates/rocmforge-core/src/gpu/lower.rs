@@ -204,10 +204,14 @@ pub fn record_graph(
     };
     // The tensor the scratch holds Q8-packed, if any.
     let mut scratch_q8: Option<TensorId> = None;
+    // The tensor the scratch holds rounded for expert mat-vecs, and the
+    // rounding kernel (gate and up read the same input).
+    let mut scratch_rounded: Option<(TensorId, &'static str)> = None;
     let mut i = 0;
     while i < n_ops {
         let op = &graph.ops[i];
         if let Op::MatMul { x, .. } = *op {
+            scratch_rounded = None;
             let group = group_starting_at(&groups, i).unwrap_or(i..i + 1);
             let xd = graph.tensor(x);
             let residual = residual_add_after(graph, plan, i).filter(|_| {
@@ -239,6 +243,9 @@ pub fn record_graph(
             continue;
         }
         scratch_q8 = None;
+        if !matches!(op, Op::MatMulId { .. }) {
+            scratch_rounded = None;
+        }
         if fuse {
             if let Some(rs) = rope_store_at(graph, i) {
                 record_rope_store(
@@ -256,7 +263,7 @@ pub fn record_graph(
         match *op {
             Op::TopKGate { .. } | Op::MatMulId { .. } | Op::MoeSum { .. } => {
                 let what = label(i, format!("{op:?}"));
-                record_moe_op(sink, graph, op, a, &t, what)?;
+                record_moe_op(sink, graph, op, a, &t, &mut scratch_rounded, what)?;
             }
             Op::Embed { table, out } => {
                 let w = &a.weights[table];

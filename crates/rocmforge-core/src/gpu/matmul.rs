@@ -48,7 +48,7 @@ pub fn int_route(lw: &Lowering, w: &DeviceWeight, n: usize, k: usize) -> bool {
 /// (ggml) quantizes them for this weight type, if any: Q8_0 (and Q8_1,
 /// which rounds the same) for the 32-blocks, Q8_K for the K-quants and
 /// IQ4_XS, f16 / bf16 for those weights.
-fn activation_kernel(ty: QuantType) -> Option<&'static str> {
+pub(super) fn activation_kernel(ty: QuantType) -> Option<&'static str> {
     use QuantType as T;
     match ty {
         T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4NL => Some("quantize_q8_0"),

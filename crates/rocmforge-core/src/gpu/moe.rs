@@ -13,17 +13,21 @@ use crate::backend::BackendError;
 use crate::graph::{Graph, Op, TensorId};
 
 use super::lower::{u32_of, weight_kernel, GraphAddresses};
-use super::matmul::round_activations;
+use super::matmul::{activation_kernel, round_activations};
 use super::push::{MatIdPush, MoeRoutePush, MoeSumPush, Push};
 use super::KernelSink;
 
 /// Records `op` if it is a mixture-of-experts op; returns whether it was.
+/// `rounded` is what the scratch holds (a tensor rounded by a kernel), kept
+/// up to date here so the up mat-vec reuses the gate's rounding of their
+/// shared input.
 pub fn record_moe_op(
     sink: &mut dyn KernelSink,
     graph: &Graph,
     op: &Op,
     a: &GraphAddresses,
     t: &dyn Fn(TensorId) -> u64,
+    rounded: &mut Option<(TensorId, &'static str)>,
     label: String,
 ) -> Result<bool, BackendError> {
     match *op {
@@ -44,7 +48,8 @@ pub fn record_moe_op(
                 k: u32_of(k, "experts per token")?,
                 normalize: u32::from(normalize),
             };
-            sink.dispatch("moe_route", push.bytes(), push.n_rows.div_ceil(64), label)?;
+            // One workgroup per token.
+            sink.dispatch("moe_route", push.bytes(), push.n_rows, label)?;
         }
         Op::MatMulId { w, x, ids, out } => {
             let dw = &a.weights[w];
@@ -63,10 +68,16 @@ pub fn record_moe_op(
                 n_pairs: u32_of(n_pairs, "expert choices")?,
                 x_div: u32_of(n_pairs / xd.rows, "experts per token")?,
             };
-            let values = u32_of(xd.rows * xd.cols, "activations")?;
-            let rounding = format!("{label} (rounding {} activations)", dw.ty);
-            if round_activations(sink, dw.ty, push.x, values, a.scratch, rounding)? {
+            let kernel = activation_kernel(dw.ty);
+            if kernel.is_some() && *rounded == kernel.map(|k| (x, k)) {
                 push.x = a.scratch;
+            } else {
+                let values = u32_of(xd.rows * xd.cols, "activations")?;
+                let rounding = format!("{label} (rounding {} activations)", dw.ty);
+                if round_activations(sink, dw.ty, push.x, values, a.scratch, rounding)? {
+                    push.x = a.scratch;
+                }
+                *rounded = kernel.map(|k| (x, k));
             }
             let groups = u32_of(n_pairs * rows, "expert mat-vec workgroups")?;
             let what = format!("{label} ({} {})", dw.name, dw.ty);
