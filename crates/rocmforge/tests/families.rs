@@ -22,9 +22,16 @@ fn tiny_moe() -> PathBuf {
     generated("tiny-qwen3moe")
 }
 
-/// A copy of tiny-qwen3moe with metadata key `key` set to `value`.
-fn with_key(name: &str, key: &str, value: GgufValue) -> PathBuf {
-    let src = GgufFile::open(&tiny_moe()).unwrap();
+/// A copy of `src` named `name`, with metadata key `key` set to `value`
+/// and `extra` tensors (name, shape, F32 values) added.
+fn rewrite(
+    src: &Path,
+    name: &str,
+    key: &str,
+    value: GgufValue,
+    extra: &[(&str, &[f32])],
+) -> PathBuf {
+    let src = GgufFile::open(src).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in src.metadata() {
         w.add_metadata(k, if k == key { value.clone() } else { v.clone() });
@@ -33,9 +40,19 @@ fn with_key(name: &str, key: &str, value: GgufValue) -> PathBuf {
         w.add_tensor(&t.name, &t.shape, t.ty, src.tensor_data(t).to_vec())
             .unwrap();
     }
-    let path = scratch_dir("moe").join(format!("{name}.gguf"));
+    for (tensor, values) in extra {
+        let bytes = values.iter().flat_map(|f| f.to_le_bytes()).collect();
+        w.add_tensor(tensor, &[values.len() as u64], QuantType::F32, bytes)
+            .unwrap();
+    }
+    let path = scratch_dir("families").join(format!("{name}.gguf"));
     std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
     path
+}
+
+/// A copy of tiny-qwen3moe with metadata key `key` set to `value`.
+fn with_key(name: &str, key: &str, value: GgufValue) -> PathBuf {
+    rewrite(&tiny_moe(), name, key, value, &[])
 }
 
 fn generate_with(path: &Path, extra: &[&str]) -> std::process::Output {
@@ -120,19 +137,14 @@ fn phi3_context_beyond_its_window_is_an_error() {
 
 #[test]
 fn phi3_longrope_factors_are_refused() {
-    let src = GgufFile::open(&generated("tiny-phi3")).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        w.add_metadata(k, v.clone());
-    }
-    for t in src.tensors() {
-        w.add_tensor(&t.name, &t.shape, t.ty, src.tensor_data(t).to_vec())
-            .unwrap();
-    }
-    let factors: Vec<u8> = [1.0f32; 16].iter().flat_map(|f| f.to_le_bytes()).collect();
-    w.add_tensor("rope_factors_long.weight", &[16], QuantType::F32, factors)
-        .unwrap();
-    let path = scratch_dir("moe").join("longrope.gguf");
-    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    let name = GgufValue::String("phi3 with LongRoPE".into());
+    let factors = [1.0f32; 16];
+    let path = rewrite(
+        &generated("tiny-phi3"),
+        "longrope",
+        "general.name",
+        name,
+        &[("rope_factors_long.weight", &factors)],
+    );
     assert_one_line_error(&generate(&path), 1, "LongRoPE");
 }

@@ -136,6 +136,14 @@ fn get<'a>(m: &'a Metadata, key: &str) -> Option<&'a GgufValue> {
     m.iter().find(|(k, _)| k == key).map(|(_, v)| v)
 }
 
+/// A copy of array `key`, or what is missing.
+fn array(m: &Metadata, key: &str) -> Result<Vec<GgufValue>, String> {
+    match get(m, key) {
+        Some(GgufValue::Array(items)) => Ok(items.clone()),
+        _ => Err(format!("no {key} array")),
+    }
+}
+
 fn set(m: &mut Metadata, key: &str, value: GgufValue) {
     match m.iter_mut().find(|(k, _)| k == key) {
         Some(entry) => entry.1 = value,
@@ -147,12 +155,8 @@ fn set(m: &mut Metadata, key: &str, value: GgufValue) {
 /// `n_vocab`, Llama 3's special tokens at their real ids, Llama 3's BOS/EOS
 /// and pre-tokenizer.
 fn pad_to_llama3(m: &mut Metadata, n_vocab: u64) -> Result<(), String> {
-    let array = |key: &str| match get(m, key) {
-        Some(GgufValue::Array(items)) => Ok(items.clone()),
-        _ => Err(format!("no {key} array")),
-    };
-    let mut tokens = array("tokenizer.ggml.tokens")?;
-    let mut types = array("tokenizer.ggml.token_type")?;
+    let mut tokens = array(m, "tokenizer.ggml.tokens")?;
+    let mut types = array(m, "tokenizer.ggml.token_type")?;
     let n_base = tokens.len() as u64;
     if n_base > LLAMA3_SPECIAL_START || types.len() as u64 != n_base {
         return Err(format!(
@@ -180,13 +184,9 @@ fn pad_to_llama3(m: &mut Metadata, n_vocab: u64) -> Result<(), String> {
 /// Pads an SPM vocab with CONTROL tokens `<unused{N}>` (with score 0) up
 /// to `n_vocab`, as Gemma's vocab reserves them.
 fn pad_with_unused(m: &mut Metadata, n_vocab: u64) -> Result<(), String> {
-    let array = |key: &str| match get(m, key) {
-        Some(GgufValue::Array(items)) => Ok(items.clone()),
-        _ => Err(format!("no {key} array")),
-    };
-    let mut tokens = array("tokenizer.ggml.tokens")?;
-    let mut types = array("tokenizer.ggml.token_type")?;
-    let mut scores = array("tokenizer.ggml.scores")?;
+    let mut tokens = array(m, "tokenizer.ggml.tokens")?;
+    let mut types = array(m, "tokenizer.ggml.token_type")?;
+    let mut scores = array(m, "tokenizer.ggml.scores")?;
     let n_base = tokens.len() as u64;
     for i in 0..n_vocab.saturating_sub(n_base) {
         tokens.push(GgufValue::String(format!("<unused{i}>")));
