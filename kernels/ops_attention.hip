@@ -11,7 +11,8 @@
 //   - the output accumulated in f16 (f16 values held in f32), rounded after
 //     every multiply-add (fused below a multiple of 32 dims, as ggml's
 //     vector body) and every rescale; the sum l = l * ms + vs in f32.
-// Token t attends to cache positions 0 .. pos0 + t (pos0 from the
+// Token t attends to cache positions 0 .. pos0 + t (the last `window` of
+// them in a sliding-window layer; pos0 from the
 // step-input region), so the grid depends only on the graph's shape.
 //
 // Positions are taken a chunk at a time: each thread scores one position of
@@ -229,6 +230,8 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
     uint32_t body = hd - hd % 32u;
     uint32_t q_dim = p.n_head * hd;
     uint32_t n_kv = step_pos0(p.step) + t + 1u;
+    // A sliding window skips what ggml masks: positions with pos - p >= window.
+    uint32_t first = (p.window != 0u && n_kv > p.window) ? n_kv - p.window : 0u;
     const float* q = dev_ptr<const float>(p.q) + (uint64_t)t * q_dim + h * hd;
     for (uint32_t d = tid; d < hd; d += WG) {
         sh.qs[d] = round_f16(q[d]);
@@ -264,7 +267,7 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
         uint32_t col0 = tid % hq;
         uint32_t row_step = WG / hq;
         uint32_t col_step = WG % hq;
-        for (uint32_t base = 0u; base < n_kv; base += chunk) {
+        for (uint32_t base = first; base < n_kv; base += chunk) {
             uint32_t cnt = __builtin_elementwise_min(chunk, n_kv - base);
             uint4 r[ATT_OPS_STAGE_LOADS];
             // Recomputed per chunk, not held for all 16 loads across the loop.
@@ -322,7 +325,7 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
         const uint32_t* kc = dev_ptr<const uint32_t>(p.k_cache);
         const uint16_t* vc = dev_ptr<const uint16_t>(p.v_cache);
         bool vec16 = p.k_cache % 16u == 0u && p.kv_dim % 8u == 0u && hd % 8u == 0u;
-        for (uint32_t base = 0u; base < n_kv; base += WG) {
+        for (uint32_t base = first; base < n_kv; base += WG) {
             uint32_t cnt = __builtin_elementwise_min(WG, n_kv - base);
             bool active = tid < cnt;
             float s = -__builtin_inff();

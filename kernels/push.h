@@ -116,6 +116,9 @@ struct AttentionPush {
     // Where attention_staged_q8 also writes its output Q8-packed.
     uint64_t q8;
     uint64_t q8_scales;
+    // Positions a token attends to (itself and the ones before), 0 for all.
+    uint32_t window;
+    uint32_t pad;
 };
 
 struct EltwisePush {
@@ -249,7 +252,7 @@ RF_PUSH_AT(StoreKvPush, step, 32);
 RF_PUSH_AT(StoreKvPush, rows, 40);
 RF_PUSH_AT(StoreKvPush, kv_dim, 44);
 
-static_assert(sizeof(AttentionPush) == 80, "AttentionPush size");
+static_assert(sizeof(AttentionPush) == 88, "AttentionPush size");
 RF_PUSH_AT(AttentionPush, q, 0);
 RF_PUSH_AT(AttentionPush, out, 8);
 RF_PUSH_AT(AttentionPush, k_cache, 16);
@@ -263,6 +266,8 @@ RF_PUSH_AT(AttentionPush, kv_dim, 56);
 RF_PUSH_AT(AttentionPush, scale, 60);
 RF_PUSH_AT(AttentionPush, q8, 64);
 RF_PUSH_AT(AttentionPush, q8_scales, 72);
+RF_PUSH_AT(AttentionPush, window, 80);
+RF_PUSH_AT(AttentionPush, pad, 84);
 
 static_assert(sizeof(EltwisePush) == 32, "EltwisePush size");
 RF_PUSH_AT(EltwisePush, a, 0);

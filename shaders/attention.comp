@@ -7,8 +7,8 @@
 //   - online softmax in position order: a new maximum rescales the output;
 //   - the output accumulated in f16 (f16 values held in f32), rounded after
 //     every fused multiply-add and every rescale.
-// Token t attends to cache positions 0 .. pos0 + t, with pos0 read from the
-// step-input region, so the grid depends only on the graph shape. Positions
+// Token t attends to cache positions 0 .. pos0 + t (the last `window` of
+// them in a sliding-window layer), with pos0 read from the step-input region, so the grid depends only on the graph shape. Positions
 // are taken a chunk at a time; each invocation scores one position of the
 // chunk, then every invocation walks the chunk in order for its own head
 // dimensions (up to ATT_DIMS), repeating the max/sum recurrence so all agree
@@ -54,6 +54,8 @@ layout(push_constant, std430) uniform Push {
     float scale;
     uint64_t q8; // OUT_Q8 only
     uint64_t q8_scales;
+    uint window; // 0: every position; else the last `window` (sliding)
+    uint pad;
 } pc;
 
 shared float qs[MAX_HEAD_DIM];
@@ -141,6 +143,9 @@ void main() {
     uint hd = pc.head_dim;
     uint q_dim = pc.n_head * hd;
     uint n_kv = step_pos0(pc.step) + t + 1u;
+    // A sliding window skips what ggml masks: positions p with
+    // pos - p >= window.
+    uint first = (pc.window != 0u && n_kv > pc.window) ? n_kv - pc.window : 0u;
 
     F32s q = F32s(pc.q + (uint64_t(t) * q_dim + h * hd) * 4u);
     for (uint d = tid; d < hd; d += WG_SIZE) {
@@ -168,7 +173,7 @@ void main() {
     uint chunk = min(min(uint(WG_SIZE), STAGE_WORDS / stride), STAGE_LOADS * WG_SIZE / (2u * hq));
     uint row_quads = pc.kv_dim / 8u;
     uint head_quad = kvh * hq;
-    for (uint base = 0u; base < n_kv; base += chunk) {
+    for (uint base = first; base < n_kv; base += chunk) {
         uint cnt = min(chunk, n_kv - base);
         // Quads 0 .. cnt * hq - 1 are K's, the next cnt * hq V's.
         uint quads = cnt * hq;
@@ -213,7 +218,7 @@ void main() {
         barrier();
     }
 #else
-    for (uint base = 0u; base < n_kv; base += WG_SIZE) {
+    for (uint base = first; base < n_kv; base += WG_SIZE) {
         uint p = base + tid;
         if (p < n_kv) {
             scores[tid] = dot_ggml(p * row_words + head_word, hd) * pc.scale;

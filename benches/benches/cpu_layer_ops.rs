@@ -100,7 +100,7 @@ fn attention(c: &mut Criterion) {
                         &v_cache,
                         kv_stride,
                         (h / group_size) * HEAD_DIM,
-                        n_kv,
+                        0..n_kv,
                         HEAD_DIM,
                         scale,
                         &mut out[span],

@@ -37,10 +37,6 @@ pub enum SessionError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("invalid option: {0}")]
     Option(String),
-    /// The model attends over a sliding window, which is not computed: up
-    /// to the window, full attention is the same thing.
-    #[error("context size {n_ctx} is longer than the model's sliding attention window of {window} positions, which is not supported yet; use a context size of {window} or less")]
-    BeyondSlidingWindow { n_ctx: usize, window: usize },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,12 +128,6 @@ impl Session {
                 "context size {} does not fit 32-bit positions",
                 opts.n_ctx
             )));
-        }
-        if let Some(window) = model.config.sliding_window.filter(|&w| opts.n_ctx > w) {
-            return Err(SessionError::BeyondSlidingWindow {
-                n_ctx: opts.n_ctx,
-                window,
-            });
         }
         let opts = SessionOptions {
             n_batch: opts.n_batch.min(opts.n_ctx),

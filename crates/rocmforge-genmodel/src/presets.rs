@@ -391,9 +391,10 @@ pub const PRESETS: &[Preset] = &[
         moe: None,
         sliding_window: Some(2047),
     },
-    // Gemma 3's layout at test size: six layers, so five local (sliding
-    // window, RoPE base 10000) and one global (base 1e6); the Llama SPM
-    // vocab stands in for Gemma's.
+    // Gemma 3's layout at test size: six layers, so five local (RoPE base
+    // 10000, a window of 8 positions, shorter than the reference prompt so
+    // the tests cross it) and one global (base 1e6); the Llama SPM vocab
+    // stands in for Gemma's.
     Preset {
         name: "tiny-gemma3",
         model: "tiny-gemma3",
@@ -413,7 +414,7 @@ pub const PRESETS: &[Preset] = &[
         vocab: Vocab::LlamaSpm,
         rope_scaling: None,
         moe: None,
-        sliding_window: Some(512),
+        sliding_window: Some(8),
     },
     // google/gemma-3-4b-it's text model (its global layers' linear RoPE
     // scaling by 8 is left out: it changes no speed). The tokenizer is a

@@ -350,7 +350,12 @@ pub fn record_graph(
                 let what = label(i, format!("StoreKv layer {layer}"));
                 sink.dispatch("store_kv", push.bytes(), groups, what)?;
             }
-            Op::Attention { layer, q, out } => {
+            Op::Attention {
+                layer,
+                q,
+                out,
+                window,
+            } => {
                 let s = &graph.attention;
                 let l = a.kv_layout;
                 let k_cache = a.kv + 2 * l.k_offset(layer) as u64;
@@ -382,6 +387,8 @@ pub fn record_graph(
                     scale: s.scale,
                     q8,
                     q8_scales,
+                    window: u32_of(window.unwrap_or(0), "attention window")?,
+                    pad: 0,
                 };
                 scratch_q8 = (q8 != 0).then_some(out);
                 let groups = u32_of(graph.n_tokens * s.n_head, "attention workgroups")?;

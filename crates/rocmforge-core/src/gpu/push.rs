@@ -144,9 +144,13 @@ pub struct AttentionPush {
     /// Where `attention_staged_q8` also writes its output Q8-packed.
     pub q8: u64,
     pub q8_scales: u64,
+    /// Positions a token attends to (itself and the ones before), 0 for
+    /// all of them.
+    pub window: u32,
+    pub pad: u32,
 }
 // SAFETY: repr(C), five u64, six 4-byte fields (ending at byte 64), two
-// u64: 80 bytes, no padding.
+// u64, two u32: 88 bytes, no padding.
 unsafe impl Push for AttentionPush {}
 
 #[repr(C)]
@@ -193,7 +197,7 @@ const _: () = assert!(std::mem::size_of::<NormPush>() == 56);
 const _: () = assert!(std::mem::size_of::<RopePush>() == 56);
 const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 88);
 const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 48);
-const _: () = assert!(std::mem::size_of::<AttentionPush>() == 80);
+const _: () = assert!(std::mem::size_of::<AttentionPush>() == 88);
 const _: () = assert!(std::mem::size_of::<EltwisePush>() == 32);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
 const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);

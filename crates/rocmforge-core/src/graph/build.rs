@@ -142,6 +142,7 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
             layer,
             q,
             out: attn,
+            window: cfg.sliding_window.filter(|_| local),
         });
         let mut o = b.matmul(lw.wo, cfg.n_embd, attn, None);
         if let Some(norm) = lw.attn_post_norm {

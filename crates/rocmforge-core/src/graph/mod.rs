@@ -64,11 +64,14 @@ pub enum Op {
         k: TensorId,
         v: TensorId,
     },
-    /// Causal GQA attention of `q` over the layer's cache positions `0..=pos`.
+    /// Causal GQA attention of `q` over the layer's cache positions `0..=pos`,
+    /// or over the last `window` of them (sliding-window layers; ggml's
+    /// standard window: `pos - p < window`).
     Attention {
         layer: usize,
         q: TensorId,
         out: TensorId,
+        window: Option<usize>,
     },
     /// silu(gate) * up.
     SwiGlu {

@@ -166,8 +166,9 @@ pub struct ModelConfig {
     /// The experts of every feed-forward block, for mixture-of-experts
     /// models; `n_ff` is then one expert's width.
     pub moe: Option<MoeConfig>,
-    /// Sliding-window attention over this many positions (Phi-3's 2047,
-    /// Gemma 3's 1024). Not computed: a session's context must fit in it.
+    /// Sliding-window attention over this many positions (Gemma 3's 1024)
+    /// in the local layers: a token attends to itself and the `window - 1`
+    /// positions before it.
     pub sliding_window: Option<usize>,
     /// Layers that use the sliding window and the local RoPE base (Gemma 3:
     /// five of every six); empty when none do.
@@ -349,10 +350,16 @@ impl ModelConfig {
             (None, None) => shapes.dim(shapes.matrix(ffn_up)?, 1, "n_ff")? / arch.ffn_up_parts(),
         };
 
-        // Phi-3 files give the window their checkpoint was trained with;
-        // a context within it attends exactly as full attention does.
-        let sliding_window = keys.ranged("attention.sliding_window", 0, u32::MAX.into())?;
-        let sliding_window = sliding_window.filter(|&w| w > 0);
+        // Gemma 3 attends over a window in five layers of six. Other
+        // families' files may name one that llama.cpp does not apply
+        // (Phi-3's, which its converters write wrongly, llama.cpp says;
+        // Mistral 7B v0.1's), so it is not read for them.
+        let sliding_window = match arch {
+            Arch::Gemma3 => keys
+                .ranged("attention.sliding_window", 0, u32::MAX.into())?
+                .filter(|&w| w > 0),
+            _ => None,
+        };
         let local_layers = match (arch, sliding_window) {
             (Arch::Gemma3, Some(_)) => keys.local_layers(n_layer, 6)?,
             _ => Vec::new(),

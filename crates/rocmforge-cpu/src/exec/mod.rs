@@ -286,7 +286,12 @@ impl Step<'_> {
                         }
                     }
                 }
-                Op::Attention { layer, q, out } => self.attention(m, layer, q, out),
+                Op::Attention {
+                    layer,
+                    q,
+                    out,
+                    window,
+                } => self.attention(m, layer, (q, out), window),
                 Op::SwiGlu { gate, up, out } => {
                     let n = self.graph.tensor(out);
                     let range = m.share(n.rows * n.cols);
@@ -448,7 +453,13 @@ impl Step<'_> {
 
     /// # Safety
     /// As for `run_op`.
-    unsafe fn attention(&self, m: Member, layer: usize, q: TensorId, out: TensorId) {
+    unsafe fn attention(
+        &self,
+        m: Member,
+        layer: usize,
+        (q, out): (TensorId, TensorId),
+        window: Option<usize>,
+    ) {
         let spec = &self.graph.attention;
         let hd = spec.head_dim;
         let group = spec.n_head / spec.n_head_kv;
@@ -474,13 +485,15 @@ impl Step<'_> {
             for item in (m.ith..n * spec.n_head).step_by(m.nth) {
                 let (t, h) = (item / spec.n_head, item % spec.n_head);
                 let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
+                let n_kv = self.inputs().0 + t + 1;
+                let first = window.map_or(0, |w| n_kv.saturating_sub(w));
                 attention::attend_head(
                     &qs[span.clone()],
                     k_cache,
                     v_cache,
                     l.kv_dim,
                     (h / group) * hd,
-                    self.inputs().0 + t + 1,
+                    first..n_kv,
                     hd,
                     spec.scale,
                     self.output(out, span),

@@ -19,15 +19,16 @@
 
 use half::f16;
 
-/// One query head of one token attending over cache positions `0..n_kv`
-/// (causal masking is the caller choosing `n_kv = pos + 1`).
+/// One query head of one token attending over cache positions `positions`
+/// (causal masking is the caller ending them at `pos + 1`; a sliding window
+/// starts them `window` before that).
 ///
 /// `k_cache` / `v_cache` hold f16 rows of `kv_stride` elements per position;
 /// this KV head starts at `kv_off` within a row. Writes
 /// `softmax(q·k * scale) · v` into `out` (`head_dim` values). `scratch` holds
-/// the rounded query and the scores: at least `head_dim + n_kv` values,
-/// carved by the caller from a buffer allocated once. With `n_kv == 0` the
-/// output is all zeros, as in ggml.
+/// the rounded query and the scores: at least `head_dim + positions.end`
+/// values, carved by the caller from a buffer allocated once. With no
+/// positions the output is all zeros, as in ggml.
 ///
 /// # Panics
 /// If a slice is too short for the given geometry (a caller bug).
@@ -38,7 +39,7 @@ pub fn attend_head(
     v_cache: &[f16],
     kv_stride: usize,
     kv_off: usize,
-    n_kv: usize,
+    positions: std::ops::Range<usize>,
     head_dim: usize,
     scale: f32,
     out: &mut [f32],
@@ -53,6 +54,7 @@ pub fn attend_head(
         row_end <= kv_stride,
         "attend_head: head {kv_off}+{head_dim} outside row {kv_stride}"
     );
+    let n_kv = positions.end;
     if n_kv > 0 {
         let needed = (n_kv - 1)
             .checked_mul(kv_stride)
@@ -86,7 +88,7 @@ pub fn attend_head(
     let mut max = f32::NEG_INFINITY;
     let mut sum = 0.0f32;
     out.fill(0.0);
-    for p in 0..n_kv {
+    for p in positions {
         let s = dot(simd, row(k_cache, p * kv_stride + kv_off, head_dim), q16) * scale;
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
         if s > max {
@@ -296,7 +298,7 @@ mod tests {
         v: &[f16],
         stride: usize,
         off: usize,
-        n_kv: usize,
+        positions: std::ops::Range<usize>,
         scale: f32,
     ) -> Vec<f64> {
         let d = q.len();
@@ -304,7 +306,8 @@ mod tests {
             .iter()
             .map(|&x| f64::from(f16::from_f32(x).to_f32()))
             .collect();
-        let scores: Vec<f64> = (0..n_kv)
+        let scores: Vec<f64> = positions
+            .clone()
             .map(|p| {
                 let kr = &k[p * stride + off..][..d];
                 qr.iter()
@@ -319,8 +322,10 @@ mod tests {
         let total: f64 = w.iter().sum();
         (0..d)
             .map(|i| {
-                (0..n_kv)
-                    .map(|p| w[p] * f64::from(v[p * stride + off + i].to_f32()))
+                positions
+                    .clone()
+                    .zip(&w)
+                    .map(|(p, wp)| wp * f64::from(v[p * stride + off + i].to_f32()))
                     .sum::<f64>()
                     / total
             })
@@ -334,7 +339,18 @@ mod tests {
         let v = to_f16(&noise(d, 2, 3.0));
         let k = to_f16(&noise(d, 3, 1.0));
         let mut out = vec![f32::NAN; d];
-        attend_head(&q, &k, &v, d, 0, 1, d, 0.3, &mut out, &mut vec![0.0; 4096]);
+        attend_head(
+            &q,
+            &k,
+            &v,
+            d,
+            0,
+            0..1,
+            d,
+            0.3,
+            &mut out,
+            &mut vec![0.0; 4096],
+        );
         let expect: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
         assert_eq!(out, expect);
     }
@@ -347,7 +363,18 @@ mod tests {
         let k = to_f16(&noise(d * n, 4, 1.0));
         let v: Vec<f16> = (0..d * n).map(|i| f16::from_f32((i / d) as f32)).collect();
         let mut out = vec![0.0; d];
-        attend_head(&q, &k, &v, d, 0, n, d, 1.0, &mut out, &mut vec![0.0; 4096]);
+        attend_head(
+            &q,
+            &k,
+            &v,
+            d,
+            0,
+            0..n,
+            d,
+            1.0,
+            &mut out,
+            &mut vec![0.0; 4096],
+        );
         for o in out {
             assert!((o - 2.0).abs() < 1e-6, "{o}");
         }
@@ -367,7 +394,7 @@ mod tests {
             &v,
             2,
             0,
-            2,
+            0..2,
             2,
             4096.0,
             &mut out,
@@ -385,7 +412,7 @@ mod tests {
             &[],
             4,
             0,
-            0,
+            0..0,
             4,
             1.0,
             &mut out,
@@ -408,8 +435,19 @@ mod tests {
         let scale = 1.0 / (d as f32).sqrt();
         let mut out = vec![0.0; d];
         let mut scratch = vec![0.0; 4096];
-        attend_head(&q, &k, &v, stride, d, n, d, scale, &mut out, &mut scratch);
-        let expect = reference(&q, &k, &v, stride, d, n, scale);
+        attend_head(
+            &q,
+            &k,
+            &v,
+            stride,
+            d,
+            0..n,
+            d,
+            scale,
+            &mut out,
+            &mut scratch,
+        );
+        let expect = reference(&q, &k, &v, stride, d, 0..n, scale);
         // The f16 accumulator rounds (relative 2^-11) at every step that
         // carries weight; a peaked softmax has few such steps.
         let tol = |e: f64| 4e-3 * (1.0 + e.abs());
@@ -420,11 +458,25 @@ mod tests {
         for (i, (o, e)) in out.iter().zip(&expect).enumerate() {
             assert!((f64::from(*o) - e).abs() < tol(*e), "[{i}] {o} vs {e}");
         }
-        // Causal prefix: fewer positions is a different, still correct answer.
-        attend_head(&q, &k, &v, stride, d, 17, d, scale, &mut out, &mut scratch);
-        let expect = reference(&q, &k, &v, stride, d, 17, scale);
-        for (o, e) in out.iter().zip(&expect) {
-            assert!((f64::from(*o) - e).abs() < tol(*e), "{o} vs {e}");
+        // Causal prefix and a sliding window: fewer positions is a
+        // different, still correct answer.
+        for positions in [0..17, 250..300] {
+            attend_head(
+                &q,
+                &k,
+                &v,
+                stride,
+                d,
+                positions.clone(),
+                d,
+                scale,
+                &mut out,
+                &mut scratch,
+            );
+            let expect = reference(&q, &k, &v, stride, d, positions, scale);
+            for (o, e) in out.iter().zip(&expect) {
+                assert!((f64::from(*o) - e).abs() < tol(*e), "{o} vs {e}");
+            }
         }
     }
 

@@ -209,11 +209,8 @@ fn read_input(a: &Args) -> Result<Input, CliError> {
     let model = Arc::new(Model::load(&a.gguf).map_err(|e| format!("{}: {e}", a.gguf.display()))?);
     let tok = Tokenizer::from_gguf(&model.file)?;
     let n_ctx_train = model.config.n_ctx_train;
-    // The default stays inside a sliding window the engine does not
-    // compute (Phi-3's 2047), where attention is exact.
-    let window = model.config.sliding_window.unwrap_or(usize::MAX);
     let n_ctx = match a.ctx_size {
-        0 => n_ctx_train.min(4096).min(window),
+        0 => n_ctx_train.min(4096),
         n => n,
     };
     if n_ctx > n_ctx_train {
