@@ -4,7 +4,8 @@
 # bench), the rocmforge binary (`benches/device/never-hang.sh`) and the
 # test binaries of the conformance suite and the GPU
 # backends, stripped, into `.gpu/bin/` (ignored by git; carried with the
-# run).
+# run). The tree is over the 64 MiB transfer cap: `benches/device/trim.sh
+# out` before a run, `trim.sh in` after.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .gpu/bin
