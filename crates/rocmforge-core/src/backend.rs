@@ -70,12 +70,6 @@ pub enum BackendError {
         tensor: String,
         ty: crate::quant::QuantType,
     },
-    /// The graph has an op this backend has no kernel for.
-    #[error("the {backend} backend cannot run {op} yet; use --backend cpu")]
-    UnsupportedOp {
-        backend: &'static str,
-        op: &'static str,
-    },
     #[error("rope parameters: {0}")]
     Rope(#[from] crate::graph::RopeError),
     #[error("tensor '{tensor}' is not aligned for this device: {reason}")]

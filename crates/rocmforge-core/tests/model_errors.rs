@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use rocmforge_core::gguf::{GgufFile, GgufValue, GgufWriter};
-use rocmforge_core::model::{Model, ModelConfig, ModelError};
+use rocmforge_core::model::{Arch, Model, ModelConfig, ModelError};
 use rocmforge_core::quant::QuantType;
 
 fn fixture() -> GgufFile {
@@ -65,7 +65,13 @@ fn unsupported_architecture() {
         },
         keep_tensor,
     );
-    assert!(matches!(r, Err(ModelError::UnsupportedArch(a)) if a == "rwkv6"));
+    let err = r.err().expect("rwkv6 is refused");
+    assert!(matches!(&err, ModelError::UnsupportedArch(a) if a == "rwkv6"));
+    // The message names every architecture that loads.
+    let msg = err.to_string();
+    for arch in Arch::ALL {
+        assert!(msg.contains(arch.name()), "{msg}");
+    }
 }
 
 #[test]

@@ -27,6 +27,15 @@ use super::moe::record_moe_op;
 use super::push::*;
 use super::{weight_suffix, KernelSink, Lowering};
 
+/// The form in which the scratch holds a tensor, for ops that can reuse it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScratchForm {
+    /// Q8-packed (`q8_packed_layout`), as the integer mat-vecs read it.
+    Q8Packed,
+    /// Rounded by this activation kernel, as the f32 mat-vecs read it.
+    Rounded(&'static str),
+}
+
 /// A weight as kernels see it.
 #[derive(Clone, Debug)]
 pub struct DeviceWeight {
@@ -202,16 +211,13 @@ pub fn record_graph(
             int_route(lw, matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
         }
     };
-    // The tensor the scratch holds Q8-packed, if any.
-    let mut scratch_q8: Option<TensorId> = None;
-    // The tensor the scratch holds rounded for expert mat-vecs, and the
-    // rounding kernel (gate and up read the same input).
-    let mut scratch_rounded: Option<(TensorId, &'static str)> = None;
+    // What the scratch holds after the ops recorded so far, if anything a
+    // later op can reuse.
+    let mut scratch: Option<(TensorId, ScratchForm)> = None;
     let mut i = 0;
     while i < n_ops {
         let op = &graph.ops[i];
         if let Op::MatMul { x, .. } = *op {
-            scratch_rounded = None;
             let group = group_starting_at(&groups, i).unwrap_or(i..i + 1);
             let xd = graph.tensor(x);
             let residual = residual_add_after(graph, plan, i).filter(|_| {
@@ -231,20 +237,21 @@ pub fn record_graph(
                 let run = MatmulRun {
                     ops: &graph.ops[start..end],
                     first: start,
-                    prequantized: scratch_q8 == Some(x),
+                    prequantized: scratch == Some((x, ScratchForm::Q8Packed)),
                     residual,
                 };
                 let int = record_matmuls(sink, lw, graph, &run, a, &t)?;
-                scratch_q8 = int.then_some(x);
+                scratch = int.then_some((x, ScratchForm::Q8Packed));
                 start = end;
             }
             // A fused residual add is done.
             i = group.end + usize::from(residual.is_some());
             continue;
         }
-        scratch_q8 = None;
+        // Expert mat-vecs keep it up to date themselves; every other op
+        // either leaves nothing reusable or says what it wrote below.
         if !matches!(op, Op::MatMulId { .. }) {
-            scratch_rounded = None;
+            scratch = None;
         }
         if fuse {
             if let Some(rs) = rope_store_at(graph, i) {
@@ -263,7 +270,7 @@ pub fn record_graph(
         match *op {
             Op::TopKGate { .. } | Op::MatMulId { .. } | Op::MoeSum { .. } => {
                 let what = label(i, format!("{op:?}"));
-                record_moe_op(sink, graph, op, a, &t, &mut scratch_rounded, what)?;
+                record_moe_op(sink, graph, op, a, &t, &mut scratch, what)?;
             }
             Op::Embed { table, out } => {
                 let w = &a.weights[table];
@@ -309,7 +316,7 @@ pub fn record_graph(
                     q8,
                     q8_scales,
                 };
-                scratch_q8 = (q8 != 0).then_some(out);
+                scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
                 let what = label(i, format!("RmsNorm {}", w.name));
                 sink.dispatch(kernel, push.bytes(), n_groups, what)?;
             }
@@ -390,7 +397,7 @@ pub fn record_graph(
                     window: u32_of(window.unwrap_or(0), "attention window")?,
                     pad: 0,
                 };
-                scratch_q8 = (q8 != 0).then_some(out);
+                scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
                 let groups = u32_of(graph.n_tokens * s.n_head, "attention workgroups")?;
                 sink.dispatch(
                     kernel,
@@ -416,7 +423,7 @@ pub fn record_graph(
                     };
                     let groups = (n / 32).div_ceil(lw.q8_packed_blocks_per_group);
                     sink.dispatch("swiglu_q8", push.bytes(), groups, label(i, "SwiGlu".into()))?;
-                    scratch_q8 = Some(out);
+                    scratch = Some((out, ScratchForm::Q8Packed));
                 } else {
                     eltwise(
                         sink,

@@ -12,22 +12,21 @@
 use crate::backend::BackendError;
 use crate::graph::{Graph, Op, TensorId};
 
-use super::lower::{u32_of, weight_kernel, GraphAddresses};
+use super::lower::{u32_of, weight_kernel, GraphAddresses, ScratchForm};
 use super::matmul::{activation_kernel, round_activations};
 use super::push::{MatIdPush, MoeRoutePush, MoeSumPush, Push};
 use super::KernelSink;
 
 /// Records `op` if it is a mixture-of-experts op; returns whether it was.
-/// `rounded` is what the scratch holds (a tensor rounded by a kernel), kept
-/// up to date here so the up mat-vec reuses the gate's rounding of their
-/// shared input.
+/// `scratch` is what the scratch holds, kept up to date here so the up
+/// mat-vec reuses the gate's rounding of their shared input.
 pub fn record_moe_op(
     sink: &mut dyn KernelSink,
     graph: &Graph,
     op: &Op,
     a: &GraphAddresses,
     t: &dyn Fn(TensorId) -> u64,
-    rounded: &mut Option<(TensorId, &'static str)>,
+    scratch: &mut Option<(TensorId, ScratchForm)>,
     label: String,
 ) -> Result<bool, BackendError> {
     match *op {
@@ -68,8 +67,8 @@ pub fn record_moe_op(
                 n_pairs: u32_of(n_pairs, "expert choices")?,
                 x_div: u32_of(n_pairs / xd.rows, "experts per token")?,
             };
-            let kernel = activation_kernel(dw.ty);
-            if kernel.is_some() && *rounded == kernel.map(|k| (x, k)) {
+            let held = activation_kernel(dw.ty).map(|k| (x, ScratchForm::Rounded(k)));
+            if held.is_some() && *scratch == held {
                 push.x = a.scratch;
             } else {
                 let values = u32_of(xd.rows * xd.cols, "activations")?;
@@ -77,7 +76,7 @@ pub fn record_moe_op(
                 if round_activations(sink, dw.ty, push.x, values, a.scratch, rounding)? {
                     push.x = a.scratch;
                 }
-                *rounded = kernel.map(|k| (x, k));
+                *scratch = held;
             }
             let groups = u32_of(n_pairs * rows, "expert mat-vec workgroups")?;
             let what = format!("{label} ({} {})", dw.name, dw.ty);

@@ -57,7 +57,7 @@ impl Arch {
         }
     }
 
-    /// Every architecture this project builds, for error messages and docs.
+    /// Every architecture this project builds.
     pub const ALL: &'static [Arch] = &[
         Arch::Llama,
         Arch::Qwen2,
@@ -66,6 +66,15 @@ impl Arch {
         Arch::Phi3,
         Arch::Gemma3,
     ];
+
+    /// The names of [`Arch::ALL`], comma-separated, for error messages.
+    pub fn supported_names() -> String {
+        Arch::ALL
+            .iter()
+            .map(|a| a.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 
     /// Per-head RMSNorm on Q and K before RoPE.
     pub fn has_qk_norm(self) -> bool {

@@ -18,7 +18,7 @@ use crate::quant::QuantType;
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2, qwen3, qwen3moe, phi3)")]
+    #[error("unsupported architecture {0:?} (supported: {names})", names = Arch::supported_names())]
     UnsupportedArch(String),
     #[error("missing metadata key '{0}'")]
     MissingKey(String),
