@@ -164,8 +164,24 @@ fn rope_scaling_follows_llama_cpp() {
     assert_eq!(scale(&[factor(1.0), kind("yarn")]), 1.0);
     let legacy = ("llama.rope.scale_linear", Some(GgufValue::F64(2.0)));
     assert_eq!(scale(&[legacy]), 0.5);
-    let msg = error(&[factor(4.0), kind("yarn")]);
-    assert!(msg.contains("RoPE scaling other than linear"), "{msg}");
+    // YaRN: the same scale, plus the context it extends (default: the
+    // trained one) and the file's magnitude factor.
+    let yarn = config(&[factor(4.0), kind("yarn")]);
+    assert_eq!(yarn.rope_freq_scale, 0.25);
+    assert_eq!(yarn.rope_yarn_orig_ctx, Some(yarn.n_ctx_train));
+    let orig = (
+        "llama.rope.scaling.original_context_length",
+        Some(GgufValue::U32(1024)),
+    );
+    assert_eq!(
+        config(&[factor(4.0), kind("yarn"), orig]).rope_yarn_orig_ctx,
+        Some(1024)
+    );
+    assert_eq!(config(&[factor(4.0)]).rope_yarn_orig_ctx, None);
+    let attn = ("llama.rope.scaling.attn_factor", Some(GgufValue::F32(0.5)));
+    assert_eq!(config(&[attn]).rope_attn_factor, 0.5);
+    let msg = error(&[factor(4.0), kind("longrope")]);
+    assert!(msg.contains("LongRoPE scaling"), "{msg}");
     let msg = error(&[factor(-2.0)]);
     assert!(
         msg.starts_with("llama.rope.scaling.factor is -2.0 (f32)"),

@@ -205,6 +205,7 @@ impl Backend for CpuBackend {
                 spec.freq_scale,
                 factors,
             )
+            .with_yarn(spec.yarn_terms())
         };
         let rope = table(false);
         let rope_local = graph.rope.local.map(|_| table(true));

@@ -20,6 +20,9 @@ pub enum Arch {
     /// Qwen3's layout plus norms after attention and after the FFN
     /// (`post_attention_norm`, `post_ffw_norm`).
     Gemma3,
+    /// gpt-oss: biased Q/K/V/output projections, attention sinks, one norm
+    /// before the experts (`post_attention_norm`), biased router and experts.
+    GptOss,
 }
 
 impl Arch {
@@ -31,11 +34,12 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
     pub fn has_qkv_bias(self) -> bool {
-        self == Arch::Qwen2
+        matches!(self, Arch::Qwen2 | Arch::GptOss)
     }
 
     pub fn has_qk_norm(self) -> bool {
@@ -61,6 +65,12 @@ pub enum Vocab {
     /// No Gemma 3 vocab is available offline: the Llama SPM vocab padded
     /// with CONTROL tokens `<unused{N}>` up to the preset's size.
     GemmaFromLlamaSpm,
+    /// No o200k vocab is available offline: the GPT-2 BPE vocab split by
+    /// o200k's pre-tokenizer (`tokenizer.ggml.pre = "gpt-4o"`), padded with
+    /// CONTROL tokens up to the preset's size with the harmony format's
+    /// special tokens at their real ids (199998..), and no BOS, as
+    /// gpt-oss files have.
+    GptOssFromGpt2,
 }
 
 impl Vocab {
@@ -71,6 +81,7 @@ impl Vocab {
             Vocab::Llama3FromGpt2 => "ggml-vocab-gpt-2.gguf",
             Vocab::Phi3 => "ggml-vocab-phi-3.gguf",
             Vocab::GemmaFromLlamaSpm => "ggml-vocab-llama-spm.gguf",
+            Vocab::GptOssFromGpt2 => "ggml-vocab-gpt-2.gguf",
         }
     }
 }
@@ -83,6 +94,14 @@ pub struct Llama3RopeScaling {
     pub low_freq_factor: f64,
     pub high_freq_factor: f64,
     pub original_context: f64,
+}
+
+/// YaRN RoPE scaling as the converter writes it (`rope.scaling.type =
+/// yarn`, `rope.scaling.factor`, `rope.scaling.original_context_length`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct YarnScaling {
+    pub factor: f32,
+    pub original_context: u64,
 }
 
 /// The experts of a mixture-of-experts preset (`num_experts`,
@@ -122,6 +141,7 @@ pub struct Preset {
     pub moe: Option<MoeShape>,
     /// `attention.sliding_window` as the converter writes it (Phi-3).
     pub sliding_window: Option<u64>,
+    pub yarn: Option<YarnScaling>,
 }
 
 pub const PRESETS: &[Preset] = &[
@@ -147,6 +167,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: None,
+        yarn: None,
     },
     // Shape of testdata/reference/tiny-qwen2-Q8_0.gguf; n_ff = 176 is not a
     // multiple of 32, so ffn_down falls back to F16 as it does there.
@@ -170,6 +191,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: None,
+        yarn: None,
     },
     // Shape of testdata/reference/tiny-qwen3-Q8_0.gguf: head_dim 32 while
     // n_embd / n_head = 16.
@@ -193,6 +215,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: None,
+        yarn: None,
     },
     // Qwen/Qwen2.5-0.5B. n_embd 896 is not a multiple of 256: K-quant types
     // fall back on every tensor whose rows are n_embd long, as in the real
@@ -217,6 +240,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: None,
+        yarn: None,
     },
     // Qwen/Qwen3-0.6B: head_dim 128 while n_embd / n_head = 64.
     Preset {
@@ -239,6 +263,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: None,
+        yarn: None,
     },
     // meta-llama/Llama-3.2-1B. The tokenizer is a stand-in, see Vocab::Llama3FromGpt2.
     Preset {
@@ -266,6 +291,7 @@ pub const PRESETS: &[Preset] = &[
         }),
         moe: None,
         sliding_window: None,
+        yarn: None,
     },
     // meta-llama/Llama-2-7b-hf.
     Preset {
@@ -288,6 +314,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: None,
+        yarn: None,
     },
     // The shape of tiny-qwen3 with 8 experts of 64, 2 per token; rows of
     // 64 take Q8_0 and the legacy quants, K-quants fall back as in
@@ -316,6 +343,7 @@ pub const PRESETS: &[Preset] = &[
             n_ff_exp: 64,
         }),
         sliding_window: None,
+        yarn: None,
     },
     // A Mixtral-style llama with experts (Mixtral and its descendants are
     // `llama` files with `expert_count` set): rows of 256 everywhere, so
@@ -345,6 +373,7 @@ pub const PRESETS: &[Preset] = &[
             n_ff_exp: 256,
         }),
         sliding_window: None,
+        yarn: None,
     },
     // The shape of Phi-3-mini scaled down: fused QKV and gate/up, 32064
     // tokens, the checkpoint's sliding window.
@@ -368,6 +397,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: Some(2047),
+        yarn: None,
     },
     // microsoft/Phi-3-mini-4k-instruct.
     Preset {
@@ -390,6 +420,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: Some(2047),
+        yarn: None,
     },
     // Gemma 3's layout at test size: six layers, so five local (RoPE base
     // 10000, a window of 8 positions, shorter than the reference prompt so
@@ -415,6 +446,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: Some(8),
+        yarn: None,
     },
     // google/gemma-3-4b-it's text model (its global layers' linear RoPE
     // scaling by 8 is left out: it changes no speed). The tokenizer is a
@@ -439,6 +471,7 @@ pub const PRESETS: &[Preset] = &[
         rope_scaling: None,
         moe: None,
         sliding_window: Some(1024),
+        yarn: None,
     },
     // Qwen/Qwen3-30B-A3B: 128 experts of 768, 8 per token (3.3B active).
     Preset {
@@ -465,6 +498,71 @@ pub const PRESETS: &[Preset] = &[
             n_ff_exp: 768,
         }),
         sliding_window: None,
+        yarn: None,
+    },
+    // gpt-oss at test size: four layers alternating sliding-window (a
+    // window of 8 positions, shorter than the reference prompt) and full,
+    // heads of 64 whose total (512) differs from the width as in the real
+    // model, YaRN as gpt-oss-20b has it, 8 experts of which 4 are used.
+    Preset {
+        name: "tiny-gpt-oss",
+        model: "tiny-gpt-oss",
+        arch: Arch::GptOss,
+        n_layer: 4,
+        n_embd: 256,
+        n_head: 8,
+        n_head_kv: 2,
+        head_dim: 64,
+        explicit_head_dim: true,
+        n_ff: 256,
+        n_vocab: 50257,
+        n_ctx: 131072,
+        rope_base: 150000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+        vocab: Vocab::GptOssFromGpt2,
+        rope_scaling: None,
+        moe: Some(MoeShape {
+            n_expert: 8,
+            n_expert_used: 4,
+            n_ff_exp: 256,
+        }),
+        sliding_window: Some(8),
+        yarn: Some(YarnScaling {
+            factor: 32.0,
+            original_context: 4096,
+        }),
+    },
+    // openai/gpt-oss-20b: 32 experts of 2880, 4 per token (3.6B active);
+    // the o200k tokenizer is a stand-in, see Vocab::GptOssFromGpt2.
+    Preset {
+        name: "gpt-oss-20b",
+        model: "gpt-oss-20b",
+        arch: Arch::GptOss,
+        n_layer: 24,
+        n_embd: 2880,
+        n_head: 64,
+        n_head_kv: 8,
+        head_dim: 64,
+        explicit_head_dim: true,
+        n_ff: 2880,
+        n_vocab: 201088,
+        n_ctx: 131072,
+        rope_base: 150000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+        vocab: Vocab::GptOssFromGpt2,
+        rope_scaling: None,
+        moe: Some(MoeShape {
+            n_expert: 32,
+            n_expert_used: 4,
+            n_ff_exp: 2880,
+        }),
+        sliding_window: Some(128),
+        yarn: Some(YarnScaling {
+            factor: 32.0,
+            original_context: 4096,
+        }),
     },
 ];
 

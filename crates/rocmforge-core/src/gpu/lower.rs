@@ -334,7 +334,7 @@ pub fn record_graph(
                     neox: u32::from(r.neox),
                     theta_scale: r.theta_scale(),
                     freq_scale: r.freq_scale,
-                    pad: 0,
+                    yarn: r.yarn_terms().into(),
                 };
                 let items = d.rows * n_heads * (r.n_rot / 2);
                 let groups = u32_of(items.div_ceil(64), "rope workgroups")?;
@@ -362,6 +362,7 @@ pub fn record_graph(
                 q,
                 out,
                 window,
+                sinks,
             } => {
                 let s = &graph.attention;
                 let l = a.kv_layout;
@@ -396,6 +397,7 @@ pub fn record_graph(
                     q8_scales,
                     window: u32_of(window.unwrap_or(0), "attention window")?,
                     pad: 0,
+                    sinks: sinks.map_or(0, |w| a.weights[w].address),
                 };
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
                 let groups = u32_of(graph.n_tokens * s.n_head, "attention workgroups")?;
@@ -435,6 +437,27 @@ pub fn record_graph(
                         label(i, "SwiGlu".into()),
                     )?;
                 }
+            }
+            Op::SwiGluOai {
+                gate,
+                up,
+                out,
+                alpha,
+                limit,
+            } => {
+                let n = graph.tensor(out);
+                let elements = u32_of(n.rows * n.cols, "elements")?;
+                let push = EltwisePush {
+                    a: t(gate),
+                    b: t(up),
+                    out: t(out),
+                    n: elements,
+                    factor: alpha,
+                    limit,
+                    pad: 0,
+                };
+                let what = label(i, "SwiGluOai".into());
+                sink.dispatch("swiglu_oai", push.bytes(), elements.div_ceil(256), what)?;
             }
             Op::GeGlu { gate, up, out } => {
                 eltwise(
@@ -522,6 +545,7 @@ fn record_rope_store(
         theta_scale: r.theta_scale(),
         freq_scale: r.freq_scale,
         n_heads_kv: u32_of(rs.n_head_kv, "kv heads")?,
+        yarn: r.yarn_terms().into(),
         k: t(rs.k),
         v: t(rs.v),
         k_cache: a.kv + 2 * l.k_offset(rs.layer) as u64,
@@ -563,6 +587,8 @@ fn eltwise_scaled(
         out,
         n,
         factor,
+        limit: 0.0,
+        pad: 0,
     };
     sink.dispatch(kernel, push.bytes(), n.div_ceil(256), label)
 }

@@ -50,7 +50,13 @@ pub fn record_moe_op(
             // One workgroup per token.
             sink.dispatch("moe_route", push.bytes(), push.n_rows, label)?;
         }
-        Op::MatMulId { w, x, ids, out } => {
+        Op::MatMulId {
+            w,
+            x,
+            ids,
+            bias,
+            out,
+        } => {
             let dw = &a.weights[w];
             let suffix = weight_kernel(dw)?;
             let xd = graph.tensor(x);
@@ -66,6 +72,7 @@ pub fn record_moe_op(
                 k: u32_of(xd.cols, "inner size")?,
                 n_pairs: u32_of(n_pairs, "expert choices")?,
                 x_div: u32_of(n_pairs / xd.rows, "experts per token")?,
+                bias: bias.map_or(0, |b| a.weights[b].address),
             };
             let held = activation_kernel(dw.ty).map(|k| (x, ScratchForm::Rounded(k)));
             if held.is_some() && *scratch == held {

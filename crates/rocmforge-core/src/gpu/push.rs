@@ -86,10 +86,33 @@ pub struct RopePush {
     pub neox: u32,
     pub theta_scale: f32,
     pub freq_scale: f32,
-    pub pad: u32,
+    pub yarn: YarnPush,
 }
-// SAFETY: repr(C), three u64 then eight 4-byte fields: 56 bytes, no padding.
+// SAFETY: repr(C), three u64 then seven 4-byte fields and YarnPush (four
+// f32): 72 bytes, no padding.
 unsafe impl Push for RopePush {}
+
+/// YaRN's per-op terms ([`crate::graph::YarnTerms`]); `ext_factor` 0 and
+/// `mscale` 1 for plain RoPE.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct YarnPush {
+    pub ext_factor: f32,
+    pub mscale: f32,
+    pub corr_lo: f32,
+    pub corr_hi: f32,
+}
+
+impl From<crate::graph::YarnTerms> for YarnPush {
+    fn from(t: crate::graph::YarnTerms) -> Self {
+        YarnPush {
+            ext_factor: t.ext_factor,
+            mscale: t.mscale,
+            corr_lo: t.corr_dims[0],
+            corr_hi: t.corr_dims[1],
+        }
+    }
+}
 
 /// `rope_kv`: RoPE of Q (at `x`) and K, and the step's K / V rows stored
 /// into the layer's cache.
@@ -106,13 +129,14 @@ pub struct RopeKvPush {
     pub theta_scale: f32,
     pub freq_scale: f32,
     pub n_heads_kv: u32,
+    pub yarn: YarnPush,
     pub k: u64,
     pub v: u64,
     pub k_cache: u64,
     pub v_cache: u64,
 }
-// SAFETY: repr(C), three u64, eight 4-byte fields (ending at byte 56),
-// four u64: 88 bytes, no padding.
+// SAFETY: repr(C), three u64, eight 4-byte fields and YarnPush's four
+// (ending at byte 72), four u64: 104 bytes, no padding.
 unsafe impl Push for RopeKvPush {}
 
 #[repr(C)]
@@ -148,9 +172,12 @@ pub struct AttentionPush {
     /// all of them.
     pub window: u32,
     pub pad: u32,
+    /// One logit per query head joining every softmax's denominator
+    /// (gpt-oss's attention sinks, f32), 0 for none.
+    pub sinks: u64,
 }
 // SAFETY: repr(C), five u64, six 4-byte fields (ending at byte 64), two
-// u64, two u32: 88 bytes, no padding.
+// u64, two u32, one u64: 96 bytes, no padding.
 unsafe impl Push for AttentionPush {}
 
 #[repr(C)]
@@ -159,10 +186,14 @@ pub struct EltwisePush {
     pub b: u64,
     pub out: u64,
     pub n: u32,
-    /// The factor of `scale` (unused by the other element-wise kernels).
+    /// The factor of `scale`, the alpha of `swiglu_oai` (unused by the
+    /// other element-wise kernels).
     pub factor: f32,
+    /// The clamp of `swiglu_oai`.
+    pub limit: f32,
+    pub pad: u32,
 }
-// SAFETY: repr(C), three u64 then two 4-byte fields: 32 bytes, no padding.
+// SAFETY: repr(C), three u64 then four 4-byte fields: 40 bytes, no padding.
 unsafe impl Push for EltwisePush {}
 
 #[repr(C)]
@@ -194,11 +225,11 @@ unsafe impl Push for QuantizePush {}
 const _: () = assert!(std::mem::size_of::<EmbedPush>() == 40);
 const _: () = assert!(std::mem::size_of::<MatPush>() == 120);
 const _: () = assert!(std::mem::size_of::<NormPush>() == 56);
-const _: () = assert!(std::mem::size_of::<RopePush>() == 56);
-const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 88);
+const _: () = assert!(std::mem::size_of::<RopePush>() == 72);
+const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 104);
 const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 48);
-const _: () = assert!(std::mem::size_of::<AttentionPush>() == 88);
-const _: () = assert!(std::mem::size_of::<EltwisePush>() == 32);
+const _: () = assert!(std::mem::size_of::<AttentionPush>() == 96);
+const _: () = assert!(std::mem::size_of::<EltwisePush>() == 40);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
 const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);
 
@@ -230,8 +261,11 @@ pub struct MatIdPush {
     /// Pairs per row of `x`: the experts per token when every choice of a
     /// token reads the token's row, 1 when each has its own.
     pub x_div: u32,
+    /// Per-expert biases, `rows` f32 per expert, added to each output (0
+    /// for none).
+    pub bias: u64,
 }
-// SAFETY: repr(C), five u64 then four u32: 56 bytes, no padding.
+// SAFETY: repr(C), five u64, four u32, one u64: 64 bytes, no padding.
 unsafe impl Push for MatIdPush {}
 
 #[repr(C)]

@@ -1,8 +1,10 @@
 //! Builds the decoder-only transformer graph shared by llama, qwen2, qwen3
 //! and qwen3moe (whose feed-forward blocks are mixtures of experts).
 
-use super::{AttentionSpec, Graph, Op, RopeFreq, RopeSpec, TensorDesc, TensorId};
-use crate::model::{FfnWeights, Model, MoeConfig, WeightId};
+use super::{
+    yarn_attn_factor, AttentionSpec, Graph, Op, RopeFreq, RopeSpec, TensorDesc, TensorId, Yarn,
+};
+use crate::model::{ExpertActivation, ExpertBiases, FfnWeights, Model, MoeConfig, WeightId};
 
 struct Builder {
     n_tokens: usize,
@@ -50,10 +52,16 @@ impl Builder {
     /// llama.cpp's `build_moe_ffn` with softmax gating: route, run the
     /// chosen experts' SwiGLU on one row per (token, choice), and sum the
     /// rows of each token by their weights.
-    fn moe(&mut self, h: TensorId, moe: &MoeConfig, w: [WeightId; 4]) -> TensorId {
+    fn moe(
+        &mut self,
+        h: TensorId,
+        moe: &MoeConfig,
+        w: [WeightId; 4],
+        biases: Option<ExpertBiases>,
+    ) -> TensorId {
         let [router, gate_exps, up_exps, down_exps] = w;
         let (n, k) = (self.rows(h), moe.n_expert_used);
-        let logits = self.matmul(router, moe.n_expert, h, None);
+        let logits = self.matmul(router, moe.n_expert, h, biases.map(|b| b.router));
         let ids = self.tensor(n, k);
         let weights = self.tensor(n, k);
         self.ops.push(Op::TopKGate {
@@ -63,11 +71,20 @@ impl Builder {
             k,
             normalize: moe.normalize_weights,
         });
-        let gate = self.matmul_id(gate_exps, moe.n_ff_exp, h, ids);
-        let up = self.matmul_id(up_exps, moe.n_ff_exp, h, ids);
+        let gate = self.matmul_id(gate_exps, moe.n_ff_exp, h, ids, biases.map(|b| b.gate));
+        let up = self.matmul_id(up_exps, moe.n_ff_exp, h, ids, biases.map(|b| b.up));
         let act = self.tensor(n * k, moe.n_ff_exp);
-        self.ops.push(Op::SwiGlu { gate, up, out: act });
-        let down = self.matmul_id(down_exps, self.cols(h), act, ids);
+        self.ops.push(match moe.activation {
+            ExpertActivation::SwiGlu => Op::SwiGlu { gate, up, out: act },
+            ExpertActivation::SwiGluOai { alpha, limit } => Op::SwiGluOai {
+                gate,
+                up,
+                out: act,
+                alpha,
+                limit,
+            },
+        });
+        let down = self.matmul_id(down_exps, self.cols(h), act, ids, biases.map(|b| b.down));
         let out = self.tensor(n, self.cols(h));
         self.ops.push(Op::MoeSum {
             x: down,
@@ -77,9 +94,22 @@ impl Builder {
         out
     }
 
-    fn matmul_id(&mut self, w: WeightId, out_cols: usize, x: TensorId, ids: TensorId) -> TensorId {
+    fn matmul_id(
+        &mut self,
+        w: WeightId,
+        out_cols: usize,
+        x: TensorId,
+        ids: TensorId,
+        bias: Option<WeightId>,
+    ) -> TensorId {
         let out = self.tensor(self.rows(ids) * self.cols(ids), out_cols);
-        self.ops.push(Op::MatMulId { w, x, ids, out });
+        self.ops.push(Op::MatMulId {
+            w,
+            x,
+            ids,
+            bias,
+            out,
+        });
         out
     }
 
@@ -143,8 +173,9 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
             q,
             out: attn,
             window: cfg.sliding_window.filter(|_| local),
+            sinks: lw.attn_sinks,
         });
-        let mut o = b.matmul(lw.wo, cfg.n_embd, attn, None);
+        let mut o = b.matmul(lw.wo, cfg.n_embd, attn, lw.bo);
         if let Some(norm) = lw.attn_post_norm {
             o = b.rms_norm(o, norm, cfg.n_embd);
         }
@@ -172,9 +203,10 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
                     gate_exps,
                     up_exps,
                     down_exps,
+                    biases,
                 },
                 Some(moe),
-            ) => b.moe(h, moe, [router, gate_exps, up_exps, down_exps]),
+            ) => b.moe(h, moe, [router, gate_exps, up_exps, down_exps], biases),
         };
         let ffn = match lw.ffn_post_norm {
             Some(norm) => b.rms_norm(ffn, norm, cfg.n_embd),
@@ -205,8 +237,19 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
             freq_factors: w.rope_freqs,
             local: (!cfg.local_layers.is_empty()).then_some(RopeFreq {
                 freq_base: cfg.rope_freq_base_local,
-                freq_scale: 1.0,
+                freq_scale: cfg.rope_freq_scale_local,
             }),
+            // llama.cpp's defaults; files do not set them.
+            yarn: cfg.rope_yarn_orig_ctx.map(|n_ctx_orig| Yarn {
+                n_ctx_orig,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+            }),
+            attn_factor: yarn_attn_factor(
+                cfg.rope_yarn_orig_ctx.is_some(),
+                cfg.rope_freq_scale,
+                cfg.rope_attn_factor,
+            ),
         },
         attention: AttentionSpec {
             n_head: cfg.n_head,

@@ -12,7 +12,7 @@ pub mod fusion;
 mod rope;
 
 pub use build::build_graph;
-pub use rope::{check_rope, RopeError};
+pub use rope::{check_rope, yarn_attn_factor, RopeError, YarnTerms};
 
 use crate::model::WeightId;
 
@@ -72,12 +72,26 @@ pub enum Op {
         q: TensorId,
         out: TensorId,
         window: Option<usize>,
+        /// gpt-oss's attention sinks: one learned logit per query head that
+        /// joins every softmax's denominator and adds nothing to the output
+        /// (an f32 vector of `n_head` values).
+        sinks: Option<WeightId>,
     },
     /// silu(gate) * up.
     SwiGlu {
         gate: TensorId,
         up: TensorId,
         out: TensorId,
+    },
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): with
+    /// `g = min(gate, limit)` and `u = clamp(up, -limit, limit)`,
+    /// `g * sigmoid(alpha * g) * (u + 1)`.
+    SwiGluOai {
+        gate: TensorId,
+        up: TensorId,
+        out: TensorId,
+        alpha: f32,
+        limit: f32,
     },
     /// gelu(gate) * up, GELU's tanh form on f16-rounded inputs with an
     /// f16-rounded result, as ggml's table computes it (Gemma).
@@ -119,6 +133,10 @@ pub enum Op {
         w: WeightId,
         x: TensorId,
         ids: TensorId,
+        /// Per-expert biases (gpt-oss): an f32 matrix of one row per
+        /// expert, row `ids[t][j]` added to output row `t * k + j`
+        /// (ggml's `add_id`).
+        bias: Option<WeightId>,
         out: TensorId,
     },
     /// Row `t` of `out` is the sum over `j` of `weights[t][j]` times row
@@ -139,7 +157,9 @@ impl Op {
             Op::Rope { x, .. } => vec![x],
             Op::StoreKv { k, v, .. } => vec![k, v],
             Op::Attention { q, .. } => vec![q],
-            Op::SwiGlu { gate, up, .. } | Op::GeGlu { gate, up, .. } => vec![gate, up],
+            Op::SwiGlu { gate, up, .. }
+            | Op::GeGlu { gate, up, .. }
+            | Op::SwiGluOai { gate, up, .. } => vec![gate, up],
             Op::Scale { x, .. } => vec![x],
             Op::Add { a, b, .. } => vec![a, b],
             Op::TopKGate { logits, .. } => vec![logits],
@@ -156,6 +176,7 @@ impl Op {
             | Op::MatMul { out, .. }
             | Op::Attention { out, .. }
             | Op::SwiGlu { out, .. }
+            | Op::SwiGluOai { out, .. }
             | Op::GeGlu { out, .. }
             | Op::Scale { out, .. }
             | Op::Add { out, .. }
@@ -181,6 +202,23 @@ pub struct RopeSpec {
     /// Frequencies of the `local` Rope ops (Gemma 3's sliding-window
     /// layers), if they differ.
     pub local: Option<RopeFreq>,
+    /// YaRN context extension (gpt-oss; `rope.scaling.type = yarn`), which
+    /// mixes interpolated and extrapolated angles per pair.
+    pub yarn: Option<Yarn>,
+    /// Multiplier of every cos and sin (`rope.scaling.attn_factor`, 1 for
+    /// most files); YaRN multiplies it further, see [`RopeSpec::mscale`].
+    pub attn_factor: f32,
+}
+
+/// YaRN's parameters (llama.cpp's `yarn_*` context parameters, whose
+/// defaults files do not override).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    /// The context the model was trained at before extension
+    /// (`rope.scaling.original_context_length`).
+    pub n_ctx_orig: usize,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
 }
 
 /// A RoPE base and position scale.

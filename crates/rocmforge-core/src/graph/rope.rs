@@ -76,6 +76,79 @@ impl RopeSpec {
     pub fn theta_scale(&self) -> f32 {
         self.freq_base.powf(-2.0 / self.n_rot as f32)
     }
+
+    /// The YaRN terms of this spec's rotation (use it on [`RopeSpec::for_op`]'s
+    /// result: the correction dims depend on the base, and the magnitude on
+    /// the scale). Without YaRN: no mixing, and `mscale` is `attn_factor`.
+    pub fn yarn_terms(&self) -> YarnTerms {
+        let Some(y) = self.yarn else {
+            return YarnTerms {
+                ext_factor: 0.0,
+                mscale: self.attn_factor,
+                corr_dims: [0.0, 0.0],
+            };
+        };
+        // ggml_rope_yarn_corr_dims, all in f32: the first pair whose
+        // wavelength exceeds the original context `beta` times over.
+        let n_dims = self.n_rot as f32;
+        let corr_dim = |beta: f32| {
+            n_dims * (y.n_ctx_orig as f32 / (beta * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * self.freq_base.ln())
+        };
+        let start = corr_dim(y.beta_fast).floor();
+        let end = corr_dim(y.beta_slow).ceil();
+        YarnTerms {
+            ext_factor: 1.0,
+            // ggml's rope_yarn: the magnitude grows with the interpolation.
+            mscale: self.attn_factor * (1.0 + 0.1 * (1.0 / self.freq_scale).ln()),
+            corr_dims: [start.max(0.0), end.min(n_dims - 1.0)],
+        }
+    }
+}
+
+/// Per-op YaRN values, as ggml's rope kernels take them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct YarnTerms {
+    /// 1 with YaRN (pairs below `corr_dims[0]` keep their extrapolated
+    /// angle, those above `corr_dims[1]` the interpolated one, a linear
+    /// ramp between), 0 without.
+    pub ext_factor: f32,
+    /// Multiplier of every cos and sin.
+    pub mscale: f32,
+    pub corr_dims: [f32; 2],
+}
+
+impl YarnTerms {
+    /// The angle of pair `i` from its unscaled angle `theta_extrap`, as
+    /// ggml's `rope_yarn`.
+    pub fn theta(&self, theta_extrap: f32, freq_scale: f32, i: usize) -> f32 {
+        let theta_interp = freq_scale * theta_extrap;
+        if self.ext_factor == 0.0 {
+            return theta_interp;
+        }
+        let [low, high] = self.corr_dims;
+        let y = (i as f32 - low) / (high - low).max(0.001);
+        let ramp_mix = (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor;
+        theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix
+    }
+}
+
+/// llama.cpp's `yarn_attn_factor` for a graph: YaRN's magnitude for a
+/// position scale of `freq_scale`, divided by the factor ggml's kernel
+/// applies again (so it counts once), times the file's
+/// `rope.scaling.attn_factor`. Without YaRN, the file's factor alone.
+pub fn yarn_attn_factor(yarn: bool, freq_scale: f32, file_attn_factor: f32) -> f32 {
+    let mut f = 1.0f32;
+    if yarn {
+        let factor = 1.0 / freq_scale;
+        let mscale = if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * factor.ln() + 1.0
+        };
+        f = mscale * (1.0 / (1.0 + 0.1 * factor.ln()));
+    }
+    f * file_attn_factor
 }
 
 #[cfg(test)]
@@ -121,6 +194,8 @@ mod tests {
             freq_scale: 1.0,
             freq_factors: None,
             local: None,
+            yarn: None,
+            attn_factor: 1.0,
         };
         assert_eq!(
             spec.check(64, None),

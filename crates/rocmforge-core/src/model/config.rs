@@ -31,6 +31,11 @@ pub enum Arch {
     /// attention and after the feed-forward block, GeGLU, and five
     /// sliding-window layers (with their own RoPE base) per global one.
     Gemma3,
+    /// gpt-oss (OpenAI's open-weight MoE): biases on Q, K, V and the
+    /// attention output, attention sinks, sliding-window layers alternating
+    /// with full ones, YaRN RoPE, and experts with biases and a clamped
+    /// SwiGLU, routed by a softmax over the chosen experts' logits.
+    GptOss,
 }
 
 impl Arch {
@@ -42,6 +47,7 @@ impl Arch {
             "qwen3moe" => Some(Arch::Qwen3Moe),
             "phi3" => Some(Arch::Phi3),
             "gemma3" => Some(Arch::Gemma3),
+            "gpt-oss" => Some(Arch::GptOss),
             _ => None,
         }
     }
@@ -54,6 +60,7 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -65,6 +72,7 @@ impl Arch {
         Arch::Qwen3Moe,
         Arch::Phi3,
         Arch::Gemma3,
+        Arch::GptOss,
     ];
 
     /// The names of [`Arch::ALL`], comma-separated, for error messages.
@@ -90,7 +98,12 @@ impl Arch {
     /// Every feed-forward block is a mixture of experts. Llama files may
     /// have experts too (Mixtral), told by `expert_count`.
     pub fn requires_experts(self) -> bool {
-        self == Arch::Qwen3Moe
+        matches!(self, Arch::Qwen3Moe | Arch::GptOss)
+    }
+
+    /// Biases on the Q, K and V projections (gpt-oss also on the output).
+    pub fn has_qkv_bias(self) -> bool {
+        matches!(self, Arch::Qwen2 | Arch::GptOss)
     }
 
     /// How RoPE pairs dimensions: llama rotates adjacent pairs, the Qwen
@@ -98,7 +111,7 @@ impl Arch {
     pub fn rope_neox(self) -> bool {
         matches!(
             self,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::GptOss
         )
     }
 
@@ -131,6 +144,8 @@ pub const ARCH_KEYS: &[&str] = &[
     "rope.freq_base",
     "rope.scaling.type",
     "rope.scaling.factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.attn_factor",
     "rope.scale_linear",
     "vocab_size",
     "expert_count",
@@ -172,6 +187,11 @@ pub struct ModelConfig {
     pub n_rot: usize,
     pub rope_freq_base: f32,
     pub rope_freq_scale: f32,
+    /// YaRN RoPE scaling (`rope.scaling.type = yarn` with a factor other
+    /// than 1): the original context it extends.
+    pub rope_yarn_orig_ctx: Option<usize>,
+    /// `rope.scaling.attn_factor`: a multiplier of RoPE's cos and sin.
+    pub rope_attn_factor: f32,
     /// The experts of every feed-forward block, for mixture-of-experts
     /// models; `n_ff` is then one expert's width.
     pub moe: Option<MoeConfig>,
@@ -182,9 +202,11 @@ pub struct ModelConfig {
     /// Layers that use the sliding window and the local RoPE base (Gemma 3:
     /// five of every six); empty when none do.
     pub local_layers: Vec<bool>,
-    /// RoPE base of the local layers (`rope.freq_base_swa`, llama.cpp's
-    /// default 10000), which are never position-scaled.
+    /// RoPE base and position scale of the local layers: Gemma 3's
+    /// `rope.freq_base_swa` (default 10000) never scaled; gpt-oss's the
+    /// global ones unless `rope.freq_base_swa` says otherwise.
     pub rope_freq_base_local: f32,
+    pub rope_freq_scale_local: f32,
     /// Multiplier of the token embeddings (Gemma: sqrt(n_embd)).
     pub embed_scale: Option<f32>,
     /// The feed-forward gate's activation: SiLU, or GELU for Gemma.
@@ -367,17 +389,18 @@ impl ModelConfig {
             Arch::Gemma3 => keys
                 .ranged("attention.sliding_window", 0, u32::MAX.into())?
                 .filter(|&w| w > 0),
+            // Every other gpt-oss layer is local; llama.cpp requires the key.
+            Arch::GptOss => Some(
+                keys.ranged("attention.sliding_window", 1, u32::MAX.into())?
+                    .ok_or_else(|| keys.missing("attention.sliding_window"))?,
+            ),
             _ => None,
         };
         let local_layers = match (arch, sliding_window) {
             (Arch::Gemma3, Some(_)) => keys.local_layers(n_layer, 6)?,
+            (Arch::GptOss, Some(_)) => keys.local_layers(n_layer, 2)?,
             _ => Vec::new(),
         };
-        let rope_freq_base_local = keys
-            .float("rope.freq_base_swa", "a positive finite number", |v| {
-                v > 0.0
-            })?
-            .unwrap_or(10000.0);
         if let Some(cap) = keys.float("final_logit_softcapping", "a finite number", |_| true)? {
             if cap != 0.0 {
                 return Err(ModelError::Unsupported {
@@ -405,6 +428,25 @@ impl ModelConfig {
         let rope_freq_base = keys
             .float("rope.freq_base", positive, |v| v > 0.0)?
             .unwrap_or(10000.0);
+        let (rope_freq_scale, yarn) = keys.rope_scaling()?;
+        // llama.cpp: the context YaRN extends defaults to the trained one.
+        let rope_yarn_orig_ctx = match yarn {
+            true => Some(
+                keys.ranged("rope.scaling.original_context_length", 1, u32::MAX.into())?
+                    .unwrap_or(n_ctx_train),
+            ),
+            false => None,
+        };
+        let rope_attn_factor = keys
+            .float("rope.scaling.attn_factor", positive, |v| v > 0.0)?
+            .unwrap_or(1.0);
+        // Gemma 3's local layers have their own base (default 10000) and
+        // are never scaled; gpt-oss's share the global base and scale.
+        let base_swa = keys.float("rope.freq_base_swa", positive, |v| v > 0.0)?;
+        let (rope_freq_base_local, rope_freq_scale_local) = match arch {
+            Arch::GptOss => (base_swa.unwrap_or(rope_freq_base), rope_freq_scale),
+            _ => (base_swa.unwrap_or(10000.0), 1.0),
+        };
         Ok(ModelConfig {
             arch,
             n_vocab,
@@ -419,11 +461,14 @@ impl ModelConfig {
             rope_neox: arch.rope_neox(),
             n_rot,
             rope_freq_base,
-            rope_freq_scale: keys.rope_freq_scale()?,
+            rope_freq_scale,
+            rope_yarn_orig_ctx,
+            rope_attn_factor,
             moe,
             sliding_window,
             local_layers,
             rope_freq_base_local,
+            rope_freq_scale_local,
             embed_scale: (arch == Arch::Gemma3).then(|| (n_embd as f32).sqrt()),
             gelu_ffn: arch == Arch::Gemma3,
             attention_scale,
@@ -564,10 +609,10 @@ impl Keys<'_> {
 
     /// llama.cpp's rule: the scale is 1 / `rope.scaling.factor` (or the
     /// older `rope.scale_linear`), a factor of 0 meaning none, and a scaling
-    /// type of `none` turning it off. Only linear scaling is computed here;
-    /// YaRN and LongRoPE with a real factor would silently give wrong
-    /// output, so they are refused.
-    fn rope_freq_scale(&self) -> Result<f32, ModelError> {
+    /// type of `none` turning it off. Returns the scale and whether YaRN
+    /// applies. Linear and YaRN scaling are computed here; LongRoPE with a
+    /// real factor would silently give wrong output, so it is refused.
+    fn rope_scaling(&self) -> Result<(f32, bool), ModelError> {
         let kind = match self.value("rope.scaling.type") {
             (_, None) => "linear",
             (key, Some(v)) => v.as_str().ok_or_else(|| ModelError::BadKey {
@@ -590,12 +635,13 @@ impl Keys<'_> {
                 .map(|f| ("rope.scale_linear", f)),
         };
         let Some((factor_key, factor)) = factor.filter(|&(_, f)| f != 0.0) else {
-            return Ok(1.0);
+            return Ok((1.0, false));
         };
         let scale = 1.0 / factor;
         if kind == "none" || scale == 1.0 {
-            // A factor of 1 scales nothing, whatever the method.
-            return Ok(1.0);
+            // A factor of 1 scales nothing, whatever the method (YaRN's
+            // mixing and magnitude both reduce to nothing at scale 1).
+            return Ok((1.0, false));
         }
         if !scale.is_finite() {
             return Err(ModelError::BadValue {
@@ -604,14 +650,14 @@ impl Keys<'_> {
                 expected: "large enough that its inverse is a finite f32".into(),
             });
         }
-        if kind != "linear" {
+        if kind == "longrope" {
             return Err(ModelError::Unsupported {
                 key: self.name("rope.scaling.type"),
                 value: format!("{kind:?}"),
-                feature: "RoPE scaling other than linear".into(),
+                feature: "LongRoPE scaling".into(),
             });
         }
-        Ok(scale)
+        Ok((scale, kind == "yarn"))
     }
 }
 

@@ -8,8 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use config::{Arch, ModelConfig, ARCH_KEYS, GENERAL_KEYS};
-pub use moe::MoeConfig;
-pub use weights::{FfnWeights, LayerWeights, ModelWeights, WeightId, WeightRef, WEIGHT_ALIGN};
+pub use moe::{ExpertActivation, MoeConfig};
+pub use weights::{
+    ExpertBiases, FfnWeights, LayerWeights, ModelWeights, WeightId, WeightRef, WEIGHT_ALIGN,
+};
 
 use crate::gguf::{GgufError, GgufFile};
 use crate::quant::QuantType;

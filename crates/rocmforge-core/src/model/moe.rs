@@ -19,8 +19,25 @@ pub struct MoeConfig {
     pub n_ff_exp: usize,
     /// The chosen experts' weights are divided by their sum
     /// (`norm_topk_prob` in the Hugging Face configs of these families).
+    /// gpt-oss takes a softmax over the chosen experts' logits instead,
+    /// which is the same quantity: the normalized softmax over all.
     pub normalize_weights: bool,
+    pub activation: ExpertActivation,
 }
+
+/// The gate's activation inside each expert.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ExpertActivation {
+    /// silu(gate) * up.
+    SwiGlu,
+    /// gpt-oss's clamped form (see `Op::SwiGluOai`), with llama.cpp's
+    /// constants.
+    SwiGluOai { alpha: f32, limit: f32 },
+}
+
+/// gpt-oss's activation constants (llama.cpp's `LLM_FFN_SWIGLU_OAI_MOE`).
+pub const OAI_ALPHA: f32 = 1.702;
+pub const OAI_LIMIT: f32 = 7.0;
 
 /// Most experts a token may use: every kernel keeps a token's choices in
 /// registers or on the stack. Real models use 2 to 8.
@@ -88,6 +105,13 @@ impl MoeConfig {
             n_expert_used: used,
             n_ff_exp,
             normalize_weights: true,
+            activation: match arch {
+                Arch::GptOss => ExpertActivation::SwiGluOai {
+                    alpha: OAI_ALPHA,
+                    limit: OAI_LIMIT,
+                },
+                _ => ExpertActivation::SwiGlu,
+            },
         }))
     }
 }

@@ -61,6 +61,9 @@ pub struct LayerWeights {
     pub k_norm: Option<WeightId>,
     pub ffn_norm: WeightId,
     pub ffn: FfnWeights,
+    /// gpt-oss's attention-output bias and per-head attention sinks.
+    pub bo: Option<WeightId>,
+    pub attn_sinks: Option<WeightId>,
     /// Gemma's norms of the attention output and of the feed-forward
     /// output, before each residual add.
     pub attn_post_norm: Option<WeightId>,
@@ -82,7 +85,19 @@ pub enum FfnWeights {
         gate_exps: WeightId,
         up_exps: WeightId,
         down_exps: WeightId,
+        /// gpt-oss's biases of the router and of each expert.
+        biases: Option<ExpertBiases>,
     },
+}
+
+/// Biases of a mixture (all f32): the router's (`n_expert` values) and one
+/// row per expert of each projection's.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpertBiases {
+    pub router: WeightId,
+    pub gate: WeightId,
+    pub up: WeightId,
+    pub down: WeightId,
 }
 
 #[derive(Clone, Debug)]
@@ -137,7 +152,8 @@ impl ModelWeights {
         let mut layers = Vec::with_capacity(cfg.n_layer.min(file.tensors().len()));
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
-            let biased = cfg.arch == Arch::Qwen2;
+            let biased = cfg.arch.has_qkv_bias();
+            let gpt_oss = cfg.arch == Arch::GptOss;
             let qk_norm = cfg.arch.has_qk_norm();
             let post = cfg.arch.has_post_norms();
             // Phi-3 fuses Q, K and V into one matrix: its row ranges are
@@ -164,8 +180,17 @@ impl ModelWeights {
                 bv: b.optional_vector(&n("attn_v.bias"), kv, biased)?,
                 q_norm: b.optional_vector(&n("attn_q_norm.weight"), cfg.head_dim, qk_norm)?,
                 k_norm: b.optional_vector(&n("attn_k_norm.weight"), cfg.head_dim, qk_norm)?,
-                ffn_norm: b.vector(&n("ffn_norm.weight"), e)?,
-                attn_post_norm: b.optional_vector(&n("post_attention_norm.weight"), e, post)?,
+                // gpt-oss names its feed-forward norm after the attention.
+                ffn_norm: match gpt_oss {
+                    true => b.vector(&n("post_attention_norm.weight"), e)?,
+                    false => b.vector(&n("ffn_norm.weight"), e)?,
+                },
+                attn_post_norm: match gpt_oss {
+                    true => None,
+                    false => b.optional_vector(&n("post_attention_norm.weight"), e, post)?,
+                },
+                bo: b.optional_vector(&n("attn_output.bias"), e, gpt_oss)?,
+                attn_sinks: b.optional_vector(&n("attn_sinks.weight"), cfg.n_head, gpt_oss)?,
                 ffn_post_norm: b.optional_vector(&n("post_ffw_norm.weight"), e, post)?,
                 ffn: match &cfg.moe {
                     // Phi-3's ffn_up holds gate then up (ggml's swiglu of
@@ -188,6 +213,15 @@ impl ModelWeights {
                         gate_exps: b.experts(&n(moe::GATE_EXPS), e, ff, m.n_expert)?,
                         up_exps: b.experts(&n(moe::UP_EXPS), e, ff, m.n_expert)?,
                         down_exps: b.experts(&n(moe::DOWN_EXPS), ff, e, m.n_expert)?,
+                        biases: match gpt_oss {
+                            true => Some(ExpertBiases {
+                                router: b.vector(&n("ffn_gate_inp.bias"), m.n_expert)?,
+                                gate: b.f32_matrix(&n("ffn_gate_exps.bias"), ff, m.n_expert)?,
+                                up: b.f32_matrix(&n("ffn_up_exps.bias"), ff, m.n_expert)?,
+                                down: b.f32_matrix(&n("ffn_down_exps.bias"), e, m.n_expert)?,
+                            }),
+                            false => None,
+                        },
                     },
                 },
             });
@@ -330,7 +364,13 @@ impl Builder<'_> {
     /// Norms, biases and rope factors are read as plain f32 by every backend;
     /// converters always store them that way.
     fn vector(&mut self, name: &str, len: usize) -> Result<WeightId, ModelError> {
-        let id = self.push(name, len, 1, 1)?;
+        self.f32_matrix(name, len, 1)
+    }
+
+    /// An f32 matrix of `rows` rows of `cols` (per-expert biases), read as
+    /// plain f32 like [`Self::vector`].
+    fn f32_matrix(&mut self, name: &str, cols: usize, rows: usize) -> Result<WeightId, ModelError> {
+        let id = self.push(name, cols, rows, 1)?;
         let ty = self.table[id].ty;
         if ty != QuantType::F32 {
             return Err(ModelError::UnsupportedType {

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use half::f16;
 use rocmforge_core::graph::fusion::group_starting_at;
 use rocmforge_core::graph::{Graph, Op, TensorId};
+use rocmforge_core::model::WeightId;
 use rocmforge_core::plan::{ArenaPlan, KvLayout};
 use rocmforge_core::quant::{dequantize, QuantType};
 
@@ -291,13 +292,27 @@ impl Step<'_> {
                     q,
                     out,
                     window,
-                } => self.attention(m, layer, (q, out), window),
+                    sinks,
+                } => self.attention(m, layer, (q, out), window, sinks),
                 Op::SwiGlu { gate, up, out } => {
                     let n = self.graph.tensor(out);
                     let range = m.share(n.rows * n.cols);
                     let (g, u) = (self.input(gate), self.input(up));
                     let o = self.output(out, range.clone());
                     activation::silu_mul(&g[range.clone()], &u[range], o);
+                }
+                Op::SwiGluOai {
+                    gate,
+                    up,
+                    out,
+                    alpha,
+                    limit,
+                } => {
+                    let n = self.graph.tensor(out);
+                    let range = m.share(n.rows * n.cols);
+                    let (g, u) = (self.input(gate), self.input(up));
+                    let o = self.output(out, range.clone());
+                    activation::swiglu_oai(&g[range.clone()], &u[range], o, alpha, limit);
                 }
                 Op::GeGlu { gate, up, out } => {
                     let n = self.graph.tensor(out);
@@ -329,7 +344,13 @@ impl Step<'_> {
                     k,
                     normalize,
                 } => self.top_k_gate(m, logits, (ids, weights), k, normalize),
-                Op::MatMulId { w, x, ids, out } => self.matmul_id(m, barrier, (w, x, ids, out)),
+                Op::MatMulId {
+                    w,
+                    x,
+                    ids,
+                    bias,
+                    out,
+                } => self.matmul_id(m, barrier, (w, x, ids, out), bias),
                 Op::MoeSum { x, weights, out } => self.moe_sum(m, x, weights, out),
                 Op::LastRow { x, out } => {
                     if m.ith == 0 {
@@ -459,7 +480,9 @@ impl Step<'_> {
         layer: usize,
         (q, out): (TensorId, TensorId),
         window: Option<usize>,
+        sinks: Option<WeightId>,
     ) {
+        let sinks = sinks.map(|s| self.weights[s].f32s());
         let spec = &self.graph.attention;
         let hd = spec.head_dim;
         let group = spec.n_head / spec.n_head_kv;
@@ -496,6 +519,7 @@ impl Step<'_> {
                     first..n_kv,
                     hd,
                     spec.scale,
+                    sinks.map(|s| s[h]),
                     self.output(out, span),
                     scores,
                 );

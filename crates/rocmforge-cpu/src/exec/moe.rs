@@ -15,7 +15,7 @@ use rocmforge_core::graph::TensorId;
 use rocmforge_core::model::WeightId;
 
 use super::{activation_row_bytes, Step, DECODE_CHUNK_ROWS, TILE_ROWS};
-use crate::kernels::{moe, quant_dot};
+use crate::kernels::{activation, moe, quant_dot};
 use crate::team::{Member, SpinBarrier};
 
 /// Fewest (token, choice) pairs for which a `MatMulId` groups them by
@@ -105,8 +105,10 @@ impl Step<'_> {
         m: Member,
         barrier: &SpinBarrier,
         (w, x, ids, out): (WeightId, TensorId, TensorId, TensorId),
+        bias: Option<WeightId>,
     ) {
         let wv = &self.weights[w];
+        let bias = bias.map(|b| self.weights[b].f32s());
         let xd = self.graph.tensor(x);
         let n_pairs = self.graph.tensor(out).rows;
         let k = n_pairs / self.graph.tensor(ids).rows;
@@ -130,7 +132,7 @@ impl Step<'_> {
         if n_pairs >= GROUP_MIN_PAIRS {
             // SAFETY: this fn's contract, and the barrier above ordered the
             // quantized rows before their reads.
-            unsafe { self.matmul_id_grouped(m, barrier, (w, x, out), pair_ids, k) };
+            unsafe { self.matmul_id_grouped(m, barrier, (w, x, out), pair_ids, k, bias) };
             return;
         }
         // SAFETY: written before the barrier above, read-only until the next.
@@ -165,6 +167,13 @@ impl Step<'_> {
                     dst.add(p * n_out + rows.start),
                     n_out,
                 );
+                if let Some(b) = bias {
+                    // ggml's add_id: the chosen expert's bias row.
+                    let o =
+                        std::slice::from_raw_parts_mut(dst.add(p * n_out + rows.start), rows.len());
+                    let e_row = e * n_out;
+                    activation::add_inplace(o, &b[e_row + rows.start..e_row + rows.end]);
+                }
             }
         }
     }
@@ -181,6 +190,7 @@ impl Step<'_> {
         (w, x, out): (WeightId, TensorId, TensorId),
         pair_ids: &[f32],
         k: usize,
+        bias: Option<&[f32]>,
     ) {
         let wv = &self.weights[w];
         let xd = self.graph.tensor(x);
@@ -249,6 +259,10 @@ impl Step<'_> {
                 let dst = self.rows(out, p..p + 1);
                 for (d, b) in dst.iter_mut().zip(src.chunks_exact(4)) {
                     *d = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+                }
+                if let Some(b) = bias {
+                    let e = (pair_ids[p] as usize).min(wv.experts - 1);
+                    activation::add_inplace(dst, &b[e * n_out..(e + 1) * n_out]);
                 }
             }
         }

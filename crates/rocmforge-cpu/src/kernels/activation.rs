@@ -17,6 +17,22 @@ pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `out = g * sigmoid(alpha * g) * (u + 1)` with `g = min(gate, limit)` and
+/// `u = clamp(up, -limit, limit)`: gpt-oss's clamped SwiGLU, in the order of
+/// ggml's `swiglu_oai` (`g / (1 + e^(alpha * -g))`).
+///
+/// # Panics
+/// If the three slices differ in length.
+pub fn swiglu_oai(gate: &[f32], up: &[f32], out: &mut [f32], alpha: f32, limit: f32) {
+    assert_eq!(up.len(), gate.len(), "swiglu_oai: up length");
+    assert_eq!(out.len(), gate.len(), "swiglu_oai: output length");
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        let x = g.min(limit);
+        let y = u.clamp(-limit, limit);
+        *o = x / (1.0 + (alpha * -x).exp()) * (y + 1.0);
+    }
+}
+
 /// The same form as ggml's scalar `ggml_silu_f32`: for very negative x,
 /// `e^-x` overflows to inf and the quotient is -0, not NaN.
 fn silu(x: f32) -> f32 {

@@ -25,7 +25,9 @@ use half::f16;
 ///
 /// `k_cache` / `v_cache` hold f16 rows of `kv_stride` elements per position;
 /// this KV head starts at `kv_off` within a row. Writes
-/// `softmax(q·k * scale) · v` into `out` (`head_dim` values). `scratch` holds
+/// `softmax(q·k * scale) · v` into `out` (`head_dim` values). A `sink` logit
+/// (gpt-oss) joins the softmax's denominator after the positions, as ggml
+/// folds it in, and contributes no value. `scratch` holds
 /// the rounded query and the scores: at least `head_dim + positions.end`
 /// values, carved by the caller from a buffer allocated once. With no
 /// positions the output is all zeros, as in ggml.
@@ -42,6 +44,7 @@ pub fn attend_head(
     positions: std::ops::Range<usize>,
     head_dim: usize,
     scale: f32,
+    sink: Option<f32>,
     out: &mut [f32],
     scratch: &mut [f32],
 ) {
@@ -104,6 +107,17 @@ pub fn attend_head(
             row(v_cache, p * kv_stride + kv_off, head_dim),
             vs,
         );
+        sum = sum * ms + vs;
+    }
+    if let Some(s) = sink {
+        // ggml rescales its f32 copy of the accumulator here, unrounded.
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if s > max {
+            ms = (max - s).exp();
+            out.iter_mut().for_each(|o| *o *= ms);
+        } else {
+            vs = (s - max).exp();
+        }
         sum = sum * ms + vs;
     }
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
@@ -348,6 +362,7 @@ mod tests {
             0..1,
             d,
             0.3,
+            None,
             &mut out,
             &mut vec![0.0; 4096],
         );
@@ -372,6 +387,7 @@ mod tests {
             0..n,
             d,
             1.0,
+            None,
             &mut out,
             &mut vec![0.0; 4096],
         );
@@ -397,6 +413,7 @@ mod tests {
             0..2,
             2,
             4096.0,
+            None,
             &mut out,
             &mut vec![0.0; 4096],
         );
@@ -415,6 +432,7 @@ mod tests {
             0..0,
             4,
             1.0,
+            None,
             &mut out,
             &mut vec![0.0; 4096],
         );
@@ -444,6 +462,7 @@ mod tests {
             0..n,
             d,
             scale,
+            None,
             &mut out,
             &mut scratch,
         );
@@ -470,6 +489,7 @@ mod tests {
                 positions.clone(),
                 d,
                 scale,
+                None,
                 &mut out,
                 &mut scratch,
             );

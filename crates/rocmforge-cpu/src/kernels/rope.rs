@@ -6,10 +6,11 @@
 //! products. A closed-form `pos * base^(-2i/n_rot)` differs in the last bits,
 //! and at positions in the thousands those bits become visible angle errors,
 //! so this table reproduces the chain instead of storing finished frequencies.
-//! Then `theta / freq_factor` (a division, as in ggml), times `freq_scale`,
-//! and libm `cosf`/`sinf` (plain YaRN-free case: ext_factor 0, mscale 1).
+//! Then `theta / freq_factor` (a division, as in ggml), times `freq_scale`
+//! (with YaRN, mixed per pair with the unscaled angle: `YarnTerms::theta`),
+//! and libm `cosf`/`sinf` times the magnitude `mscale`.
 
-use rocmforge_core::graph::check_rope;
+use rocmforge_core::graph::{check_rope, YarnTerms};
 
 /// Which dimensions form the rotated pairs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +34,7 @@ pub struct RopeTable {
     theta_scale: f32,
     /// Per-pair divisors (llama3's `rope_freqs`); all ones when absent.
     freq_factors: Vec<f32>,
+    yarn: YarnTerms,
 }
 
 /// Pairs whose cos/sin are computed before being applied to every head;
@@ -76,7 +78,18 @@ impl RopeTable {
             freq_scale,
             theta_scale,
             freq_factors,
+            yarn: YarnTerms {
+                ext_factor: 0.0,
+                mscale: 1.0,
+                corr_dims: [0.0, 0.0],
+            },
         })
+    }
+
+    /// The table with YaRN's angle mixing and magnitude (see
+    /// `RopeSpec::yarn_terms`).
+    pub fn with_yarn(self, yarn: YarnTerms) -> RopeTable {
+        RopeTable { yarn, ..self }
     }
 
     pub fn mode(&self) -> RopeMode {
@@ -119,9 +132,10 @@ impl RopeTable {
         for start in (0..half).step_by(PAIR_CHUNK) {
             let n = PAIR_CHUNK.min(half - start);
             for i in 0..n {
-                let t = self.freq_scale * (theta / self.freq_factors[start + i]);
-                cos[i] = t.cos();
-                sin[i] = t.sin();
+                let extrap = theta / self.freq_factors[start + i];
+                let t = self.yarn.theta(extrap, self.freq_scale, start + i);
+                cos[i] = t.cos() * self.yarn.mscale;
+                sin[i] = t.sin() * self.yarn.mscale;
                 theta *= self.theta_scale;
             }
             for head in row[..needed].chunks_exact_mut(head_dim) {

@@ -17,6 +17,12 @@ pub enum Fill {
     Bias,
     /// Mixture-of-experts routers: wide noise (see `ROUTER_STD`).
     Router,
+    /// gpt-oss's biases: noise wide enough to change the outputs
+    /// measurably (see `WIDE_BIAS_STD`), so a bias applied to the wrong row
+    /// or not at all fails the reference tests.
+    WideBias,
+    /// gpt-oss's attention sinks: logits on the scale of attention scores.
+    Sink,
     /// Values computed from the config, not random (`rope_freqs.weight`).
     Fixed(Vec<f32>),
 }
@@ -163,16 +169,22 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
             out.push(matrix(blk("attn_k.weight"), p.n_embd, kv_dim));
             out.push(matrix(blk("attn_v.weight"), p.n_embd, kv_dim));
         }
+        let gpt_oss = p.arch == Arch::GptOss;
+        let bias = if gpt_oss { Fill::WideBias } else { Fill::Bias };
         if p.arch.has_qkv_bias() {
-            out.push(vector(blk("attn_q.bias"), q_dim, Fill::Bias));
-            out.push(vector(blk("attn_k.bias"), kv_dim, Fill::Bias));
-            out.push(vector(blk("attn_v.bias"), kv_dim, Fill::Bias));
+            out.push(vector(blk("attn_q.bias"), q_dim, bias.clone()));
+            out.push(vector(blk("attn_k.bias"), kv_dim, bias.clone()));
+            out.push(vector(blk("attn_v.bias"), kv_dim, bias.clone()));
         }
         if p.arch.has_qk_norm() {
             out.push(vector(blk("attn_q_norm.weight"), p.head_dim, Fill::Norm));
             out.push(vector(blk("attn_k_norm.weight"), p.head_dim, Fill::Norm));
         }
         out.push(matrix(blk("attn_output.weight"), q_dim, p.n_embd));
+        if gpt_oss {
+            out.push(vector(blk("attn_output.bias"), p.n_embd, bias.clone()));
+            out.push(vector(blk("attn_sinks.weight"), p.n_head, Fill::Sink));
+        }
         if p.arch == Arch::Gemma3 {
             out.push(vector(
                 blk("post_attention_norm.weight"),
@@ -180,7 +192,13 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
                 Fill::Norm,
             ));
         }
-        out.push(vector(blk("ffn_norm.weight"), p.n_embd, Fill::Norm));
+        // gpt-oss's only norm before the experts has this name.
+        let ffn_norm = if gpt_oss {
+            "post_attention_norm.weight"
+        } else {
+            "ffn_norm.weight"
+        };
+        out.push(vector(blk(ffn_norm), p.n_embd, Fill::Norm));
         match &p.moe {
             // Gate and up in one matrix, gate first.
             None if p.arch == Arch::Phi3 => {
@@ -210,6 +228,24 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
                 out.push(experts(blk("ffn_gate_exps.weight"), p.n_embd, moe.n_ff_exp));
                 out.push(experts(blk("ffn_down_exps.weight"), moe.n_ff_exp, p.n_embd));
                 out.push(experts(blk("ffn_up_exps.weight"), p.n_embd, moe.n_ff_exp));
+                if gpt_oss {
+                    // One f32 row per expert (per router output).
+                    let biases = |name: String, len: u64, n: u64| TensorSpec {
+                        name,
+                        shape: if n == 1 { vec![len] } else { vec![len, n] },
+                        ty: QuantType::F32,
+                        fill: if n == 1 { Fill::Router } else { Fill::WideBias },
+                        fallback_from: None,
+                    };
+                    out.push(biases(blk("ffn_gate_inp.bias"), moe.n_expert, 1));
+                    out.push(biases(
+                        blk("ffn_gate_exps.bias"),
+                        moe.n_ff_exp,
+                        moe.n_expert,
+                    ));
+                    out.push(biases(blk("ffn_down_exps.bias"), p.n_embd, moe.n_expert));
+                    out.push(biases(blk("ffn_up_exps.bias"), moe.n_ff_exp, moe.n_expert));
+                }
             }
         }
         if p.arch == Arch::Gemma3 {

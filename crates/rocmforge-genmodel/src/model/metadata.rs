@@ -82,6 +82,14 @@ pub fn model_metadata(p: &Preset, ty: QuantType) -> Metadata {
     if let Some(window) = p.sliding_window {
         m.push((key("attention.sliding_window"), u32v(window)));
     }
+    if let Some(yarn) = &p.yarn {
+        m.push((key("rope.scaling.type"), GgufValue::String("yarn".into())));
+        m.push((key("rope.scaling.factor"), GgufValue::F32(yarn.factor)));
+        m.push((
+            key("rope.scaling.original_context_length"),
+            u32v(yarn.original_context),
+        ));
+    }
     m.push((key("rope.dimension_count"), u32v(p.head_dim)));
     m.push((
         "general.quantization_version".into(),
@@ -106,6 +114,12 @@ pub fn tokenizer_metadata(p: &Preset, tokenizer_dir: &Path) -> Result<Metadata, 
         .collect();
     if p.vocab == Vocab::Llama3FromGpt2 {
         pad_to_llama3(&mut m, p.n_vocab).map_err(|what| GenError::VocabContent {
+            path: path.clone(),
+            what,
+        })?;
+    }
+    if p.vocab == Vocab::GptOssFromGpt2 {
+        pad_to_harmony(&mut m, p.n_vocab).map_err(|what| GenError::VocabContent {
             path: path.clone(),
             what,
         })?;
@@ -178,6 +192,60 @@ fn pad_to_llama3(m: &mut Metadata, n_vocab: u64) -> Result<(), String> {
     set(m, "tokenizer.ggml.bos_token_id", GgufValue::U32(LLAMA3_BOS));
     set(m, "tokenizer.ggml.eos_token_id", GgufValue::U32(LLAMA3_EOS));
     set(m, "tokenizer.ggml.add_bos_token", GgufValue::Bool(true));
+    Ok(())
+}
+
+/// The harmony format's named special tokens and their ids in o200k; the
+/// rest from 199998 on are `<|reserved_N|>`.
+const HARMONY_SPECIAL: &[(u64, &str)] = &[
+    (199998, "<|startoftext|>"),
+    (199999, "<|endoftext|>"),
+    (200002, "<|return|>"),
+    (200003, "<|constrain|>"),
+    (200005, "<|channel|>"),
+    (200006, "<|start|>"),
+    (200007, "<|end|>"),
+    (200008, "<|message|>"),
+    (200012, "<|call|>"),
+];
+const HARMONY_BOS: u32 = 199998;
+const HARMONY_EOS: u32 = 200002;
+
+/// Turns the GPT-2 vocab into an o200k-sized one: CONTROL tokens up to
+/// `n_vocab` (the harmony ones at their ids when the vocab reaches them),
+/// o200k's pre-tokenizer, and no BOS token added. A vocab too small to hold
+/// the harmony tokens (the tiny preset) keeps GPT-2's own BOS/EOS.
+fn pad_to_harmony(m: &mut Metadata, n_vocab: u64) -> Result<(), String> {
+    let mut tokens = array(m, "tokenizer.ggml.tokens")?;
+    let mut types = array(m, "tokenizer.ggml.token_type")?;
+    let n_base = tokens.len() as u64;
+    if types.len() as u64 != n_base {
+        return Err(format!("{n_base} tokens but {} token types", types.len()));
+    }
+    for id in n_base..n_vocab {
+        let name = match HARMONY_SPECIAL.iter().find(|s| s.0 == id) {
+            Some(&(_, name)) => name.to_string(),
+            None => format!("<|reserved_{id}|>"),
+        };
+        tokens.push(GgufValue::String(name));
+        types.push(GgufValue::I32(TOKEN_TYPE_CONTROL));
+    }
+    set(m, "tokenizer.ggml.tokens", GgufValue::Array(tokens));
+    set(m, "tokenizer.ggml.token_type", GgufValue::Array(types));
+    set(m, "tokenizer.ggml.pre", GgufValue::String("gpt-4o".into()));
+    if n_vocab > u64::from(HARMONY_EOS) {
+        set(
+            m,
+            "tokenizer.ggml.bos_token_id",
+            GgufValue::U32(HARMONY_BOS),
+        );
+        set(
+            m,
+            "tokenizer.ggml.eos_token_id",
+            GgufValue::U32(HARMONY_EOS),
+        );
+    }
+    set(m, "tokenizer.ggml.add_bos_token", GgufValue::Bool(false));
     Ok(())
 }
 

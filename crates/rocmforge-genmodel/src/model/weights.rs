@@ -16,6 +16,13 @@ pub const MATRIX_STD: f32 = 0.02;
 /// Spread of RMSNorm scales around 1.
 pub const NORM_NOISE_STD: f32 = 0.02;
 pub const BIAS_STD: f32 = 0.01;
+/// gpt-oss's biases: with BIAS_STD they would change the logits by less
+/// than the tests' tolerance; much wider, and constant biases would drown
+/// the token-dependent part of the residual stream.
+pub const WIDE_BIAS_STD: f32 = 0.1;
+/// Attention sinks: on the scale of the scores (a few units), so they take
+/// a visible share of each softmax.
+pub const SINK_STD: f32 = 1.0;
 /// Mixture-of-experts routers: trained ones are confident (logits several
 /// units apart), and with MATRIX_STD every expert would be a near tie,
 /// whose choice the rounding of any two correct backends may flip.
@@ -73,6 +80,12 @@ fn fill_row(fill: &Fill, seed: u64, tensor_index: u64, row: u64, out: &mut [f32]
         Fill::Bias => out
             .iter_mut()
             .for_each(|v| *v = BIAS_STD * rng.next_normalish()),
+        Fill::WideBias => out
+            .iter_mut()
+            .for_each(|v| *v = WIDE_BIAS_STD * rng.next_normalish()),
+        Fill::Sink => out
+            .iter_mut()
+            .for_each(|v| *v = SINK_STD * rng.next_normalish()),
         Fill::Fixed(values) => {
             let start = row as usize * out.len();
             out.copy_from_slice(&values[start..start + out.len()]);

@@ -47,6 +47,7 @@ const fn shape(
         rope_scaling: None,
         moe: None,
         sliding_window: None,
+        yarn: None,
     }
 }
 
