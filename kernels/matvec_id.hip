@@ -5,7 +5,8 @@
 // so one recorded launch serves any routing, and only the chosen experts'
 // rows are read. One workgroup of MV_WG per (pair, row); the f32 mat-vec's
 // reduction (matvec.hip) for one token: wave sums, then one shared slot
-// per wave, summed in wave order.
+// per wave, summed in wave order. A bias (gpt-oss) adds the chosen
+// expert's row of f32 biases to each output.
 //
 // Kernels: matvec_id_<ty> for every weight type, argument block MatIdPush,
 // grid: pairs x rows (wg_linear).
@@ -46,6 +47,9 @@ template <typename Q> DEV void matvec_id(const MatIdPush& s) {
 #pragma unroll
         for (uint32_t i = 0u; i < MVID_WAVES; i++) {
             sum += part_sums[i];
+        }
+        if (s.bias != 0u) {
+            sum += dev_ptr<const float>(s.bias)[(uint64_t)e * s.rows + r];
         }
         dev_ptr<float>(s.out)[(uint64_t)p * s.rows + r] = sum;
     }

@@ -343,6 +343,23 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
         }
     }
 
+    // An attention sink joins the denominator after the positions, as
+    // ggml folds it in: the accumulator is rescaled unrounded.
+    if (p.sinks != 0u) {
+        float s = dev_ptr<const float>(p.sinks)[h];
+        float ms = 1.0f;
+        float vs = 1.0f;
+        if (s > m) {
+            ms = libm_expf(m - s); // 0 when m = -inf
+#pragma unroll
+            for (uint32_t i = 0u; i < DIMS; i++) {
+                acc[i] *= ms;
+            }
+        } else {
+            vs = libm_expf(s - m);
+        }
+        l = l * ms + vs;
+    }
     uint64_t at = (uint64_t)t * q_dim + h * hd;
     float* o = dev_ptr<float>(p.out) + at;
     float inv = l == 0.0f ? 0.0f : 1.0f / l;

@@ -5,6 +5,9 @@
 //            CPU's silu_mul, ggml's form: -0, not NaN, for very negative a)
 //   copy     out = a (b unused; LastRow)
 //   scale    out = a * factor (b unused; Gemma's embedding scale)
+//   swiglu_oai  gpt-oss's clamped SwiGLU: x = min(a, limit),
+//            y = clamp(b, -limit, limit), out = x / (1 + e^(factor * -x))
+//            * (y + 1), in ggml's order
 //   geglu    out = gelu(a) * b: GELU's tanh form (tanh through libm's e^x:
 //            the result is rounded to f16, as ggml's CPU table is, which
 //            absorbs the last bits) on a rounded to f16; 0 below -10, a
@@ -17,7 +20,7 @@
 
 namespace ops {
 
-enum class Elt { Add, Swiglu, Copy, Scale, Geglu };
+enum class Elt { Add, Swiglu, Copy, Scale, Geglu, SwigluOai };
 
 DEV float geglu_gate(float a) {
     if (a <= -10.0f) {
@@ -46,6 +49,10 @@ template <Elt OP> DEV void eltwise_run(const EltwisePush& p) {
         r = swiglu_value(a, dev_ptr<const float>(p.b)[i]);
     } else if (OP == Elt::Scale) {
         r = a * p.factor;
+    } else if (OP == Elt::SwigluOai) {
+        float x = __builtin_fminf(a, p.limit);
+        float y = __builtin_fminf(__builtin_fmaxf(dev_ptr<const float>(p.b)[i], -p.limit), p.limit);
+        r = x / (1.0f + libm_expf(p.factor * -x)) * (y + 1.0f);
     } else if (OP == Elt::Geglu) {
         r = geglu_gate(a) * dev_ptr<const float>(p.b)[i];
     } else {
@@ -67,6 +74,9 @@ KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void copy(EltwisePush p) {
 }
 KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void scale(EltwisePush p) {
     ops::eltwise_run<ops::Elt::Scale>(p);
+}
+KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void swiglu_oai(EltwisePush p) {
+    ops::eltwise_run<ops::Elt::SwigluOai>(p);
 }
 KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void geglu(EltwisePush p) {
     ops::eltwise_run<ops::Elt::Geglu>(p);

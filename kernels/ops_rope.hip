@@ -3,7 +3,10 @@
 // at position pos = pos0 + r turns by
 //   freq_scale * (theta_i / freq_factor[i]),  theta_i = pos * ts * ... * ts
 // (i successive f32 products, theta_scale = ts from the host), then
-// x0 * cos - x1 * sin, x0 * sin + x1 * cos. pos0 comes from the step-input
+// x0 * cos - x1 * sin, x0 * sin + x1 * cos; with YaRN (yarn.ext_factor !=
+// 0) the angle mixes in the unscaled one by a linear ramp over pairs
+// corr_lo..corr_hi (ggml's rope_yarn), and cos and sin are multiplied by
+// yarn.mscale. pos0 comes from the step-input
 // region. One thread per (token, head, pair); 64 threads per workgroup.
 //
 // Kernels:
@@ -38,8 +41,18 @@ template <typename P> DEV Rotated rope_rotate(const P& p, float* head, uint32_t 
         theta *= p.theta_scale;
     }
     float ff = p.freq_factors != 0u ? dev_ptr<const float>(p.freq_factors)[i] : 1.0f;
+    const float extrap = theta / ff;
+    float angle = p.freq_scale * extrap;
+    if (p.yarn.ext_factor != 0.0f) {
+        float y = ((float)i - p.yarn.corr_lo) /
+                  __builtin_fmaxf(0.001f, p.yarn.corr_hi - p.yarn.corr_lo);
+        float ramp_mix = (1.0f - __builtin_fminf(1.0f, __builtin_fmaxf(0.0f, y))) * p.yarn.ext_factor;
+        angle = angle * (1.0f - ramp_mix) + extrap * ramp_mix;
+    }
     float sn, cs;
-    libm_sincosf(p.freq_scale * (theta / ff), &sn, &cs);
+    libm_sincosf(angle, &sn, &cs);
+    sn *= p.yarn.mscale;
+    cs *= p.yarn.mscale;
     Rotated o;
     o.a = p.neox != 0u ? i : 2u * i;
     o.b = p.neox != 0u ? i + half_rot : 2u * i + 1u;

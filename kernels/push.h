@@ -57,6 +57,15 @@ struct NormPush {
     uint64_t q8_scales;
 };
 
+// YaRN's per-op terms (graph::YarnTerms): ext_factor 0 and mscale 1 for
+// plain RoPE.
+struct YarnPush {
+    float ext_factor;
+    float mscale;
+    float corr_lo;
+    float corr_hi;
+};
+
 struct RopePush {
     uint64_t x;
     uint64_t step;
@@ -68,7 +77,7 @@ struct RopePush {
     uint32_t neox;
     float theta_scale;
     float freq_scale;
-    uint32_t pad;
+    YarnPush yarn;
 };
 
 // rope_kv: RoPE of Q (at x) and K, and the step's K / V rows stored into
@@ -85,6 +94,7 @@ struct RopeKvPush {
     float theta_scale;
     float freq_scale;
     uint32_t n_heads_kv;
+    YarnPush yarn;
     uint64_t k;
     uint64_t v;
     uint64_t k_cache;
@@ -119,6 +129,9 @@ struct AttentionPush {
     // Positions a token attends to (itself and the ones before), 0 for all.
     uint32_t window;
     uint32_t pad;
+    // One f32 logit per query head joining every softmax's denominator
+    // (attention sinks), 0 for none.
+    uint64_t sinks;
 };
 
 struct EltwisePush {
@@ -126,7 +139,9 @@ struct EltwisePush {
     uint64_t b;
     uint64_t out;
     uint32_t n;
-    float factor;
+    float factor; // scale's factor, swiglu_oai's alpha
+    float limit;  // swiglu_oai's clamp
+    uint32_t pad;
 };
 
 struct MoeRoutePush {
@@ -149,6 +164,7 @@ struct MatIdPush {
     uint32_t k;
     uint32_t n_pairs;
     uint32_t x_div;
+    uint64_t bias; // per-expert f32 rows of `rows`, 0 for none
 };
 
 struct MoeSumPush {
@@ -213,7 +229,8 @@ RF_PUSH_AT(NormPush, pad, 36);
 RF_PUSH_AT(NormPush, q8, 40);
 RF_PUSH_AT(NormPush, q8_scales, 48);
 
-static_assert(sizeof(RopePush) == 56, "RopePush size");
+static_assert(sizeof(YarnPush) == 16, "YarnPush size");
+static_assert(sizeof(RopePush) == 72, "RopePush size");
 RF_PUSH_AT(RopePush, x, 0);
 RF_PUSH_AT(RopePush, step, 8);
 RF_PUSH_AT(RopePush, freq_factors, 16);
@@ -224,9 +241,9 @@ RF_PUSH_AT(RopePush, n_rot, 36);
 RF_PUSH_AT(RopePush, neox, 40);
 RF_PUSH_AT(RopePush, theta_scale, 44);
 RF_PUSH_AT(RopePush, freq_scale, 48);
-RF_PUSH_AT(RopePush, pad, 52);
+RF_PUSH_AT(RopePush, yarn, 52);
 
-static_assert(sizeof(RopeKvPush) == 88, "RopeKvPush size");
+static_assert(sizeof(RopeKvPush) == 104, "RopeKvPush size");
 RF_PUSH_AT(RopeKvPush, x, 0);
 RF_PUSH_AT(RopeKvPush, step, 8);
 RF_PUSH_AT(RopeKvPush, freq_factors, 16);
@@ -238,10 +255,11 @@ RF_PUSH_AT(RopeKvPush, neox, 40);
 RF_PUSH_AT(RopeKvPush, theta_scale, 44);
 RF_PUSH_AT(RopeKvPush, freq_scale, 48);
 RF_PUSH_AT(RopeKvPush, n_heads_kv, 52);
-RF_PUSH_AT(RopeKvPush, k, 56);
-RF_PUSH_AT(RopeKvPush, v, 64);
-RF_PUSH_AT(RopeKvPush, k_cache, 72);
-RF_PUSH_AT(RopeKvPush, v_cache, 80);
+RF_PUSH_AT(RopeKvPush, yarn, 56);
+RF_PUSH_AT(RopeKvPush, k, 72);
+RF_PUSH_AT(RopeKvPush, v, 80);
+RF_PUSH_AT(RopeKvPush, k_cache, 88);
+RF_PUSH_AT(RopeKvPush, v_cache, 96);
 
 static_assert(sizeof(StoreKvPush) == 48, "StoreKvPush size");
 RF_PUSH_AT(StoreKvPush, k, 0);
@@ -252,7 +270,7 @@ RF_PUSH_AT(StoreKvPush, step, 32);
 RF_PUSH_AT(StoreKvPush, rows, 40);
 RF_PUSH_AT(StoreKvPush, kv_dim, 44);
 
-static_assert(sizeof(AttentionPush) == 88, "AttentionPush size");
+static_assert(sizeof(AttentionPush) == 96, "AttentionPush size");
 RF_PUSH_AT(AttentionPush, q, 0);
 RF_PUSH_AT(AttentionPush, out, 8);
 RF_PUSH_AT(AttentionPush, k_cache, 16);
@@ -268,13 +286,16 @@ RF_PUSH_AT(AttentionPush, q8, 64);
 RF_PUSH_AT(AttentionPush, q8_scales, 72);
 RF_PUSH_AT(AttentionPush, window, 80);
 RF_PUSH_AT(AttentionPush, pad, 84);
+RF_PUSH_AT(AttentionPush, sinks, 88);
 
-static_assert(sizeof(EltwisePush) == 32, "EltwisePush size");
+static_assert(sizeof(EltwisePush) == 40, "EltwisePush size");
 RF_PUSH_AT(EltwisePush, a, 0);
 RF_PUSH_AT(EltwisePush, b, 8);
 RF_PUSH_AT(EltwisePush, out, 16);
 RF_PUSH_AT(EltwisePush, n, 24);
 RF_PUSH_AT(EltwisePush, factor, 28);
+RF_PUSH_AT(EltwisePush, limit, 32);
+RF_PUSH_AT(EltwisePush, pad, 36);
 
 static_assert(sizeof(MoeRoutePush) == 40, "MoeRoutePush size");
 RF_PUSH_AT(MoeRoutePush, logits, 0);
@@ -285,7 +306,7 @@ RF_PUSH_AT(MoeRoutePush, n_expert, 28);
 RF_PUSH_AT(MoeRoutePush, k, 32);
 RF_PUSH_AT(MoeRoutePush, normalize, 36);
 
-static_assert(sizeof(MatIdPush) == 56, "MatIdPush size");
+static_assert(sizeof(MatIdPush) == 64, "MatIdPush size");
 RF_PUSH_AT(MatIdPush, x, 0);
 RF_PUSH_AT(MatIdPush, w, 8);
 RF_PUSH_AT(MatIdPush, ids, 16);
@@ -295,6 +316,7 @@ RF_PUSH_AT(MatIdPush, rows, 40);
 RF_PUSH_AT(MatIdPush, k, 44);
 RF_PUSH_AT(MatIdPush, n_pairs, 48);
 RF_PUSH_AT(MatIdPush, x_div, 52);
+RF_PUSH_AT(MatIdPush, bias, 56);
 
 static_assert(sizeof(MoeSumPush) == 40, "MoeSumPush size");
 RF_PUSH_AT(MoeSumPush, x, 0);

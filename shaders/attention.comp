@@ -56,6 +56,7 @@ layout(push_constant, std430) uniform Push {
     uint64_t q8_scales;
     uint window; // 0: every position; else the last `window` (sliding)
     uint pad;
+    uint64_t sinks; // one f32 logit per head, 0: none
 } pc;
 
 shared float qs[MAX_HEAD_DIM];
@@ -233,6 +234,22 @@ void main() {
         barrier();
     }
 #endif
+    // An attention sink joins the denominator after the positions, as
+    // ggml folds it in: the accumulator is rescaled unrounded.
+    if (pc.sinks != 0ul) {
+        float s = F32s(pc.sinks).v[h];
+        float ms = 1.0;
+        float vs = 1.0;
+        if (s > m) {
+            ms = isinf(m) ? 0.0 : exp(m - s);
+            for (uint i = 0u; i < ATT_DIMS; i++) {
+                acc[i] *= ms;
+            }
+        } else {
+            vs = exp(s - m);
+        }
+        l = l * ms + vs;
+    }
     F32s o = F32s(pc.out_ + (uint64_t(t) * q_dim + h * hd) * 4u);
     float inv = l == 0.0 ? 0.0 : 1.0 / l;
     for (uint i = 0u; i < ATT_DIMS; i++) {

@@ -2,7 +2,9 @@
 // OP_ADD: out = a + b; OP_SWIGLU: out = silu(a) * b; OP_COPY: out = a;
 // OP_SCALE: out = a * factor; OP_GEGLU: out = gelu(a) * b, GELU's tanh form
 // on a rounded to f16, itself rounded to f16 (ggml's CPU reads it from a
-// table of every f16), 0 below -10 and a above 10.
+// table of every f16), 0 below -10 and a above 10; OP_SWIGLU_OAI: gpt-oss's
+// clamped SwiGLU, x = min(a, limit), y = clamp(b, -limit, limit),
+// out = x / (1 + e^(alpha * -x)) * (y + 1) with alpha = factor.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -15,6 +17,8 @@ layout(push_constant, std430) uniform Push {
     uint64_t out_;
     uint n;
     float factor;
+    float limit;
+    uint pad;
 } pc;
 
 void main() {
@@ -27,6 +31,10 @@ void main() {
     float r = a + F32s(pc.b).v[i];
 #elif defined(OP_SWIGLU)
     float r = a / (1.0 + exp(-a)) * F32s(pc.b).v[i];
+#elif defined(OP_SWIGLU_OAI)
+    float x = min(a, pc.limit);
+    float y = clamp(F32s(pc.b).v[i], -pc.limit, pc.limit);
+    float r = x / (1.0 + exp(pc.factor * -x)) * (y + 1.0);
 #elif defined(OP_COPY)
     float r = a;
 #elif defined(OP_SCALE)

@@ -3,7 +3,8 @@
 // for every (token, choice) pair p. The expert ids are read here, on the
 // device, so one recorded dispatch serves whatever experts a step routes
 // to; only the chosen experts' rows are read. One workgroup per (pair,
-// row), the f32 mat-vec's reduction (matvec.comp) for one token.
+// row), the f32 mat-vec's reduction (matvec.comp) for one token. A bias
+// (gpt-oss) adds the chosen expert's row of f32 biases to each output.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -21,6 +22,7 @@ layout(push_constant, std430) uniform Push {
     uint k;
     uint n_pairs;
     uint x_div;
+    uint64_t bias; // 0: none
 } pc;
 
 shared float part_sums[WG_SIZE];
@@ -55,6 +57,9 @@ void main() {
         float s = 0.0;
         for (uint i = 0u; i < gl_NumSubgroups; i++) {
             s += part_sums[i];
+        }
+        if (pc.bias != 0ul) {
+            s += F32s(pc.bias).v[e * pc.rows + r];
         }
         F32s(pc.out_).v[p * pc.rows + r] = s;
     }

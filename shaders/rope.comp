@@ -1,6 +1,9 @@
 // Rotary embedding in place, angle for angle as ggml: pair i of the token at
 // position pos turns by freq_scale * (pos * theta_scale^i / freq_factor[i]),
 // where pos * theta_scale^i is the chain of i f32 products ggml computes.
+// With YaRN (ext_factor != 0) the angle mixes that interpolated one with the
+// unscaled one by a linear ramp over pairs corr_lo..corr_hi (ggml's
+// rope_yarn); cos and sin are multiplied by mscale.
 // cos/sin use an explicit range reduction and polynomials (Cephes sinf/cosf)
 // instead of the device's sin/cos, whose precision Vulkan leaves undefined
 // outside [-pi, pi]. One invocation per (token, head, pair); the position
@@ -29,6 +32,10 @@ layout(push_constant, std430) uniform Push {
     float theta_scale;
     float freq_scale;
     uint n_heads_kv;
+    float ext_factor;
+    float mscale;
+    float corr_lo;
+    float corr_hi;
     uint64_t k;
     uint64_t v;
     uint64_t k_cache; // the layer's K block
@@ -46,6 +53,10 @@ layout(push_constant, std430) uniform Push {
     uint neox;
     float theta_scale;
     float freq_scale;
+    float ext_factor;
+    float mscale;
+    float corr_lo;
+    float corr_hi;
 } pc;
 #endif
 
@@ -92,7 +103,14 @@ void rotate(uint64_t head, uint r, uint i, out uint a, out uint b, out vec2 ab) 
         theta *= pc.theta_scale;
     }
     float ff = pc.freq_factors != 0ul ? F32s(pc.freq_factors).v[i] : 1.0;
-    vec2 sc = sincos_(pc.freq_scale * (theta / ff));
+    float extrap = theta / ff;
+    float angle = pc.freq_scale * extrap;
+    if (pc.ext_factor != 0.0) {
+        float y = (float(i) - pc.corr_lo) / max(0.001, pc.corr_hi - pc.corr_lo);
+        float ramp_mix = (1.0 - clamp(y, 0.0, 1.0)) * pc.ext_factor;
+        angle = angle * (1.0 - ramp_mix) + extrap * ramp_mix;
+    }
+    vec2 sc = sincos_(angle) * pc.mscale;
     a = pc.neox != 0u ? i : 2u * i;
     b = pc.neox != 0u ? i + half_rot : 2u * i + 1u;
     F32s x = F32s(head);
