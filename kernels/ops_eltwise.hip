@@ -8,6 +8,8 @@
 //   swiglu_oai  gpt-oss's clamped SwiGLU: x = min(a, limit),
 //            y = clamp(b, -limit, limit), out = x / (1 + e^(factor * -x))
 //            * (y + 1), in ggml's order
+//   sigmoid_gate  out = a * sigmoid(g), g = b[i / cols]: Qwen2-MoE's shared
+//            expert scale, the sigmoid as ggml's graph takes it, silu(g) / g
 //   geglu    out = gelu(a) * b: GELU's tanh form (tanh through libm's e^x:
 //            the result is rounded to f16, as ggml's CPU table is, which
 //            absorbs the last bits) on a rounded to f16; 0 below -10, a
@@ -20,7 +22,7 @@
 
 namespace ops {
 
-enum class Elt { Add, Swiglu, Copy, Scale, Geglu, SwigluOai };
+enum class Elt { Add, Swiglu, Copy, Scale, Geglu, SwigluOai, SigmoidGate };
 
 DEV float geglu_gate(float a) {
     if (a <= -10.0f) {
@@ -53,6 +55,9 @@ template <Elt OP> DEV void eltwise_run(const EltwisePush& p) {
         float x = __builtin_fminf(a, p.limit);
         float y = __builtin_fminf(__builtin_fmaxf(dev_ptr<const float>(p.b)[i], -p.limit), p.limit);
         r = x / (1.0f + libm_expf(p.factor * -x)) * (y + 1.0f);
+    } else if (OP == Elt::SigmoidGate) {
+        float g = dev_ptr<const float>(p.b)[i / p.cols];
+        r = a * (g / (1.0f + libm_expf(-g)) / g);
     } else if (OP == Elt::Geglu) {
         r = geglu_gate(a) * dev_ptr<const float>(p.b)[i];
     } else {
@@ -77,6 +82,9 @@ KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void scale(EltwisePush p) {
 }
 KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void swiglu_oai(EltwisePush p) {
     ops::eltwise_run<ops::Elt::SwigluOai>(p);
+}
+KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void sigmoid_gate(EltwisePush p) {
+    ops::eltwise_run<ops::Elt::SigmoidGate>(p);
 }
 KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void geglu(EltwisePush p) {
     ops::eltwise_run<ops::Elt::Geglu>(p);

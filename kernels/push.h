@@ -141,7 +141,7 @@ struct EltwisePush {
     uint32_t n;
     float factor; // scale's factor, swiglu_oai's alpha
     float limit;  // swiglu_oai's clamp
-    uint32_t pad;
+    uint32_t cols; // sigmoid_gate: values per row of a (b has one per row)
 };
 
 struct MoeRoutePush {
@@ -295,7 +295,7 @@ RF_PUSH_AT(EltwisePush, out, 16);
 RF_PUSH_AT(EltwisePush, n, 24);
 RF_PUSH_AT(EltwisePush, factor, 28);
 RF_PUSH_AT(EltwisePush, limit, 32);
-RF_PUSH_AT(EltwisePush, pad, 36);
+RF_PUSH_AT(EltwisePush, cols, 36);
 
 static_assert(sizeof(MoeRoutePush) == 40, "MoeRoutePush size");
 RF_PUSH_AT(MoeRoutePush, logits, 0);

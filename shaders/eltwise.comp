@@ -4,7 +4,9 @@
 // on a rounded to f16, itself rounded to f16 (ggml's CPU reads it from a
 // table of every f16), 0 below -10 and a above 10; OP_SWIGLU_OAI: gpt-oss's
 // clamped SwiGLU, x = min(a, limit), y = clamp(b, -limit, limit),
-// out = x / (1 + e^(alpha * -x)) * (y + 1) with alpha = factor.
+// out = x / (1 + e^(alpha * -x)) * (y + 1) with alpha = factor;
+// OP_SIGMOID_GATE: out = a * sigmoid(g), g = b[i / cols] (one value per
+// row), the sigmoid as ggml's qwen2moe graph takes it: silu(g) / g.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -18,7 +20,7 @@ layout(push_constant, std430) uniform Push {
     uint n;
     float factor;
     float limit;
-    uint pad;
+    uint cols;
 } pc;
 
 void main() {
@@ -35,6 +37,9 @@ void main() {
     float x = min(a, pc.limit);
     float y = clamp(F32s(pc.b).v[i], -pc.limit, pc.limit);
     float r = x / (1.0 + exp(pc.factor * -x)) * (y + 1.0);
+#elif defined(OP_SIGMOID_GATE)
+    float g = F32s(pc.b).v[i / pc.cols];
+    float r = a * (g / (1.0 + exp(-g)) / g);
 #elif defined(OP_COPY)
     float r = a;
 #elif defined(OP_SCALE)

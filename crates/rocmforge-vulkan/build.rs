@@ -121,6 +121,7 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ("scale", "eltwise.comp", &[("OP_SCALE", "1")]),
     ("geglu", "eltwise.comp", &[("OP_GEGLU", "1")]),
     ("swiglu_oai", "eltwise.comp", &[("OP_SWIGLU_OAI", "1")]),
+    ("sigmoid_gate", "eltwise.comp", &[("OP_SIGMOID_GATE", "1")]),
     ("quantize_q8_0", "quantize_act.comp", &[("ACT_Q8_0", "1")]),
     ("quantize_q8_k", "quantize_act.comp", &[("ACT_Q8_K", "1")]),
     (

@@ -23,6 +23,7 @@ const FAMILIES: &[(&str, QuantType)] = &[
     ("tiny-phi3", QuantType::Q8_0),
     ("tiny-gemma3", QuantType::Q8_0),
     ("tiny-gpt-oss", QuantType::Q8_0),
+    ("tiny-qwen2moe", QuantType::Q8_0),
 ];
 
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. Once upon a time";

@@ -15,6 +15,8 @@ pub enum Arch {
     Qwen3,
     /// Qwen3's attention; every feed-forward block a routed mixture of experts.
     Qwen3Moe,
+    /// Qwen2's attention; routed experts plus a gated shared expert.
+    Qwen2Moe,
     /// Llama layout with Q/K/V fused in `attn_qkv` and gate/up in `ffn_up`.
     Phi3,
     /// Qwen3's layout plus norms after attention and after the FFN
@@ -32,6 +34,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Qwen2Moe => "qwen2moe",
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
             Arch::GptOss => "gpt-oss",
@@ -39,7 +42,7 @@ impl Arch {
     }
 
     pub fn has_qkv_bias(self) -> bool {
-        matches!(self, Arch::Qwen2 | Arch::GptOss)
+        matches!(self, Arch::Qwen2 | Arch::Qwen2Moe | Arch::GptOss)
     }
 
     pub fn has_qk_norm(self) -> bool {
@@ -111,6 +114,8 @@ pub struct MoeShape {
     pub n_expert: u64,
     pub n_expert_used: u64,
     pub n_ff_exp: u64,
+    /// Qwen2-MoE's shared expert width (`shared_expert_intermediate_size`).
+    pub n_ff_shared: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -341,6 +346,7 @@ pub const PRESETS: &[Preset] = &[
             n_expert: 8,
             n_expert_used: 2,
             n_ff_exp: 64,
+            n_ff_shared: None,
         }),
         sliding_window: None,
         yarn: None,
@@ -371,6 +377,7 @@ pub const PRESETS: &[Preset] = &[
             n_expert: 4,
             n_expert_used: 2,
             n_ff_exp: 256,
+            n_ff_shared: None,
         }),
         sliding_window: None,
         yarn: None,
@@ -496,6 +503,65 @@ pub const PRESETS: &[Preset] = &[
             n_expert: 128,
             n_expert_used: 8,
             n_ff_exp: 768,
+            n_ff_shared: None,
+        }),
+        sliding_window: None,
+        yarn: None,
+    },
+    // Qwen2-MoE at test size: 8 experts of 256 (2 per token) and a shared
+    // expert of 512, Qwen2's biased attention and vocab.
+    Preset {
+        name: "tiny-qwen2moe",
+        model: "tiny-qwen2moe",
+        arch: Arch::Qwen2Moe,
+        n_layer: 2,
+        n_embd: 256,
+        n_head: 8,
+        n_head_kv: 4,
+        head_dim: 32,
+        explicit_head_dim: false,
+        n_ff: 512,
+        n_vocab: 151936,
+        n_ctx: 8192,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: false,
+        vocab: Vocab::Qwen2,
+        rope_scaling: None,
+        moe: Some(MoeShape {
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 256,
+            n_ff_shared: Some(512),
+        }),
+        sliding_window: None,
+        yarn: None,
+    },
+    // Qwen/Qwen1.5-MoE-A2.7B: 60 experts of 1408 (4 per token) and a
+    // shared expert of 5632.
+    Preset {
+        name: "qwen1.5-moe-a2.7b",
+        model: "Qwen1.5-MoE-A2.7B",
+        arch: Arch::Qwen2Moe,
+        n_layer: 24,
+        n_embd: 2048,
+        n_head: 16,
+        n_head_kv: 16,
+        head_dim: 128,
+        explicit_head_dim: false,
+        n_ff: 5632,
+        n_vocab: 151936,
+        n_ctx: 8192,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: false,
+        vocab: Vocab::Qwen2,
+        rope_scaling: None,
+        moe: Some(MoeShape {
+            n_expert: 60,
+            n_expert_used: 4,
+            n_ff_exp: 1408,
+            n_ff_shared: Some(5632),
         }),
         sliding_window: None,
         yarn: None,
@@ -526,6 +592,7 @@ pub const PRESETS: &[Preset] = &[
             n_expert: 8,
             n_expert_used: 4,
             n_ff_exp: 256,
+            n_ff_shared: None,
         }),
         sliding_window: Some(8),
         yarn: Some(YarnScaling {
@@ -557,6 +624,7 @@ pub const PRESETS: &[Preset] = &[
             n_expert: 32,
             n_expert_used: 4,
             n_ff_exp: 2880,
+            n_ff_shared: None,
         }),
         sliding_window: Some(128),
         yarn: Some(YarnScaling {

@@ -97,6 +97,11 @@ const BUDGETS: &[Budget] = &[
         max_lds: 0,
     },
     Budget {
+        kernel: "sigmoid_gate",
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
         kernel: "quantize_q8_0",
         max_vgprs: 32,
         max_lds: 0,

@@ -143,3 +143,23 @@ fn phi3_longrope_factors_are_refused() {
     );
     assert_one_line_error(&generate(&path), 1, "LongRoPE");
 }
+
+#[test]
+fn gpt_oss_generates() {
+    let o = generate(&generated("tiny-gpt-oss"));
+    assert!(o.status.success(), "{}", common::stderr(&o));
+}
+
+/// Every other gpt-oss layer attends over the window; a file without one
+/// is refused, as llama.cpp refuses it.
+#[test]
+fn gpt_oss_without_a_window_is_an_error() {
+    let p = rewrite(
+        &generated("tiny-gpt-oss"),
+        "gpt-oss-window",
+        "gpt-oss.attention.sliding_window",
+        GgufValue::U32(0),
+        &[],
+    );
+    assert_one_line_error(&generate(&p), 1, "gpt-oss.attention.sliding_window is 0");
+}

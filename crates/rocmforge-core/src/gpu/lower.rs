@@ -454,10 +454,25 @@ pub fn record_graph(
                     n: elements,
                     factor: alpha,
                     limit,
-                    pad: 0,
+                    cols: 0,
                 };
                 let what = label(i, "SwiGluOai".into());
                 sink.dispatch("swiglu_oai", push.bytes(), elements.div_ceil(256), what)?;
+            }
+            Op::SigmoidGate { x, gate, out } => {
+                let n = graph.tensor(out);
+                let elements = u32_of(n.rows * n.cols, "elements")?;
+                let push = EltwisePush {
+                    a: t(x),
+                    b: t(gate),
+                    out: t(out),
+                    n: elements,
+                    factor: 0.0,
+                    limit: 0.0,
+                    cols: u32_of(n.cols, "columns")?,
+                };
+                let what = label(i, "SigmoidGate".into());
+                sink.dispatch("sigmoid_gate", push.bytes(), elements.div_ceil(256), what)?;
             }
             Op::GeGlu { gate, up, out } => {
                 eltwise(
@@ -588,7 +603,7 @@ fn eltwise_scaled(
         n,
         factor,
         limit: 0.0,
-        pad: 0,
+        cols: 0,
     };
     sink.dispatch(kernel, push.bytes(), n.div_ceil(256), label)
 }

@@ -191,7 +191,9 @@ pub struct EltwisePush {
     pub factor: f32,
     /// The clamp of `swiglu_oai`.
     pub limit: f32,
-    pub pad: u32,
+    /// Values per row of `a`, whose row `i / cols` of `b` (one value per
+    /// row) scales it (`sigmoid_gate`; unused by the others).
+    pub cols: u32,
 }
 // SAFETY: repr(C), three u64 then four 4-byte fields: 40 bytes, no padding.
 unsafe impl Push for EltwisePush {}

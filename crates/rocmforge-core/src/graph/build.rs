@@ -4,7 +4,9 @@
 use super::{
     yarn_attn_factor, AttentionSpec, Graph, Op, RopeFreq, RopeSpec, TensorDesc, TensorId, Yarn,
 };
-use crate::model::{ExpertActivation, ExpertBiases, FfnWeights, Model, MoeConfig, WeightId};
+use crate::model::{
+    ExpertActivation, ExpertBiases, FfnWeights, Model, MoeConfig, SharedExpert, WeightId,
+};
 
 struct Builder {
     n_tokens: usize,
@@ -92,6 +94,31 @@ impl Builder {
             out,
         });
         out
+    }
+
+    /// Qwen2-MoE's shared expert added to the mixture's output `moe_out`:
+    /// a SwiGLU of `n_ff` scaled per token by the sigmoid of its gate.
+    fn shared_expert(
+        &mut self,
+        h: TensorId,
+        moe_out: TensorId,
+        s: SharedExpert,
+        n_ff: usize,
+    ) -> TensorId {
+        let (n, n_embd) = (self.rows(h), self.cols(h));
+        let logit = self.matmul(s.gate_inp, 1, h, None);
+        let gate = self.matmul(s.gate, n_ff, h, None);
+        let up = self.matmul(s.up, n_ff, h, None);
+        let act = self.tensor(n, n_ff);
+        self.ops.push(Op::SwiGlu { gate, up, out: act });
+        let down = self.matmul(s.down, n_embd, act, None);
+        let scaled = self.tensor(n, n_embd);
+        self.ops.push(Op::SigmoidGate {
+            x: down,
+            gate: logit,
+            out: scaled,
+        });
+        self.add(moe_out, scaled)
     }
 
     fn matmul_id(
@@ -204,9 +231,16 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
                     up_exps,
                     down_exps,
                     biases,
+                    shared,
                 },
                 Some(moe),
-            ) => b.moe(h, moe, [router, gate_exps, up_exps, down_exps], biases),
+            ) => {
+                let out = b.moe(h, moe, [router, gate_exps, up_exps, down_exps], biases);
+                match (shared, moe.n_ff_shared) {
+                    (Some(s), Some(n_ff)) => b.shared_expert(h, out, s, n_ff),
+                    _ => out,
+                }
+            }
         };
         let ffn = match lw.ffn_post_norm {
             Some(norm) => b.rms_norm(ffn, norm, cfg.n_embd),

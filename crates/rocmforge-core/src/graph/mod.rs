@@ -100,6 +100,14 @@ pub enum Op {
         up: TensorId,
         out: TensorId,
     },
+    /// `out[t][c] = x[t][c] * sigmoid(gate[t])`, the sigmoid taken as
+    /// ggml's qwen2moe graph does, `silu(g) / g` (Qwen2-MoE's shared
+    /// expert; `gate` has one column).
+    SigmoidGate {
+        x: TensorId,
+        gate: TensorId,
+        out: TensorId,
+    },
     /// out = x * factor (Gemma's embedding scale).
     Scale {
         x: TensorId,
@@ -161,6 +169,7 @@ impl Op {
             | Op::GeGlu { gate, up, .. }
             | Op::SwiGluOai { gate, up, .. } => vec![gate, up],
             Op::Scale { x, .. } => vec![x],
+            Op::SigmoidGate { x, gate, .. } => vec![x, gate],
             Op::Add { a, b, .. } => vec![a, b],
             Op::TopKGate { logits, .. } => vec![logits],
             Op::MatMulId { x, ids, .. } => vec![x, ids],
@@ -179,6 +188,7 @@ impl Op {
             | Op::SwiGluOai { out, .. }
             | Op::GeGlu { out, .. }
             | Op::Scale { out, .. }
+            | Op::SigmoidGate { out, .. }
             | Op::Add { out, .. }
             | Op::LastRow { out, .. }
             | Op::MatMulId { out, .. }

@@ -23,6 +23,10 @@ pub enum Arch {
     /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder): Qwen3's attention, a routed
     /// mixture of experts in place of every feed-forward block.
     Qwen3Moe,
+    /// Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): Qwen2's attention,
+    /// routed experts whose weights are not renormalised, plus a shared
+    /// expert scaled by a sigmoid gate.
+    Qwen2Moe,
     /// Phi-3 / Phi-3.5 / Phi-4-mini: Q, K and V in one fused matrix, gate
     /// and up in another (split at load; the graph is llama's with NeoX
     /// RoPE).
@@ -45,6 +49,7 @@ impl Arch {
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
             "qwen3moe" => Some(Arch::Qwen3Moe),
+            "qwen2moe" => Some(Arch::Qwen2Moe),
             "phi3" => Some(Arch::Phi3),
             "gemma3" => Some(Arch::Gemma3),
             "gpt-oss" => Some(Arch::GptOss),
@@ -58,6 +63,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Qwen2Moe => "qwen2moe",
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
             Arch::GptOss => "gpt-oss",
@@ -70,6 +76,7 @@ impl Arch {
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Qwen3Moe,
+        Arch::Qwen2Moe,
         Arch::Phi3,
         Arch::Gemma3,
         Arch::GptOss,
@@ -98,12 +105,12 @@ impl Arch {
     /// Every feed-forward block is a mixture of experts. Llama files may
     /// have experts too (Mixtral), told by `expert_count`.
     pub fn requires_experts(self) -> bool {
-        matches!(self, Arch::Qwen3Moe | Arch::GptOss)
+        matches!(self, Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss)
     }
 
     /// Biases on the Q, K and V projections (gpt-oss also on the output).
     pub fn has_qkv_bias(self) -> bool {
-        matches!(self, Arch::Qwen2 | Arch::GptOss)
+        matches!(self, Arch::Qwen2 | Arch::Qwen2Moe | Arch::GptOss)
     }
 
     /// How RoPE pairs dimensions: llama rotates adjacent pairs, the Qwen
@@ -111,7 +118,13 @@ impl Arch {
     pub fn rope_neox(self) -> bool {
         matches!(
             self,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 | Arch::Gemma3 | Arch::GptOss
+            Arch::Qwen2
+                | Arch::Qwen3
+                | Arch::Qwen3Moe
+                | Arch::Qwen2Moe
+                | Arch::Phi3
+                | Arch::Gemma3
+                | Arch::GptOss
         )
     }
 
@@ -151,6 +164,7 @@ pub const ARCH_KEYS: &[&str] = &[
     "expert_count",
     "expert_used_count",
     "expert_feed_forward_length",
+    "expert_shared_feed_forward_length",
     "attention.sliding_window",
     "attention.sliding_window_pattern",
     "rope.freq_base_swa",

@@ -10,7 +10,8 @@ use std::sync::Arc;
 pub use config::{Arch, ModelConfig, ARCH_KEYS, GENERAL_KEYS};
 pub use moe::{ExpertActivation, MoeConfig};
 pub use weights::{
-    ExpertBiases, FfnWeights, LayerWeights, ModelWeights, WeightId, WeightRef, WEIGHT_ALIGN,
+    ExpertBiases, FfnWeights, LayerWeights, ModelWeights, SharedExpert, WeightId, WeightRef,
+    WEIGHT_ALIGN,
 };
 
 use crate::gguf::{GgufError, GgufFile};

@@ -23,6 +23,9 @@ pub struct MoeConfig {
     /// which is the same quantity: the normalized softmax over all.
     pub normalize_weights: bool,
     pub activation: ExpertActivation,
+    /// Width of the shared expert every token also runs (Qwen2-MoE), whose
+    /// output is scaled by a sigmoid gate; `None` when there is none.
+    pub n_ff_shared: Option<usize>,
 }
 
 /// The gate's activation inside each expert.
@@ -49,6 +52,25 @@ pub const ROUTER: &str = "ffn_gate_inp.weight";
 pub const GATE_EXPS: &str = "ffn_gate_exps.weight";
 pub const UP_EXPS: &str = "ffn_up_exps.weight";
 pub const DOWN_EXPS: &str = "ffn_down_exps.weight";
+/// The shared expert (Qwen2-MoE) and its gate: one weight per `n_embd`.
+pub const GATE_INP_SHEXP: &str = "ffn_gate_inp_shexp.weight";
+pub const GATE_SHEXP: &str = "ffn_gate_shexp.weight";
+pub const UP_SHEXP: &str = "ffn_up_shexp.weight";
+pub const DOWN_SHEXP: &str = "ffn_down_shexp.weight";
+
+/// The shared expert's width: `expert_shared_feed_forward_length`, checked
+/// against its up projection, or that tensor's rows.
+fn shared_width(keys: &Keys, shapes: &Shapes, n_embd: usize) -> Result<usize, ModelError> {
+    let up = shapes.matrix(&format!("blk.0.{UP_SHEXP}"))?;
+    let key = "expert_shared_feed_forward_length";
+    match keys.size(key, 1)? {
+        Some(v) if up.shape.first() == Some(&(n_embd as u64)) => {
+            shapes.expect(up, 1, v, || keys.name(key))
+        }
+        Some(v) => Ok(v),
+        None => shapes.dim(up, 1, "the shared expert width"),
+    }
+}
 
 impl MoeConfig {
     /// `None` for a dense model. An architecture that is always a mixture
@@ -104,7 +126,13 @@ impl MoeConfig {
             n_expert,
             n_expert_used: used,
             n_ff_exp,
-            normalize_weights: true,
+            // llama.cpp's qwen2moe graph leaves the chosen weights as the
+            // softmax gave them.
+            normalize_weights: arch != Arch::Qwen2Moe,
+            n_ff_shared: match arch {
+                Arch::Qwen2Moe => Some(shared_width(keys, shapes, n_embd)?),
+                _ => None,
+            },
             activation: match arch {
                 Arch::GptOss => ExpertActivation::SwiGluOai {
                     alpha: OAI_ALPHA,

@@ -87,7 +87,19 @@ pub enum FfnWeights {
         down_exps: WeightId,
         /// gpt-oss's biases of the router and of each expert.
         biases: Option<ExpertBiases>,
+        shared: Option<SharedExpert>,
     },
+}
+
+/// Qwen2-MoE's shared expert: a SwiGLU block every token runs, scaled by
+/// `sigmoid(gate_inp · x)`.
+#[derive(Clone, Copy, Debug)]
+pub struct SharedExpert {
+    /// One row of `n_embd` (f32): the gate's logit.
+    pub gate_inp: WeightId,
+    pub gate: WeightId,
+    pub up: WeightId,
+    pub down: WeightId,
 }
 
 /// Biases of a mixture (all f32): the router's (`n_expert` values) and one
@@ -221,6 +233,15 @@ impl ModelWeights {
                                 down: b.f32_matrix(&n("ffn_down_exps.bias"), e, m.n_expert)?,
                             }),
                             false => None,
+                        },
+                        shared: match m.n_ff_shared {
+                            Some(sh) => Some(SharedExpert {
+                                gate_inp: b.vector(&n(moe::GATE_INP_SHEXP), e)?,
+                                gate: b.matrix(&n(moe::GATE_SHEXP), e, sh)?,
+                                up: b.matrix(&n(moe::UP_SHEXP), e, sh)?,
+                                down: b.matrix(&n(moe::DOWN_SHEXP), sh, e)?,
+                            }),
+                            None => None,
                         },
                     },
                 },

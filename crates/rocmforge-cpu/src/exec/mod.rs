@@ -321,6 +321,15 @@ impl Step<'_> {
                     let o = self.output(out, range.clone());
                     activation::gelu_mul(&g[range.clone()], &u[range], o);
                 }
+                Op::SigmoidGate { x, gate, out } => {
+                    let n = self.graph.tensor(out);
+                    let range = m.share(n.rows * n.cols);
+                    let (src, g) = (self.input(x), self.input(gate));
+                    let o = self.output(out, range.clone());
+                    for (o, i) in o.iter_mut().zip(range) {
+                        *o = src[i] * activation::sigmoid_as_silu_ratio(g[i / n.cols]);
+                    }
+                }
                 Op::Scale { x, out, factor } => {
                     let n = self.graph.tensor(out);
                     let range = m.share(n.rows * n.cols);

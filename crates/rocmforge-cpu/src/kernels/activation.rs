@@ -33,6 +33,11 @@ pub fn swiglu_oai(gate: &[f32], up: &[f32], out: &mut [f32], alpha: f32, limit: 
     }
 }
 
+/// `sigmoid(g)` as ggml's qwen2moe graph computes it: `silu(g) / g`.
+pub fn sigmoid_as_silu_ratio(g: f32) -> f32 {
+    silu(g) / g
+}
+
 /// The same form as ggml's scalar `ggml_silu_f32`: for very negative x,
 /// `e^-x` overflows to inf and the quotient is -0, not NaN.
 fn silu(x: f32) -> f32 {

@@ -228,6 +228,16 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
                 out.push(experts(blk("ffn_gate_exps.weight"), p.n_embd, moe.n_ff_exp));
                 out.push(experts(blk("ffn_down_exps.weight"), moe.n_ff_exp, p.n_embd));
                 out.push(experts(blk("ffn_up_exps.weight"), p.n_embd, moe.n_ff_exp));
+                if let Some(n_sh) = moe.n_ff_shared {
+                    out.push(vector(
+                        blk("ffn_gate_inp_shexp.weight"),
+                        p.n_embd,
+                        Fill::Matrix,
+                    ));
+                    out.push(matrix(blk("ffn_gate_shexp.weight"), p.n_embd, n_sh));
+                    out.push(matrix(blk("ffn_up_shexp.weight"), p.n_embd, n_sh));
+                    out.push(matrix(blk("ffn_down_shexp.weight"), n_sh, p.n_embd));
+                }
                 if gpt_oss {
                     // One f32 row per expert (per router output).
                     let biases = |name: String, len: u64, n: u64| TensorSpec {

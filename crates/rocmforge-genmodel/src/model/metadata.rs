@@ -78,6 +78,9 @@ pub fn model_metadata(p: &Preset, ty: QuantType) -> Metadata {
         if p.arch != Arch::Llama {
             m.push((key("expert_feed_forward_length"), u32v(moe.n_ff_exp)));
         }
+        if let Some(n_sh) = moe.n_ff_shared {
+            m.push((key("expert_shared_feed_forward_length"), u32v(n_sh)));
+        }
     }
     if let Some(window) = p.sliding_window {
         m.push((key("attention.sliding_window"), u32v(window)));
