@@ -20,6 +20,7 @@ use rocmforge_core::quant::{QuantError, QuantType};
 
 use crate::presets::Preset;
 use layout::TensorSpec;
+pub use weights::Quantizer;
 
 /// The seed when `--seed` is not given, so that files made on different
 /// machines or days are byte-identical.
@@ -58,6 +59,7 @@ pub enum GenError {
 pub struct ModelPlan {
     pub metadata: Vec<(String, GgufValue)>,
     pub tensors: Vec<TensorSpec>,
+    pub quantizer: Quantizer,
 }
 
 impl ModelPlan {
@@ -75,6 +77,7 @@ impl ModelPlan {
         Ok(ModelPlan {
             metadata,
             tensors: layout::tensors(preset, ty),
+            quantizer: Quantizer::Reference,
         })
     }
 
@@ -85,6 +88,7 @@ impl ModelPlan {
         ModelPlan {
             metadata: metadata::model_metadata(preset, ty),
             tensors: layout::tensors(preset, ty),
+            quantizer: Quantizer::Reference,
         }
     }
 
@@ -160,12 +164,14 @@ pub fn write_model<W: Write>(
     let mut stream = writer.stream_to(out)?;
     for (index, t) in plan.tensors.iter().enumerate() {
         progress.set_message(t.name.clone());
-        let bytes = weights::encode_tensor(t, index as u64, seed, threads, &|n| progress.inc(n))
-            .map_err(|source| GenError::Quant {
-                tensor: t.name.clone(),
-                ty: t.ty,
-                source,
-            })?;
+        let inc = |n| progress.inc(n);
+        let bytes =
+            weights::encode_tensor_with(t, index as u64, seed, threads, plan.quantizer, &inc)
+                .map_err(|source| GenError::Quant {
+                    tensor: t.name.clone(),
+                    ty: t.ty,
+                    source,
+                })?;
         stream.write_tensor(&bytes)?;
     }
     Ok(stream.finish()?)
@@ -180,11 +186,24 @@ pub fn write_file(
     out: &Path,
     progress: &ProgressBar,
 ) -> Result<(), GenError> {
+    write_file_with(preset, ty, seed, out, progress, Quantizer::Reference)
+}
+
+/// [`write_file`] with a choice of quantizer.
+pub fn write_file_with(
+    preset: &Preset,
+    ty: QuantType,
+    seed: u64,
+    out: &Path,
+    progress: &ProgressBar,
+    quantizer: Quantizer,
+) -> Result<(), GenError> {
     let tmp = tmp_path(out);
     // Opened first so that an unwritable path fails before any work.
     let file = File::create(&tmp).map_err(io_error("create", &tmp))?;
     let result = (|| {
-        let plan = ModelPlan::new(preset, ty, &tokenizer_dir())?;
+        let mut plan = ModelPlan::new(preset, ty, &tokenizer_dir())?;
+        plan.quantizer = quantizer;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let writer = BufWriter::with_capacity(8 << 20, file);
         write_model(&plan, seed, threads, writer, progress)?

@@ -43,6 +43,7 @@ pub fn generated_model(preset: &'static Preset, ty: QuantType) -> Result<PathBuf
         ty,
         out: path.clone(),
         seed: DEFAULT_SEED,
+        fast_kquants: false,
     })?;
     Ok(path)
 }

@@ -6,7 +6,7 @@
 
 use std::sync::Mutex;
 
-use rocmforge_core::quant::{quantize, QuantError};
+use rocmforge_core::quant::{quantize, quantize_fast, QuantError};
 
 use super::layout::{Fill, TensorSpec};
 
@@ -93,13 +93,45 @@ fn fill_row(fill: &Fill, seed: u64, tensor_index: u64, row: u64, out: &mut [f32]
     }
 }
 
+/// How generated values are encoded into their storage type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Quantizer {
+    /// ggml's reference quantizers, byte for byte.
+    #[default]
+    Reference,
+    /// Q4_K without the scale search (`quant::quantize_fast`): for
+    /// benchmark models of real size, which the search takes an hour to
+    /// write on two cores.
+    FastKQuants,
+}
+
 /// Generates and encodes tensor number `tensor_index` on `threads` workers,
 /// calling `progress` with the bytes of each finished piece (from any worker).
+#[cfg(test)]
 pub fn encode_tensor(
     spec: &TensorSpec,
     tensor_index: u64,
     seed: u64,
     threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<u8>, QuantError> {
+    encode_tensor_with(
+        spec,
+        tensor_index,
+        seed,
+        threads,
+        Quantizer::Reference,
+        progress,
+    )
+}
+
+/// [`encode_tensor`] with a choice of quantizer.
+pub fn encode_tensor_with(
+    spec: &TensorSpec,
+    tensor_index: u64,
+    seed: u64,
+    threads: usize,
+    quantizer: Quantizer,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<u8>, QuantError> {
     let row_len = spec.row_len() as usize;
@@ -132,7 +164,10 @@ pub fn encode_tensor(
             for (r, row) in scratch.chunks_exact_mut(row_len).enumerate() {
                 fill_row(&spec.fill, seed, tensor_index, first_row + r as u64, row);
             }
-            quantize(spec.ty, &scratch, dst)?;
+            match quantizer {
+                Quantizer::Reference => quantize(spec.ty, &scratch, dst)?,
+                Quantizer::FastKQuants => quantize_fast(spec.ty, &scratch, dst)?,
+            }
             progress(dst.len() as u64);
         }
     };
