@@ -166,6 +166,7 @@ fn every_weight_type_round_trips() {
         let plan = ModelPlan {
             metadata: model_metadata(&preset, ty),
             tensors: tensors(&preset, ty),
+            quantizer: Default::default(),
         };
         let file = generate(&plan, 3);
         let q = file.tensor("blk.0.attn_q.weight").unwrap();
