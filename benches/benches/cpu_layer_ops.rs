@@ -103,6 +103,7 @@ fn attention(c: &mut Criterion) {
                         0..n_kv,
                         HEAD_DIM,
                         scale,
+                        None,
                         &mut out[span],
                         &mut scratch,
                     );

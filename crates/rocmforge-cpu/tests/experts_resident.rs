@@ -30,6 +30,7 @@ fn experts_fault_in_only_when_routed_to() {
             n_expert: 256,
             n_expert_used: 2,
             n_ff_exp: 512,
+            n_ff_shared: None,
         }),
         n_ff: 512,
         ..*rocmforge_genmodel::find("tiny-mixtral").unwrap()
