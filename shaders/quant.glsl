@@ -46,6 +46,8 @@ uint q8_fifth_bits(uint h) {
 #include "quant/iq4_nl.glsl"
 #elif defined(WEIGHT_IQ4_XS)
 #include "quant/iq4_xs.glsl"
+#elif defined(WEIGHT_MXFP4)
+#include "quant/mxfp4.glsl"
 #else
 #error "no WEIGHT_<TYPE> defined"
 #endif

@@ -8,7 +8,7 @@ use rocmforge_core::quant::{quantize_to_vec, QuantError, QuantType};
 use rocmforge_cpu::kernels::quant_dot::quantize_activation;
 
 /// Every weight type the CPU matmul kernels accept, in ggml id order.
-pub const KERNEL_TYPES: [QuantType; 15] = [
+pub const KERNEL_TYPES: [QuantType; 16] = [
     QuantType::F32,
     QuantType::F16,
     QuantType::Q4_0,
@@ -24,6 +24,7 @@ pub const KERNEL_TYPES: [QuantType; 15] = [
     QuantType::IQ4NL,
     QuantType::IQ4XS,
     QuantType::BF16,
+    QuantType::MXFP4,
 ];
 
 /// Distinct rows quantized for a matrix; the rest repeat them. K-quant

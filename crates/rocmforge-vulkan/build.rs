@@ -37,6 +37,7 @@ const WEIGHT_TYPES: &[(&str, &str)] = &[
     ("q6_k", "WEIGHT_Q6_K"),
     ("iq4_nl", "WEIGHT_IQ4_NL"),
     ("iq4_xs", "WEIGHT_IQ4_XS"),
+    ("mxfp4", "WEIGHT_MXFP4"),
 ];
 
 /// `-D` defines of one variant.

@@ -19,8 +19,9 @@
 #include "q6_k.h"
 #include "iq4_nl.h"
 #include "iq4_xs.h"
+#include "mxfp4.h"
 
-// All fifteen weight types.
+// All sixteen weight types.
 #define RF_WEIGHT_TYPES(X)                                                                          \
     X(f32, quant::F32)                                                                              \
     X(f16, quant::F16)                                                                              \
@@ -36,7 +37,8 @@
     X(q5_k, quant::Q5_K)                                                                            \
     X(q6_k, quant::Q6_K)                                                                            \
     X(iq4_nl, quant::IQ4_NL)                                                                        \
-    X(iq4_xs, quant::IQ4_XS)
+    X(iq4_xs, quant::IQ4_XS)                                                                        \
+    X(mxfp4, quant::MXFP4)
 
 // The types with an integer form (block_q8): rocmforge_core::gpu::has_int_form.
 #define RF_INT_WEIGHT_TYPES(X)                                                                      \
@@ -45,4 +47,5 @@
     X(q5_0, quant::Q5_0)                                                                            \
     X(q5_1, quant::Q5_1)                                                                            \
     X(q8_0, quant::Q8_0)                                                                            \
-    X(iq4_nl, quant::IQ4_NL)
+    X(iq4_nl, quant::IQ4_NL)                                                                        \
+    X(mxfp4, quant::MXFP4)

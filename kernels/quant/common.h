@@ -9,8 +9,8 @@
 //   // the row at `row`.
 //   float8 dequant8(const uint8_t* row, uint32_t ib, uint32_t j);
 //
-// and the six 32-element types with an integer form (q4_0 q4_1 q5_0 q5_1
-// q8_0 iq4_nl) also
+// and the seven 32-element types with an integer form (q4_0 q4_1 q5_0 q5_1
+// q8_0 iq4_nl mxfp4) also
 //
 //   static constexpr bool Q8_MIN;           // quants 0..31 plus a block
 //                                           // minimum (Q4_1, Q5_1)
@@ -28,8 +28,9 @@
 // Types whose block size is a multiple of 4 (Q4_1 20, Q5_1 24, Q2_K 84,
 // Q4_K 144, Q5_K 176, IQ4_XS 136, and the 8-value units of F16 / BF16) are
 // read in 32-bit words, the others (Q4_0 18, Q5_0 22, Q8_0 34, Q3_K 110,
-// Q6_K 210, IQ4_NL 18) in 16-bit halves, as the shaders do; F32 units are
-// 16-byte aligned. Never a wider load than the block guarantees.
+// Q6_K 210, IQ4_NL 18) in 16-bit halves, and MXFP4 (17) in bytes, as the
+// shaders do; F32 units are 16-byte aligned. Never a wider load than the
+// block guarantees.
 #pragma once
 
 #ifndef RF_QUANT_HOST_TEST
@@ -108,25 +109,21 @@ DEV ScaleMin kquant_scale_min(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t s)
     return ScaleMin{(c & 0x0Fu) | ((a >> 6) << 4), (c >> 4) | ((b >> 6) << 4)};
 }
 
-// ---- IQ4 ---------------------------------------------------------------
+// ---- 16-level tables (IQ4_NL, MXFP4) ------------------------------------
 
-// ggml's kvalues_iq4nl {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
-// 38, 53, 69, 89, 113}, four signed bytes to a word (level q is byte q & 3
-// of word q >> 2): lookups are byte permutes or selects, never an indexed
-// array (which could land in scratch memory).
-#define IQ4NL_W0 0xBFAD9881u
-#define IQ4NL_W1 0xF6EADDCFu
-#define IQ4NL_W2 0x26190D01u
-#define IQ4NL_W3 0x71594535u
+// A table of 16 signed bytes is held as four words W0..W3, four levels to a
+// word (level q is byte q & 3 of word q >> 2): lookups are byte permutes or
+// selects, never an indexed array (which could land in scratch memory).
 
 // The levels of the four indices in bytes 0..3 of idx (each 0..15), as
 // four signed bytes in the same places. Plain form: four selects.
-DEV uint32_t iq4nl_lut4_portable(uint32_t idx) {
+template <uint32_t W0, uint32_t W1, uint32_t W2, uint32_t W3>
+DEV uint32_t lut4_portable(uint32_t idx) {
     uint32_t r = 0u;
 #pragma unroll
     for (uint32_t k = 0u; k < 32u; k += 8u) {
         uint32_t q = (idx >> k) & 0x0Fu;
-        uint32_t w = q < 8u ? (q < 4u ? IQ4NL_W0 : IQ4NL_W1) : (q < 12u ? IQ4NL_W2 : IQ4NL_W3);
+        uint32_t w = q < 8u ? (q < 4u ? W0 : W1) : (q < 12u ? W2 : W3);
         r |= ((w >> (8u * (q & 3u))) & 0xFFu) << k;
     }
     return r;
@@ -144,18 +141,18 @@ DEV uint32_t rf_perm_model(uint32_t src0, uint32_t src1, uint32_t sel) {
     }
     return r;
 }
-#define RF_IQ4_PERM(a, b, s) rf_perm_model(a, b, s)
+#define RF_LUT_PERM(a, b, s) rf_perm_model(a, b, s)
 #elif RF_AMDGPU
-#define RF_IQ4_PERM(a, b, s) __builtin_amdgcn_perm(a, b, s)
+#define RF_LUT_PERM(a, b, s) __builtin_amdgcn_perm(a, b, s)
 #endif
 
-DEV uint32_t iq4nl_lut4(uint32_t idx) {
-#if defined(RF_IQ4_PERM)
+template <uint32_t W0, uint32_t W1, uint32_t W2, uint32_t W3> DEV uint32_t lut4(uint32_t idx) {
+#if defined(RF_LUT_PERM)
     // Two byte permutes (levels 0..7 and 8..15) and a per-byte select on
     // bit 3 of each index.
     uint32_t sel = idx & 0x07070707u;
-    uint32_t lo = RF_IQ4_PERM(IQ4NL_W1, IQ4NL_W0, sel);
-    uint32_t hi = RF_IQ4_PERM(IQ4NL_W3, IQ4NL_W2, sel);
+    uint32_t lo = RF_LUT_PERM(W1, W0, sel);
+    uint32_t hi = RF_LUT_PERM(W3, W2, sel);
     uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
     return (hi & m) | (lo & ~m);
 #elif RF_NVPTX
@@ -164,14 +161,25 @@ DEV uint32_t iq4nl_lut4(uint32_t idx) {
     x |= x >> 4;
     uint32_t sel = (x & 0xFFu) | ((x >> 8) & 0xFF00u);
     uint32_t lo, hi;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(lo) : "r"(IQ4NL_W0), "r"(IQ4NL_W1), "r"(sel));
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hi) : "r"(IQ4NL_W2), "r"(IQ4NL_W3), "r"(sel));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(lo) : "r"(W0), "r"(W1), "r"(sel));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hi) : "r"(W2), "r"(W3), "r"(sel));
     uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
     return (hi & m) | (lo & ~m);
 #else
-    return iq4nl_lut4_portable(idx);
+    return lut4_portable<W0, W1, W2, W3>(idx);
 #endif
 }
+
+// ---- IQ4 ---------------------------------------------------------------
+
+// ggml's kvalues_iq4nl {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25,
+// 38, 53, 69, 89, 113}.
+#define IQ4NL_W0 0xBFAD9881u
+#define IQ4NL_W1 0xF6EADDCFu
+#define IQ4NL_W2 0x26190D01u
+#define IQ4NL_W3 0x71594535u
+
+DEV uint32_t iq4nl_lut4(uint32_t idx) { return lut4<IQ4NL_W0, IQ4NL_W1, IQ4NL_W2, IQ4NL_W3>(idx); }
 
 // The levels of the four nibbles of w at bits shift, shift + 8, shift + 16,
 // shift + 24 (shift 0 or 4), as floats.

@@ -17,7 +17,7 @@ pub struct GenModelArgs {
     #[arg(long, value_name = "NAME", value_parser = presets::parse_preset)]
     pub preset: &'static Preset,
     /// Storage type of the 2-D weights and embeddings (F32, F16, BF16, Q4_0,
-    /// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS). Norms, biases and
+    /// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4). Norms, biases and
     /// rope_freqs stay F32; rows that are not whole blocks fall back as
     /// llama-quantize does.
     #[arg(long = "type", value_name = "TYPE", value_parser = layout::parse_weight_type)]

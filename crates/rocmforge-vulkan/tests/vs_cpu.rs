@@ -1,7 +1,7 @@
 //! The Vulkan backend against the CPU reference, through whole models and
 //! plain `Session` use: tiny llama / qwen2 / qwen3 models generated in each
-//! weight type the shaders implement, plus the fixtures in
-//! `testdata/reference`.
+//! weight type the shaders implement, a tiny mixture-of-experts model, plus
+//! the fixtures in `testdata/reference`.
 //!
 //! Each model runs the same token stream on both backends with `n_batch`
 //! 16: a 23-token prompt (steps of 16, 4, 2 and 1 tokens, so the tiled
@@ -264,6 +264,17 @@ fn tiny_qwen2() {
 fn tiny_qwen3() {
     for ty in QWEN_TYPES {
         check(&generated("tiny-qwen3", ty));
+    }
+}
+
+/// Mixture-of-experts layers: the expert mat-vec (`matvec_id`) next to the
+/// dense kernels, in Q8_0 and in MXFP4, the format llama.cpp gives expert
+/// tensors (gpt-oss's). tiny-mixtral's rows of 256 take both without
+/// fallback.
+#[test]
+fn tiny_mixtral() {
+    for ty in [QuantType::Q8_0, QuantType::MXFP4] {
+        check(&generated("tiny-mixtral", ty));
     }
 }
 

@@ -46,12 +46,14 @@ pub fn int_route(lw: &Lowering, w: &DeviceWeight, n: usize, k: usize) -> bool {
 
 /// The kernel that rounds a matmul's activations the way the CPU reference
 /// (ggml) quantizes them for this weight type, if any: Q8_0 (and Q8_1,
-/// which rounds the same) for the 32-blocks, Q8_K for the K-quants and
+/// which rounds the same) for the 32-blocks (MXFP4 included), Q8_K for the K-quants and
 /// IQ4_XS, f16 / bf16 for those weights.
 pub(super) fn activation_kernel(ty: QuantType) -> Option<&'static str> {
     use QuantType as T;
     match ty {
-        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4NL => Some("quantize_q8_0"),
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4NL | T::MXFP4 => {
+            Some("quantize_q8_0")
+        }
         T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4XS => Some("quantize_q8_k"),
         T::F16 => Some("quantize_f16"),
         T::BF16 => Some("quantize_bf16"),

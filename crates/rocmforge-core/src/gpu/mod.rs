@@ -135,6 +135,7 @@ pub fn weight_suffix(ty: QuantType) -> Option<&'static str> {
         QuantType::Q6K => "q6_k",
         QuantType::IQ4NL => "iq4_nl",
         QuantType::IQ4XS => "iq4_xs",
+        QuantType::MXFP4 => "mxfp4",
         _ => return None,
     })
 }
@@ -150,6 +151,7 @@ pub fn has_int_form(ty: QuantType) -> bool {
             | QuantType::Q5_1
             | QuantType::Q8_0
             | QuantType::IQ4NL
+            | QuantType::MXFP4
     )
 }
 

@@ -12,11 +12,13 @@
 //! - `q2k_q3k`, `q4k_q5k`, `q6k_q8k`: the 256-element K-quant super-blocks,
 //!   with their shared scale searches in `kquant_search`.
 //! - `iq4`: the non-linear 4-bit formats IQ4_NL and IQ4_XS.
+//! - `mxfp4`: MXFP4, E2M1 floats under a power-of-two block scale.
 
 mod float;
 mod iq4;
 mod kquant_search;
 mod legacy;
+mod mxfp4;
 mod q2k_q3k;
 mod q4k_q5k;
 mod q6k_q8k;
@@ -26,6 +28,7 @@ mod types;
 mod tests;
 
 pub use iq4::IQ4NL_VALUES;
+pub use mxfp4::{e8m0_to_f32_half, MXFP4_VALUES};
 pub use q2k_q3k::unpack_q3k_scales;
 pub use q4k_q5k::unpack_k_scales_mins;
 pub use types::QuantType;
@@ -130,6 +133,7 @@ pub fn dequantize(ty: QuantType, src: &[u8], dst: &mut [f32]) -> Result<(), Quan
         T::Q8K => each_block_decode(ty, src, dst, q6k_q8k::decode_q8k),
         T::IQ4NL => each_block_decode(ty, src, dst, iq4::decode_iq4nl),
         T::IQ4XS => each_block_decode(ty, src, dst, iq4::decode_iq4xs),
+        T::MXFP4 => each_block_decode(ty, src, dst, mxfp4::decode_mxfp4),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())
@@ -161,6 +165,7 @@ pub fn quantize(ty: QuantType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantE
         T::Q8K => each_block_encode(ty, src, dst, q6k_q8k::encode_q8k),
         T::IQ4NL => each_block_encode(ty, src, dst, iq4::encode_iq4nl),
         T::IQ4XS => each_block_encode(ty, src, dst, iq4::encode_iq4xs),
+        T::MXFP4 => each_block_encode(ty, src, dst, mxfp4::encode_mxfp4),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())

@@ -151,6 +151,7 @@ impl QuantType {
                 | QuantType::Q6K
                 | QuantType::IQ4NL
                 | QuantType::IQ4XS
+                | QuantType::MXFP4
         )
     }
 

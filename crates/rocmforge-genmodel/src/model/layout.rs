@@ -100,6 +100,10 @@ pub fn file_type(ty: QuantType) -> u32 {
         T::IQ4NL => 25,
         T::IQ4XS => 30,
         T::BF16 => 32,
+        // MXFP4_MOE: llama-quantize's only MXFP4 file type. Its mix puts
+        // Q8_0 outside the expert tensors; a uniform file is what it
+        // writes with --pure, as every type here is.
+        T::MXFP4 => 38,
         // Not offered on the command line; "guessed" is what llama.cpp writes
         // when it cannot tell.
         _ => 1024,
@@ -307,6 +311,9 @@ mod tests {
         assert_eq!(compatible_type(T::Q8_0, 176), T::F16);
         assert_eq!(compatible_type(T::Q4K, 176), T::F16);
         assert_eq!(compatible_type(T::BF16, 176), T::BF16);
+        // A 32-element type with nothing smaller to fall to: F16.
+        assert_eq!(compatible_type(T::MXFP4, 2880), T::MXFP4);
+        assert_eq!(compatible_type(T::MXFP4, 176), T::F16);
     }
 
     #[test]

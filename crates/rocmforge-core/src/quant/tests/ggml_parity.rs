@@ -4,8 +4,11 @@
 //! (ggml-org/ggml d99724f, `gcc -O2`, x86-64 without FMA contraction) with a C
 //! copy of `data::weights` and hashing the bytes of `quantize_row_*_ref` for
 //! the legacy and K types, and of `quantize_iq4_nl` / `quantize_iq4_xs` with no
-//! importance matrix (what `llama-quantize` calls) for the IQ4 types. They are
-//! not derived from this crate's output.
+//! importance matrix (what `llama-quantize` calls) for the IQ4 types. MXFP4's
+//! came the same way from the ggml vendored in llama-cpp-python 0.3.36
+//! (ggml 0.25.3, `quantize_row_mxfp4_ref`, gcc 12 `-O2`, glibc's `log2f`),
+//! whose input hash matched [`INPUT_HASH`]. They are not derived from this
+//! crate's output.
 
 use super::data::{fnv1a, weights};
 use crate::quant::{quantize_to_vec, QuantType};
@@ -28,6 +31,7 @@ const GGML_HASHES: &[(QuantType, u64)] = &[
     (QuantType::Q8K, 0x82d7ab356a6dfcd1),
     (QuantType::IQ4NL, 0x2fc4153bcb3e4bed),
     (QuantType::IQ4XS, 0xdb4dcd61e850a5fd),
+    (QuantType::MXFP4, 0x2d554692320483ff),
 ];
 
 #[test]

@@ -238,3 +238,35 @@ fn iq4_nl_and_iq4_xs() {
     assert_eq!((v[97], v[113]), (-127.0 * 15.0, -127.0 * 15.0));
     assert_eq!(v[255], 113.0 * -32.0);
 }
+
+#[test]
+fn mxfp4() {
+    // e | qs[16]; value = 2^(e - 128) * doubled E2M1 level.
+    let mut b = block(QuantType::MXFP4);
+    b[0] = 130; // half scale 4
+    b[1] = 0x9F; // element 0: nibble 15 (-12), element 16: nibble 9 (-1)
+    b[8] = 0x07; // element 7: nibble 7 (12), element 23: nibble 0
+    b[16] = 0x85; // element 15: nibble 5 (6), element 31: nibble 8 (-0)
+    let v = decode(QuantType::MXFP4, &b);
+    assert_eq!((v[0], v[16], v[7], v[23]), (-48.0, -4.0, 48.0, 0.0));
+    assert_eq!((v[15], v[31], v[1]), (24.0, 0.0, 0.0));
+
+    // Exponents 0 and 1 are subnormal half scales.
+    let mut b = block(QuantType::MXFP4);
+    b[0] = 1;
+    b[1] = 0x07;
+    assert_eq!(decode(QuantType::MXFP4, &b)[0], 12.0 * 2f32.powi(-127));
+
+    // max |x| = 6 gives e = floor(log2 6) - 2 + 127 = 127 (half scale
+    // 0.5, so x = 0.5 * doubled level): 6 is level 12 (nibble 7); 5 is
+    // halfway between 8 and 12 and takes 8 (nibble 6, listed first); -0.25
+    // is halfway between 0 and -1 and takes 0.
+    let mut x = [0.0f32; 32];
+    x[0] = 6.0;
+    x[1] = 5.0;
+    x[16] = -0.25;
+    x[17] = -3.0;
+    let q = quantize_to_vec(QuantType::MXFP4, &x).unwrap();
+    assert_eq!(q[0], 127);
+    assert_eq!((q[1], q[2]), (0x07, 0xD6)); // -3 = -6 * 0.5: nibble 13
+}

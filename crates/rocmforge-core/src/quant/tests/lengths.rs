@@ -63,7 +63,6 @@ fn types_without_codec_are_unsupported() {
         QuantType::I8,
         QuantType::F64,
         QuantType::TQ2_0,
-        QuantType::MXFP4,
     ] {
         let n = ty.block_size();
         let src = vec![0u8; ty.type_size()];

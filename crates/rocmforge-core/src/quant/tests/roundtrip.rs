@@ -3,6 +3,9 @@
 //! Bounds are for standard normal data. Uniform rounding noise is
 //! `step / sqrt(12)`; with a 32-element block's max |x| ≈ 2.2σ that gives
 //! ≈ 0.5% for Q8_0 (`step = 2.2 / 127`) and ≈ 8% for Q4_0 (`step = 2.2 / 8`).
+//! MXFP4 is coarser (≈ 11%): its scale is a power of two, so a block's max
+//! lands anywhere in [4, 8) of an E2M1 grid that ends at 6, and the grid's
+//! steps widen away from zero.
 //! Each bound sits a little above what ggml's own reference quantizers reach
 //! (ours are bit-identical, see `ggml_parity`), so a regression in either the
 //! scale search or the decoder trips it.
@@ -10,7 +13,7 @@
 use super::data::{gaussian, rel_rms, weights};
 use crate::quant::{dequantize, quantize_to_vec, QuantType};
 
-const TYPES_WITH_CODEC: [QuantType; 17] = [
+const TYPES_WITH_CODEC: [QuantType; 18] = [
     QuantType::F32,
     QuantType::F16,
     QuantType::BF16,
@@ -28,6 +31,7 @@ const TYPES_WITH_CODEC: [QuantType; 17] = [
     QuantType::Q8K,
     QuantType::IQ4NL,
     QuantType::IQ4XS,
+    QuantType::MXFP4,
 ];
 
 fn round_trip(ty: QuantType, x: &[f32]) -> Vec<f32> {
@@ -39,7 +43,7 @@ fn round_trip(ty: QuantType, x: &[f32]) -> Vec<f32> {
 
 #[test]
 fn relative_rms_error_bounds() {
-    let bounds: [(QuantType, f64); 17] = [
+    let bounds: [(QuantType, f64); 18] = [
         (QuantType::F32, 0.0),
         (QuantType::F16, 0.0003),
         (QuantType::BF16, 0.002),
@@ -57,6 +61,7 @@ fn relative_rms_error_bounds() {
         (QuantType::Q8K, 0.009),
         (QuantType::IQ4NL, 0.085),
         (QuantType::IQ4XS, 0.085),
+        (QuantType::MXFP4, 0.12),
     ];
     let x = gaussian(7, 256 * 16);
     for (ty, bound) in bounds {

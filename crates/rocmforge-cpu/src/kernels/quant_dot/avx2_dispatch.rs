@@ -8,7 +8,7 @@ use std::ops::Range;
 use rocmforge_core::quant::QuantType;
 
 use super::avx2_kquant::{q45_k, q6_k};
-use super::avx2_legacy::{offset_q8_1, with_q8_0, IQ4_NL, Q4_0, Q5_0, Q8_0};
+use super::avx2_legacy::{offset_q8_1, with_q8_0, IQ4_NL, MXFP4, Q4_0, Q5_0, Q8_0};
 use super::avx2_low_kquant::{iq4_xs, q23_k};
 use super::float_dot::avx2::{dot_rows, Elem};
 use super::tile::{OutRows, TokenGroup};
@@ -55,6 +55,12 @@ row_kernel!(KQ8_0, |nb, w, a| with_q8_0::<Q8_0, T>(
     a.map(|r| r.1)
 ));
 row_kernel!(KIQ4NL, |nb, w, a| with_q8_0::<IQ4_NL, T>(
+    nb,
+    w,
+    a.map(|r| r.0),
+    a.map(|r| r.1)
+));
+row_kernel!(KMXFP4, |nb, w, a| with_q8_0::<MXFP4, T>(
     nb,
     w,
     a.map(|r| r.0),
@@ -197,6 +203,7 @@ pub(super) unsafe fn rows_times_group(
         Q::Q5_0 => by_count::<KQ5_0>,
         Q::Q8_0 => by_count::<KQ8_0>,
         Q::IQ4NL => by_count::<KIQ4NL>,
+        Q::MXFP4 => by_count::<KMXFP4>,
         Q::Q4_1 => by_count::<KQ4_1>,
         Q::Q5_1 => by_count::<KQ5_1>,
         Q::Q2K => by_count::<KQ2K>,

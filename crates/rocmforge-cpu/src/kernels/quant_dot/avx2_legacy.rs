@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use rocmforge_core::quant::IQ4NL_VALUES;
+use rocmforge_core::quant::{e8m0_to_f32_half, IQ4NL_VALUES, MXFP4_VALUES};
 
 use super::avx2_common::*;
 
@@ -15,10 +15,12 @@ pub(super) const Q4_0: u8 = 0;
 pub(super) const Q5_0: u8 = 1;
 pub(super) const Q8_0: u8 = 2;
 pub(super) const IQ4_NL: u8 = 3;
+pub(super) const MXFP4: u8 = 4;
 
 pub(super) const fn block_bytes(kind: u8) -> usize {
     match kind {
         Q4_0 | IQ4_NL => 18,
+        MXFP4 => 17,
         Q5_0 => 22,
         _ => 34,
     }
@@ -27,7 +29,7 @@ pub(super) const fn block_bytes(kind: u8) -> usize {
 /// Q4_0 multiplies its unsigned nibbles and subtracts `8 * Σy` per block
 /// afterwards, cheaper than the sign trick. The others use the sign trick and
 /// ggml's accumulation order exactly (one FMA chain for Q8_0 and Q5_0, two
-/// interleaved for IQ4_NL), so their results are bit-identical to ggml's AVX2
+/// interleaved for IQ4_NL and MXFP4), so their results are bit-identical to ggml's AVX2
 /// `vec_dot` (and llamafile's tinyBLAS, which sums the same way) on the
 /// reference fixtures. llama.cpp repacks Q4_0 on AVX2 machines, so no order
 /// would reproduce it there anyway.
@@ -36,7 +38,7 @@ const fn unsigned(kind: u8) -> bool {
 }
 
 const fn two_chains(kind: u8) -> bool {
-    kind == Q4_0 || kind == IQ4_NL
+    kind == Q4_0 || kind == IQ4_NL || kind == MXFP4
 }
 
 /// Per-block facts about a Q8_0 activation row that every weight row needs:
@@ -116,14 +118,22 @@ pub(super) unsafe fn q8_0_side(nb: usize, a: &[u8], side: &mut [f32]) {
 }
 
 /// The scale and 32 quants of the weight block at `p`: unsigned (offset not
-/// yet subtracted) for Q4_0, signed for the others.
+/// yet subtracted) for Q4_0, signed for the others (MXFP4: the doubled E2M1
+/// levels and half the E8M0 scale, as ggml pairs them).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn weight_block<const KIND: u8>(p: *const u8) -> (f32, __m256i) {
     // SAFETY: the caller guarantees a whole `KIND` block at `p` (the
-    // module's contract) and `IQ4NL_VALUES` is 16 bytes; AVX2/FMA/F16C are
-    // enabled on this fn.
+    // module's contract) and `IQ4NL_VALUES` and `MXFP4_VALUES` are 16 bytes;
+    // AVX2/FMA/F16C are enabled on this fn.
     unsafe {
+        if KIND == MXFP4 {
+            let table = _mm256_broadcastsi128_si256(load128(MXFP4_VALUES.as_ptr() as *const u8));
+            return (
+                e8m0_to_f32_half(*p),
+                _mm256_shuffle_epi8(table, nibbles(p.add(1))),
+            );
+        }
         let d = f16_at(p);
         let q = match KIND {
             Q4_0 => nibbles(p.add(2)),

@@ -1,5 +1,6 @@
 //! Prefill's matrix × matrix kernel for the formats dotted with Q8_0
-//! activations (Q4_0, Q5_0, Q8_0, IQ4_NL): eight weight rows at a time.
+//! activations (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4): eight weight rows at a
+//! time.
 //!
 //! The row kernels reduce every (row, token) pair on its own: per 32-element
 //! block they spend a `madd`, a conversion and a scale multiply-add on 32
@@ -7,15 +8,15 @@
 //! weight rows are first copied into a *packed panel* in which lane `i` of a
 //! vector holds four consecutive quants of row `i`; one broadcast of four
 //! activation quants then feeds all eight rows, and one vector FMA applies
-//! eight rows' block scales at once. Where the quants are small (Q4_0, Q5_0)
+//! eight rows' block scales at once. Where the quants are small (Q4_0, Q5_0, MXFP4)
 //! all 32 products of a block add up in i16 before a single `madd`. A panel is packed once per call and reused by
 //! every token, so the copy costs little once a few tokens share it; decode
 //! keeps the row kernels, which read the weights in place.
 //!
 //! Q4_0's quants stay unsigned (0..15) and its `-8` offset is applied per
 //! block from the activation sums of [`super::avx2_legacy::q8_0_side`], so
-//! its i16 sums stay below 16 · 15 · 127 < 32768; Q5_0 (|q| ≤ 16) uses the
-//! sign trick and stays below 16 · 16 · 127. The integer block sums are
+//! its i16 sums stay below 16 · 15 · 127 < 32768; Q5_0 (|q| ≤ 16) and MXFP4
+//! (|q| ≤ 12) use the sign trick and stay below 16 · 16 · 127. The integer block sums are
 //! exact, but summing blocks per row rather than per 4-element lane changes
 //! the float rounding from ggml's `vec_dot` by an ulp or so of partial sums
 //! (the reference tests bound the effect on logits).
@@ -29,7 +30,9 @@ use std::ops::Range;
 use super::avx2_panel_kquant::store_lanes;
 use super::tile::OutRows;
 
-use super::avx2_legacy::{block_bytes, weight_block, IQ4_NL, Q4_0, Q5_0, Q8_0, SIDE_PER_BLOCK};
+use super::avx2_legacy::{
+    block_bytes, weight_block, IQ4_NL, MXFP4, Q4_0, Q5_0, Q8_0, SIDE_PER_BLOCK,
+};
 
 /// Weight rows in one panel: one per 32-bit lane of a vector.
 pub(super) const PANEL_ROWS: usize = 8;
@@ -44,7 +47,7 @@ const Q8_0_BLOCK: usize = 34;
 /// Whether `kind`'s 32 products per lane can add up in i16 (see the module
 /// comment).
 const fn small_quants(kind: u8) -> bool {
-    kind == Q4_0 || kind == Q5_0
+    kind == Q4_0 || kind == Q5_0 || kind == MXFP4
 }
 
 thread_local! {
@@ -61,6 +64,7 @@ pub(super) fn kind_of(ty: rocmforge_core::quant::QuantType) -> Option<u8> {
         Q::Q5_0 => Some(Q5_0),
         Q::Q8_0 => Some(Q8_0),
         Q::IQ4NL => Some(IQ4_NL),
+        Q::MXFP4 => Some(MXFP4),
         _ => None,
     }
 }
@@ -86,6 +90,7 @@ pub(super) unsafe fn run(
         Q4_0 => rows_times_tokens::<Q4_0>,
         Q5_0 => rows_times_tokens::<Q5_0>,
         IQ4_NL => rows_times_tokens::<IQ4_NL>,
+        MXFP4 => rows_times_tokens::<MXFP4>,
         _ => rows_times_tokens::<Q8_0>,
     };
     // SAFETY: this fn's contract is `rows_times_tokens`'s.

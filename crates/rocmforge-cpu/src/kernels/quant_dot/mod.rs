@@ -64,7 +64,7 @@ pub(crate) use super::isa::{detected_isa, Isa};
 pub fn activation_type(weight: QuantType) -> QuantType {
     use QuantType as T;
     match weight {
-        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4NL => T::Q8_0,
+        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4NL | T::MXFP4 => T::Q8_0,
         T::Q4_1 | T::Q5_1 => T::Q8_1,
         T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4XS => T::Q8K,
         T::F16 => T::F16,

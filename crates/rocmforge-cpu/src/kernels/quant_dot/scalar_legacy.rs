@@ -3,7 +3,7 @@
 //! Each block's quants are widened to `i8` first so the integer dot is one
 //! simple loop the compiler can vectorise with whatever the target has.
 
-use rocmforge_core::quant::IQ4NL_VALUES;
+use rocmforge_core::quant::{e8m0_to_f32_half, IQ4NL_VALUES, MXFP4_VALUES};
 
 #[inline(always)]
 pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
@@ -96,13 +96,30 @@ pub(super) fn q8_0(nb: usize, w: &[u8], a: &[u8]) -> f32 {
     })
 }
 
+/// The 32 levels of a 16-byte nibble payload looked up in `table`.
+#[inline(always)]
+fn levels(qs: &[u8], table: &[i8; 16]) -> [i8; 32] {
+    let mut q = [0i8; 32];
+    for j in 0..16 {
+        q[j] = table[(qs[j] & 0x0F) as usize];
+        q[j + 16] = table[(qs[j] >> 4) as usize];
+    }
+    q
+}
+
 pub(super) fn iq4_nl(nb: usize, w: &[u8], a: &[u8]) -> f32 {
     over_blocks(nb, w, 18, a, 34, |bw, ba| {
-        let mut q = [0i8; 32];
-        for j in 0..16 {
-            q[j] = IQ4NL_VALUES[(bw[2 + j] & 0x0F) as usize];
-            q[j + 16] = IQ4NL_VALUES[(bw[2 + j] >> 4) as usize];
-        }
+        let q = levels(&bw[2..18], &IQ4NL_VALUES);
         f16_at(bw, 0) * f16_at(ba, 0) * dot32(&q, &ba[2..]) as f32
+    })
+}
+
+/// The levels are ggml's doubled E2M1 values and the scale half the E8M0
+/// one, so the integer sum is exact and one multiply rescales it; the
+/// scales multiply activation-first, as ggml's `ggml_vec_dot_mxfp4_q8_0`.
+pub(super) fn mxfp4(nb: usize, w: &[u8], a: &[u8]) -> f32 {
+    over_blocks(nb, w, 17, a, 34, |bw, ba| {
+        let q = levels(&bw[1..17], &MXFP4_VALUES);
+        f16_at(ba, 0) * e8m0_to_f32_half(bw[0]) * dot32(&q, &ba[2..]) as f32
     })
 }

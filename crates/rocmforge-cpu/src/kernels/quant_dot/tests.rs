@@ -5,7 +5,7 @@ use rocmforge_core::quant::{dequantize, quantize_to_vec, QuantType};
 
 use super::*;
 
-const WEIGHT_TYPES: [QuantType; 15] = [
+const WEIGHT_TYPES: [QuantType; 16] = [
     QuantType::F32,
     QuantType::F16,
     QuantType::BF16,
@@ -21,6 +21,7 @@ const WEIGHT_TYPES: [QuantType; 15] = [
     QuantType::Q5K,
     QuantType::Q6K,
     QuantType::IQ4XS,
+    QuantType::MXFP4,
 ];
 
 /// splitmix64 → roughly normal f32 (sum of four uniforms), with some larger
@@ -215,6 +216,7 @@ fn activation_types_follow_ggml() {
     use QuantType as Q;
     assert_eq!(activation_type(Q::Q4_0), Q::Q8_0);
     assert_eq!(activation_type(Q::IQ4NL), Q::Q8_0);
+    assert_eq!(activation_type(Q::MXFP4), Q::Q8_0);
     assert_eq!(activation_type(Q::Q5_1), Q::Q8_1);
     assert_eq!(activation_type(Q::Q6K), Q::Q8K);
     assert_eq!(activation_type(Q::IQ4XS), Q::Q8K);
@@ -273,7 +275,10 @@ fn types_without_kernel_panic() {
 /// quantizers; and FNV-1a hashes of those activation rows. Produced by a C
 /// harness, not by this crate. Q4_0 is absent on purpose: its kernel trades
 /// ggml's summation order for speed (llama.cpp repacks Q4_0 on AVX2 anyway).
-const GGML_VEC_DOT_BITS: [(QuantType, u32); 11] = [
+/// MXFP4's came from the same harness built against the ggml vendored in
+/// llama-cpp-python 0.3.36 (ggml 0.25.3), which reproduced the IQ4_NL bits
+/// and the Q8_0 activation hash below before giving MXFP4's.
+const GGML_VEC_DOT_BITS: [(QuantType, u32); 12] = [
     (QuantType::Q4_1, 0x421054c0),
     (QuantType::Q5_0, 0x4226da94),
     (QuantType::Q5_1, 0x4200539e),
@@ -285,6 +290,7 @@ const GGML_VEC_DOT_BITS: [(QuantType, u32); 11] = [
     (QuantType::Q5K, 0x4208bacf),
     (QuantType::Q6K, 0x42130f50),
     (QuantType::IQ4XS, 0x420bbe1f),
+    (QuantType::MXFP4, 0x425a2447),
 ];
 
 const GGML_ACTIVATION_HASHES: [(QuantType, u64); 3] = [

@@ -41,6 +41,7 @@ pub(super) fn has_kernel(ty: QuantType) -> bool {
             | Q::Q5_1
             | Q::Q8_0
             | Q::IQ4NL
+            | Q::MXFP4
             | Q::Q2K
             | Q::Q3K
             | Q::Q4K
@@ -359,6 +360,7 @@ fn scalar_dot(ty: QuantType, k: usize, nb: usize, w: &[u8], a: &[u8]) -> f32 {
         Q::Q5_1 => scalar_legacy::q5_1(nb, w, a),
         Q::Q8_0 => scalar_legacy::q8_0(nb, w, a),
         Q::IQ4NL => scalar_legacy::iq4_nl(nb, w, a),
+        Q::MXFP4 => scalar_legacy::mxfp4(nb, w, a),
         Q::Q2K => scalar_kquant::q2_k(nb, w, a),
         Q::Q3K => scalar_kquant::q3_k(nb, w, a),
         Q::Q4K => scalar_kquant::q4_k(nb, w, a),

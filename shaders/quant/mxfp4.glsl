@@ -1,0 +1,72 @@
+// MXFP4: 17-byte blocks of 32: e: E8M0 exponent, qs[16] in Q4_0's nibble
+// order (byte i: element i low, i + 16 high); value = 2^(e - 128) *
+// kvalues_mxfp4[q], ggml's E2M1 levels doubled to integers
+// {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12} under half
+// the E8M0 scale. 17 bytes keeps blocks byte-aligned only: read bytes.
+//
+// The scale is built from its bits as ggml's GGML_E8M0_TO_FP32_HALF does.
+// Exponents 0 and 1 give the subnormals 2^-128 and 2^-127, which a device
+// that flushes f32 denormals reads as 0 (blocks whose values are all below
+// 2^-124; no real weights).
+#define QUANT_K 32
+#define QUANT_BLOCK_BYTES 17
+
+// The levels, four signed bytes to a word (level q in byte q & 3 of word
+// q >> 2): a vector select and a bit-field extract per lookup, as
+// iq4_common.glsl does for IQ4_NL's levels.
+const uvec4 MXFP4_PACKED = uvec4(0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
+
+float mxfp4_scale(uint e) {
+    return uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));
+}
+
+float mxfp4_level(uint q) {
+    return float(bitfieldExtract(int(MXFP4_PACKED[q >> 2]), int(8u * (q & 3u)), 8));
+}
+
+// Bytes i..i+3 of the block at `b` as one little-endian word.
+uint mxfp4_word(U8s b, uint i) {
+    return uint(b.v[i]) | (uint(b.v[i + 1u]) << 8) | (uint(b.v[i + 2u]) << 16)
+        | (uint(b.v[i + 3u]) << 24);
+}
+
+// The four levels whose indices are the nibbles of `w` at bits shift,
+// shift + 8, shift + 16, shift + 24 (shift 0 or 4).
+vec4 mxfp4_levels4(uint w, uint shift) {
+    uvec4 q = (uvec4(w, w >> 8, w >> 16, w >> 24) >> shift) & 0x0Fu;
+    return vec4(mxfp4_level(q.x), mxfp4_level(q.y), mxfp4_level(q.z), mxfp4_level(q.w));
+}
+
+void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
+    U8s b = U8s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
+    float d = mxfp4_scale(uint(b.v[0]));
+    // Elements 8j..8j+7: qs bytes 8(j & 1)..+8 (block bytes 1 + 8(j & 1)..),
+    // low nibbles for j < 2.
+    uint k = 1u + 8u * (j & 1u);
+    uint shift = 4u * (j >> 1);
+    lo = mxfp4_levels4(mxfp4_word(b, k), shift) * d;
+    hi = mxfp4_levels4(mxfp4_word(b, k + 4u), shift) * d;
+}
+
+// Integer form for the decode mat-vec over Q8_0 activations (matvec_int.comp):
+// the 32 doubled levels as signed bytes, word i = elements 4i..4i+3; the
+// half scale in dm.x, so (dm.x * d_x) * sum(q_w * q_x) is ggml's per-block
+// product.
+#define QUANT_Q8_BLOCK 1
+uint mxfp4_bytes4(uint w) {
+    uint r = 0u;
+    for (uint k = 0u; k < 4u; k++) {
+        uint q = (w >> (8u * k)) & 0x0Fu;
+        r |= ((MXFP4_PACKED[q >> 2] >> (8u * (q & 3u))) & 0xFFu) << (8u * k);
+    }
+    return r;
+}
+void block_q8(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
+    U8s b = U8s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
+    dm = vec2(mxfp4_scale(uint(b.v[0])), 0.0);
+    for (uint i = 0u; i < 4u; i++) {
+        uint w = mxfp4_word(b, 1u + 4u * i);
+        q[i] = mxfp4_bytes4(w & 0x0F0F0F0Fu);
+        q[i + 4u] = mxfp4_bytes4((w >> 4) & 0x0F0F0F0Fu);
+    }
+}
