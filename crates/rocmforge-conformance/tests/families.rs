@@ -23,6 +23,8 @@ const FAMILIES: &[(&str, QuantType)] = &[
     ("tiny-phi3", QuantType::Q8_0),
     ("tiny-gemma3", QuantType::Q8_0),
     ("tiny-gpt-oss", QuantType::Q8_0),
+    // As gpt-oss files are: MXFP4 experts, Q8_0 elsewhere.
+    ("tiny-gpt-oss", QuantType::MXFP4),
     ("tiny-qwen2moe", QuantType::Q8_0),
 ];
 
@@ -110,7 +112,7 @@ fn prompts_tokenize_as_llama_cpp() {
         let r = load(preset, ty);
         let tok = Tokenizer::from_gguf(&r.model.file).unwrap();
         let ours = tok.encode(PROMPT, tok.add_bos_default(), false);
-        assert_eq!(ours, r.tokens, "{preset}: prompt tokens");
+        assert_eq!(ours, r.tokens, "{preset} {ty}: prompt tokens");
     }
 }
 
@@ -126,7 +128,7 @@ fn prompt_logits_match_llama_cpp() {
             assert_eq!(
                 ours.len(),
                 r.logits.len(),
-                "{backend} {preset}: logits size"
+                "{backend} {preset} {ty}: logits size"
             );
             let errors: Vec<(f32, f32)> = ours
                 .chunks(n_vocab)
@@ -138,10 +140,10 @@ fn prompt_logits_match_llama_cpp() {
                 .fold((0f32, 0f32), |w, e| (w.0.max(e.0), w.1.max(e.1)));
             assert!(
                 worst.0 <= VS_LLAMA_CPP.max && worst.1 <= VS_LLAMA_CPP.mean,
-                "{backend} {preset} vs llama.cpp, per position (max, mean) σ: {errors:.4?}"
+                "{backend} {preset} {ty} vs llama.cpp, per position (max, mean) σ: {errors:.4?}"
             );
             eprintln!(
-                "{backend} {preset} vs llama.cpp: worst max {:.4}σ mean {:.4}σ",
+                "{backend} {preset} {ty} vs llama.cpp: worst max {:.4}σ mean {:.4}σ",
                 worst.0, worst.1
             );
         }
@@ -164,21 +166,21 @@ fn greedy_tokens_match_llama_cpp() {
                     assert_eq!(
                         argmax(&logits),
                         token,
-                        "{backend} {preset}: greedy token {i} (reference margin {margin})"
+                        "{backend} {preset} {ty}: greedy token {i} (reference margin {margin})"
                     );
                     compared += 1;
                 }
                 logits = s.eval(&[token]).unwrap().to_vec();
             }
             eprintln!(
-                "{backend} {preset}: {compared}/{} greedy tokens with a clear margin agree",
+                "{backend} {preset} {ty}: {compared}/{} greedy tokens with a clear margin agree",
                 r.greedy.len()
             );
             // Random weights give near ties: tiny-mixtral's reference has
             // 11 clear margins in 24; a third still makes the test bite.
             assert!(
                 compared >= r.greedy.len() / 3,
-                "{backend} {preset}: only {compared} tokens had a clear margin"
+                "{backend} {preset} {ty}: only {compared} tokens had a clear margin"
             );
         }
     }
@@ -195,7 +197,7 @@ fn families_match_the_cpu_backend() {
         let _device = device_lock();
         for &(preset, ty) in FAMILIES {
             let model = generated_model(preset, ty);
-            compare_with_cpu(&model, backend, preset, VS_CPU);
+            compare_with_cpu(&model, backend, &format!("{preset} {ty}"), VS_CPU);
         }
     }
 }

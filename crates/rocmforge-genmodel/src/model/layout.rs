@@ -131,16 +131,24 @@ pub fn parse_weight_type(name: &str) -> Result<QuantType, String> {
 /// `requested` where their rows allow it. 1-D tensors stay F32, as llama.cpp
 /// never quantizes them.
 pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
-    let matrix = |name: String, n_in: u64, n_out: u64| {
-        let ty = compatible_type(requested, n_in);
+    // MXFP4 with experts is llama-quantize's MXFP4_MOE: the expert stacks
+    // MXFP4, every other matrix Q8_0 (gpt-oss files are made so). Without
+    // experts every matrix is MXFP4, as `--pure` would make it.
+    let dense_type = match (requested, &p.moe) {
+        (QuantType::MXFP4, Some(_)) => QuantType::Q8_0,
+        _ => requested,
+    };
+    let typed = |ty_wanted: QuantType, name: String, n_in: u64, n_out: u64| {
+        let ty = compatible_type(ty_wanted, n_in);
         TensorSpec {
             name,
             shape: vec![n_in, n_out],
             ty,
             fill: Fill::Matrix,
-            fallback_from: (ty != requested).then_some(requested),
+            fallback_from: (ty != ty_wanted).then_some(ty_wanted),
         }
     };
+    let matrix = |name: String, n_in: u64, n_out: u64| typed(dense_type, name, n_in, n_out);
     let vector = |name: String, len: u64, fill: Fill| TensorSpec {
         name,
         shape: vec![len],
@@ -225,7 +233,7 @@ pub fn tensors(p: &Preset, requested: QuantType) -> Vec<TensorSpec> {
                     fallback_from: None,
                 });
                 let experts = |name: String, n_in: u64, n_out: u64| {
-                    let mut t = matrix(name, n_in, n_out);
+                    let mut t = typed(requested, name, n_in, n_out);
                     t.shape.push(moe.n_expert);
                     t
                 };
@@ -340,6 +348,23 @@ mod tests {
             (bias.ty, bias.shape.as_slice()),
             (QuantType::F32, &[896u64][..])
         );
+    }
+
+    /// MXFP4 in a model with experts is llama-quantize's MXFP4_MOE.
+    #[test]
+    fn mxfp4_with_experts_is_mxfp4_moe() {
+        let specs = tensors(find("tiny-gpt-oss").unwrap(), QuantType::MXFP4);
+        let ty = |name: &str| specs.iter().find(|t| t.name == name).unwrap().ty;
+        assert_eq!(ty("blk.0.ffn_up_exps.weight"), QuantType::MXFP4);
+        assert_eq!(ty("blk.0.ffn_down_exps.weight"), QuantType::MXFP4);
+        assert_eq!(ty("blk.0.attn_q.weight"), QuantType::Q8_0);
+        assert_eq!(ty("output.weight"), QuantType::Q8_0);
+        assert_eq!(ty("blk.0.ffn_gate_inp.weight"), QuantType::F32);
+        let dense = tensors(find("tiny-llama").unwrap(), QuantType::MXFP4);
+        assert!(dense
+            .iter()
+            .filter(|t| t.shape.len() == 2)
+            .all(|t| t.ty == QuantType::MXFP4));
     }
 
     #[test]
