@@ -279,9 +279,9 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
                 // register live around the whole chunk loop.
                 r[j] = (uint4){0u, 0u, 0u, 0u};
                 if (row < cnt) {
-                    r[j] = kc[(uint64_t)(base + row) * row_quads + head_quad + col];
+                    r[j] = kc[(uint64_t)((base + row) % p.ring) * row_quads + head_quad + col];
                 } else if (row < 2u * cnt) {
-                    r[j] = vc[(uint64_t)(base + row - cnt) * row_quads + head_quad + col];
+                    r[j] = vc[(uint64_t)((base + row - cnt) % p.ring) * row_quads + head_quad + col];
                 }
                 row += row_step;
                 col += col_step;
@@ -330,16 +330,18 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
             bool active = tid < cnt;
             float s = -__builtin_inff();
             if (active) {
-                const uint32_t* kw = kc + (uint64_t)(base + tid) * row_words + head_word;
+                const uint32_t* kw = kc + (uint64_t)((base + tid) % p.ring) * row_words + head_word;
                 s = (vec16 ? dot_ggml<true>(kw, sh.qs, hd) : dot_ggml<false>(kw, sh.qs, hd)) *
                     p.scale;
             }
             // The factors are rewritten only after the next chunk's first
             // barrier, which every thread reaches after this walk.
             m = softmax_factors(s, active, m, sh);
-            const uint16_t* vrow = vc + (uint64_t)base * p.kv_dim + kvh * hd;
-            walk_chunk<WG, DIMS, STAGE>(acc, l, cnt, sh, hd, body,
-                                        [&](uint32_t j) { return vrow + (uint64_t)j * p.kv_dim; });
+            // Rows wrap at the ring's end (a sliding-window layer).
+            const uint16_t* vhead = vc + kvh * hd;
+            walk_chunk<WG, DIMS, STAGE>(acc, l, cnt, sh, hd, body, [&](uint32_t j) {
+                return vhead + (uint64_t)((base + j) % p.ring) * p.kv_dim;
+            });
         }
     }
 

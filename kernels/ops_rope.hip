@@ -95,7 +95,7 @@ DEV void rope_kv_run(const RopeKvPush& p, uint32_t idx) {
         uint32_t head = (idx % kv_pairs) / half_rot;
         float* at = dev_ptr<float>(p.k) + ((uint64_t)r * p.n_heads_kv + head) * p.head_dim;
         Rotated o = rope_rotate(p, at, r, idx % half_rot);
-        uint64_t row = (uint64_t)(pos0 + r) * kv_dim + head * p.head_dim;
+        uint64_t row = (uint64_t)((pos0 + r) % p.ring) * kv_dim + head * p.head_dim;
         kc[row + o.a] = f32_to_f16_bits(o.xa);
         kc[row + o.b] = f32_to_f16_bits(o.xb);
         return;
@@ -109,7 +109,7 @@ DEV void rope_kv_run(const RopeKvPush& p, uint32_t idx) {
         uint32_t head = (idx % kv_plain) / plain;
         uint32_t d = head * p.head_dim + p.n_rot + idx % plain;
         float v = dev_ptr<const float>(p.k)[(uint64_t)r * kv_dim + d];
-        kc[(uint64_t)(pos0 + r) * kv_dim + d] = f32_to_f16_bits(v);
+        kc[(uint64_t)((pos0 + r) % p.ring) * kv_dim + d] = f32_to_f16_bits(v);
         return;
     }
     idx -= p.rows * kv_plain;
@@ -118,7 +118,7 @@ DEV void rope_kv_run(const RopeKvPush& p, uint32_t idx) {
         uint32_t r = idx / kv_dim;
         uint32_t d = idx % kv_dim;
         float v = dev_ptr<const float>(p.v)[idx];
-        dev_ptr<uint16_t>(p.v_cache)[(uint64_t)(pos0 + r) * kv_dim + d] = f32_to_f16_bits(v);
+        dev_ptr<uint16_t>(p.v_cache)[(uint64_t)((pos0 + r) % p.ring) * kv_dim + d] = f32_to_f16_bits(v);
     }
 }
 

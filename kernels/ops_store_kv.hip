@@ -19,7 +19,8 @@ KERNEL LAUNCH_BOUNDS(STORE_KV_OPS_WG) void store_kv(StoreKvPush p) {
     uint32_t r = idx / pairs;
     uint32_t c = idx % pairs;
     uint64_t src = (uint64_t)r * p.kv_dim + 2u * c;
-    uint64_t dst = (uint64_t)(step_pos0(p.step) + r) * pairs + c;
+    // A sliding-window layer's block is a ring of positions.
+    uint64_t dst = (uint64_t)((step_pos0(p.step) + r) % p.ring) * pairs + c;
     const float* k = dev_ptr<const float>(p.k);
     const float* v = dev_ptr<const float>(p.v);
     dev_ptr<uint32_t>(p.k_cache)[dst] =

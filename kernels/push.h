@@ -99,6 +99,8 @@ struct RopeKvPush {
     uint64_t v;
     uint64_t k_cache;
     uint64_t v_cache;
+    uint32_t ring; // position p is row p % ring of the layer's blocks
+    uint32_t pad;
 };
 
 struct StoreKvPush {
@@ -109,6 +111,8 @@ struct StoreKvPush {
     uint64_t step;
     uint32_t rows;
     uint32_t kv_dim;
+    uint32_t ring; // position p is row p % ring of the layer's blocks
+    uint32_t pad;
 };
 
 struct AttentionPush {
@@ -128,7 +132,7 @@ struct AttentionPush {
     uint64_t q8_scales;
     // Positions a token attends to (itself and the ones before), 0 for all.
     uint32_t window;
-    uint32_t pad;
+    uint32_t ring; // position p is row p % ring of the layer's blocks
     // One f32 logit per query head joining every softmax's denominator
     // (attention sinks), 0 for none.
     uint64_t sinks;
@@ -243,7 +247,7 @@ RF_PUSH_AT(RopePush, theta_scale, 44);
 RF_PUSH_AT(RopePush, freq_scale, 48);
 RF_PUSH_AT(RopePush, yarn, 52);
 
-static_assert(sizeof(RopeKvPush) == 104, "RopeKvPush size");
+static_assert(sizeof(RopeKvPush) == 112, "RopeKvPush size");
 RF_PUSH_AT(RopeKvPush, x, 0);
 RF_PUSH_AT(RopeKvPush, step, 8);
 RF_PUSH_AT(RopeKvPush, freq_factors, 16);
@@ -260,8 +264,9 @@ RF_PUSH_AT(RopeKvPush, k, 72);
 RF_PUSH_AT(RopeKvPush, v, 80);
 RF_PUSH_AT(RopeKvPush, k_cache, 88);
 RF_PUSH_AT(RopeKvPush, v_cache, 96);
+RF_PUSH_AT(RopeKvPush, ring, 104);
 
-static_assert(sizeof(StoreKvPush) == 48, "StoreKvPush size");
+static_assert(sizeof(StoreKvPush) == 56, "StoreKvPush size");
 RF_PUSH_AT(StoreKvPush, k, 0);
 RF_PUSH_AT(StoreKvPush, v, 8);
 RF_PUSH_AT(StoreKvPush, k_cache, 16);
@@ -269,6 +274,7 @@ RF_PUSH_AT(StoreKvPush, v_cache, 24);
 RF_PUSH_AT(StoreKvPush, step, 32);
 RF_PUSH_AT(StoreKvPush, rows, 40);
 RF_PUSH_AT(StoreKvPush, kv_dim, 44);
+RF_PUSH_AT(StoreKvPush, ring, 48);
 
 static_assert(sizeof(AttentionPush) == 96, "AttentionPush size");
 RF_PUSH_AT(AttentionPush, q, 0);
@@ -285,7 +291,7 @@ RF_PUSH_AT(AttentionPush, scale, 60);
 RF_PUSH_AT(AttentionPush, q8, 64);
 RF_PUSH_AT(AttentionPush, q8_scales, 72);
 RF_PUSH_AT(AttentionPush, window, 80);
-RF_PUSH_AT(AttentionPush, pad, 84);
+RF_PUSH_AT(AttentionPush, ring, 84);
 RF_PUSH_AT(AttentionPush, sinks, 88);
 
 static_assert(sizeof(EltwisePush) == 40, "EltwisePush size");

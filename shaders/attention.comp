@@ -55,7 +55,7 @@ layout(push_constant, std430) uniform Push {
     uint64_t q8; // OUT_Q8 only
     uint64_t q8_scales;
     uint window; // 0: every position; else the last `window` (sliding)
-    uint pad;
+    uint ring; // position p is row p % ring of the blocks (a sliding ring)
     uint64_t sinks; // one f32 logit per head, 0: none
 } pc;
 
@@ -183,9 +183,9 @@ void main() {
             uint i = tid + j * WG_SIZE;
             uint iv = i - quads;
             if (i < quads) {
-                r[j] = kc.v[(base + i / hq) * row_quads + head_quad + i % hq];
+                r[j] = kc.v[((base + i / hq) % pc.ring) * row_quads + head_quad + i % hq];
             } else if (iv < quads) {
-                r[j] = vc.v[(base + iv / hq) * row_quads + head_quad + iv % hq];
+                r[j] = vc.v[((base + iv / hq) % pc.ring) * row_quads + head_quad + iv % hq];
             }
         }
         for (uint j = 0u; j < STAGE_LOADS; j++) {
@@ -222,13 +222,13 @@ void main() {
     for (uint base = first; base < n_kv; base += WG_SIZE) {
         uint p = base + tid;
         if (p < n_kv) {
-            scores[tid] = dot_ggml(p * row_words + head_word, hd) * pc.scale;
+            scores[tid] = dot_ggml((p % pc.ring) * row_words + head_word, hd) * pc.scale;
         }
         memoryBarrierShared();
         barrier();
         uint cnt = min(uint(WG_SIZE), n_kv - base);
         for (uint pp = 0u; pp < cnt; pp++) {
-            walk(scores[pp], (base + pp) * row_words + head_word, hd, m, l, acc);
+            walk(scores[pp], ((base + pp) % pc.ring) * row_words + head_word, hd, m, l, acc);
         }
         memoryBarrierShared();
         barrier();

@@ -40,6 +40,8 @@ layout(push_constant, std430) uniform Push {
     uint64_t v;
     uint64_t k_cache; // the layer's K block
     uint64_t v_cache;
+    uint ring; // position p is row p % ring of the blocks
+    uint pad;
 } pc;
 #else
 layout(push_constant, std430) uniform Push {
@@ -147,7 +149,7 @@ void main() {
         uint head = (idx % kv_pairs) / half_rot;
         uint64_t at = pc.k + (uint64_t(r) * pc.n_heads_kv + head) * pc.head_dim * 4u;
         rotate(at, r, idx % half_rot, a, b, ab);
-        uint row = (pos0 + r) * kv_dim + head * pc.head_dim;
+        uint row = ((pos0 + r) % pc.ring) * kv_dim + head * pc.head_dim;
         kc.v[row + a] = uint16_t(f16_bits(ab.x));
         kc.v[row + b] = uint16_t(f16_bits(ab.y));
         return;
@@ -160,7 +162,7 @@ void main() {
         uint r = idx / kv_plain;
         uint head = (idx % kv_plain) / plain;
         uint d = head * pc.head_dim + pc.n_rot + idx % plain;
-        kc.v[(pos0 + r) * kv_dim + d] = uint16_t(f16_bits(F32s(pc.k).v[r * kv_dim + d]));
+        kc.v[((pos0 + r) % pc.ring) * kv_dim + d] = uint16_t(f16_bits(F32s(pc.k).v[r * kv_dim + d]));
         return;
     }
     idx -= pc.rows * kv_plain;
@@ -168,7 +170,7 @@ void main() {
     if (idx < pc.rows * kv_dim) {
         uint r = idx / kv_dim;
         uint d = idx % kv_dim;
-        U16s(pc.v_cache).v[(pos0 + r) * kv_dim + d] = uint16_t(f16_bits(F32s(pc.v).v[idx]));
+        U16s(pc.v_cache).v[((pos0 + r) % pc.ring) * kv_dim + d] = uint16_t(f16_bits(F32s(pc.v).v[idx]));
     }
 #endif
 }

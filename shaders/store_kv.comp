@@ -1,5 +1,6 @@
 // StoreKv: K and V rows of the step, rounded to f16 (nearest even), into the
-// layer's cache at positions pos0 + r. One invocation per pair of values.
+// layer's cache at positions pos0 + r (row (pos0 + r) % ring: a sliding-
+// window layer keeps a ring). One invocation per pair of values.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -14,6 +15,8 @@ layout(push_constant, std430) uniform Push {
     uint64_t step;
     uint rows;
     uint kv_dim;
+    uint ring;
+    uint pad;
 } pc;
 
 void main() {
@@ -24,7 +27,7 @@ void main() {
     }
     uint r = idx / pairs;
     uint c = idx % pairs;
-    uint pos = step_pos0(pc.step) + r;
+    uint pos = (step_pos0(pc.step) + r) % pc.ring;
     uint src = r * pc.kv_dim + 2u * c;
     uint dst = pos * pairs + c;
     F32s k = F32s(pc.k);

@@ -17,7 +17,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rocmforge_benches::inputs::{f16_noise, noise};
 use rocmforge_cpu::kernels::activation::silu_mul;
-use rocmforge_cpu::kernels::attention::attend_head;
+use rocmforge_cpu::kernels::attention::{attend_head, KvHead};
 use rocmforge_cpu::kernels::norm::rms_norm;
 use rocmforge_cpu::kernels::rope::{RopeMode, RopeTable};
 
@@ -94,12 +94,16 @@ fn attention(c: &mut Criterion) {
             b.iter(|| {
                 for h in 0..N_HEAD {
                     let span = h * HEAD_DIM..(h + 1) * HEAD_DIM;
+                    let kv = KvHead {
+                        k: &k_cache,
+                        v: &v_cache,
+                        stride: kv_stride,
+                        offset: (h / group_size) * HEAD_DIM,
+                        ring: usize::MAX,
+                    };
                     attend_head(
                         black_box(&q[span.clone()]),
-                        &k_cache,
-                        &v_cache,
-                        kv_stride,
-                        (h / group_size) * HEAD_DIM,
+                        &kv,
                         0..n_kv,
                         HEAD_DIM,
                         scale,

@@ -201,3 +201,50 @@ fn families_match_the_cpu_backend() {
         }
     }
 }
+
+/// The families with sliding windows, fed 3 tokens a step: their window
+/// layers keep a ring of 8 + 3 - 1 = 10 positions, which the 14-token
+/// prompt and the 24 decode steps wrap around several times. The logits
+/// must still be llama.cpp's (whose cache keeps every position).
+#[test]
+fn window_rings_match_llama_cpp() {
+    let ring_opts = SessionOptions {
+        n_ctx: 256,
+        n_batch: 3,
+        all_logits: true,
+    };
+    for backend in backends_under_test() {
+        let _device = device_lock();
+        for &(preset, ty) in FAMILIES {
+            let r = load(preset, ty);
+            if r.model.config.sliding_window.is_none() {
+                continue;
+            }
+            let mut s = session(&r.model, backend, ring_opts);
+            let ours = s.eval(&r.tokens).unwrap().to_vec();
+            let n_vocab = r.model.config.n_vocab;
+            let worst = ours
+                .chunks(n_vocab)
+                .zip(r.logits.chunks(n_vocab))
+                .map(|(a, b)| row_error(a, b))
+                .fold((0f32, 0f32), |w, e| (w.0.max(e.0), w.1.max(e.1)));
+            assert!(
+                worst.0 <= VS_LLAMA_CPP.max && worst.1 <= VS_LLAMA_CPP.mean,
+                "{backend} {preset} {ty} in a ring vs llama.cpp: {worst:?}"
+            );
+            let mut compared = 0;
+            let mut logits = ours[ours.len() - n_vocab..].to_vec();
+            for &(token, margin) in &r.greedy {
+                if margin > CLEAR_MARGIN {
+                    assert_eq!(argmax(&logits), token, "{backend} {preset} {ty} in a ring");
+                    compared += 1;
+                }
+                logits = s.eval(&[token]).unwrap().to_vec();
+            }
+            eprintln!(
+                "{backend} {preset} {ty} in a ring: worst max {:.4}σ mean {:.4}σ, {compared} greedy tokens agree",
+                worst.0, worst.1
+            );
+        }
+    }
+}

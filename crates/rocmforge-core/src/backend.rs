@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::graph::Graph;
 use crate::model::Model;
-use crate::plan::ArenaPlan;
+use crate::plan::{ArenaPlan, KvLayout};
 
 /// Handle to a graph recorded by [`Backend::prepare`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -140,13 +140,15 @@ pub fn format_bytes(bytes: u64) -> String {
 pub trait Backend {
     fn info(&self) -> BackendInfo;
 
-    /// Makes the model's weights resident and allocates a KV cache of
-    /// `n_ctx` positions. Called once per model. `progress(done, total)`
-    /// reports weight bytes made resident, for a progress bar.
+    /// Makes the model's weights resident and allocates the KV cache `kv`
+    /// describes (`kv.bytes()`, every layer's block at its offset; a
+    /// sliding-window layer's positions in a ring). Called once per model.
+    /// `progress(done, total)` reports weight bytes made resident, for a
+    /// progress bar.
     fn load(
         &mut self,
         model: &Model,
-        n_ctx: usize,
+        kv: &KvLayout,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError>;
 

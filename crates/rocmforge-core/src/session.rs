@@ -147,8 +147,9 @@ impl Session {
             );
         }
         let arena_bytes = graphs.values().map(|g| g.plan.arena_bytes).max();
-        check_fits(&*backend, &model, opts.n_ctx, arena_bytes.unwrap_or(0))?;
-        backend.load(&model, opts.n_ctx, progress)?;
+        let kv = KvLayout::new(&model.config, opts.n_ctx, opts.n_batch);
+        check_fits(&*backend, &model, &kv, arena_bytes.unwrap_or(0))?;
+        backend.load(&model, &kv, progress)?;
         backend.reserve(&graphs[&opts.n_batch].graph, arena_bytes.unwrap_or(0))?;
         let mut s = Session {
             model,
@@ -260,16 +261,16 @@ impl Session {
 fn check_fits(
     backend: &dyn Backend,
     model: &Model,
-    n_ctx: usize,
+    kv: &KvLayout,
     arena_bytes: usize,
 ) -> Result<(), BackendError> {
     let Some(mem) = backend.free_memory() else {
         return Ok(());
     };
-    let kv = KvLayout::new(&model.config, n_ctx);
+    let n_ctx = kv.n_ctx;
     // u128: a context of 2^32 positions times a large model overflows u64
     // arithmetic on the way to the (refused) total.
-    let kv_bytes = kv.n_layer as u128 * 2 * n_ctx as u128 * kv.kv_dim as u128 * 2;
+    let kv_bytes = kv.bytes_u128();
     let weights = if mem.holds_weights {
         model.weights.region_bytes as u128
     } else {

@@ -145,7 +145,7 @@ impl Backend for CpuBackend {
     fn load(
         &mut self,
         model: &Model,
-        n_ctx: usize,
+        kv_layout: &KvLayout,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
         self.graphs.clear();
@@ -155,11 +155,10 @@ impl Backend for CpuBackend {
         let weights = MappedWeights::load(model, self.repack, progress)?;
         // The mapping is the weight region; repacked weights are a second.
         self.allocations = 1 + usize::from(weights.has_repacked_region());
-        let kv_layout = KvLayout::new(&model.config, n_ctx);
         let kv = self.allocate("KV cache", kv_layout.bytes())?;
         self.loaded = Some(Loaded {
             weights,
-            kv_layout,
+            kv_layout: kv_layout.clone(),
             kv,
         });
         Ok(())
@@ -263,7 +262,7 @@ impl Backend for CpuBackend {
             rope_local: p.rope_local.as_ref(),
             groups: &p.groups,
             weights: &loaded.weights.views,
-            kv_layout: loaded.kv_layout,
+            kv_layout: &loaded.kv_layout,
             kv: loaded.kv.shared(),
             arena: work.sub(0, r.arena_bytes),
             scratch: work.sub(r.arena_bytes, r.scratch_layout.total(self.n_threads)),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use rocmforge_core::backend::Backend;
 use rocmforge_core::gguf::{GgufFile, GgufWriter};
 use rocmforge_core::model::{FfnWeights, Model};
+use rocmforge_core::plan::KvLayout;
 use rocmforge_core::quant::{dequantize, quantize_to_vec, QuantType};
 use rocmforge_core::session::{Session, SessionOptions};
 use rocmforge_cpu::CpuBackend;
@@ -74,9 +75,10 @@ fn repacked_q4_0_gives_the_file_order_logits() {
     let from_file = Arc::new(Model::load(&path).unwrap());
 
     let mut probe = CpuBackend::new(1);
-    probe.load(&from_file, 16, &mut |_, _| {}).unwrap();
+    let kv = KvLayout::new(&from_file.config, 16, 16);
+    probe.load(&from_file, &kv, &mut |_, _| {}).unwrap();
     let mut plain = CpuBackend::new(1).without_repacking();
-    plain.load(&from_file, 16, &mut |_, _| {}).unwrap();
+    plain.load(&from_file, &kv, &mut |_, _| {}).unwrap();
     assert_eq!(plain.interleaved_matrices(), 0);
     if probe.interleaved_matrices() == 0 {
         // No AVX2: nothing is repacked, and there is nothing to compare.

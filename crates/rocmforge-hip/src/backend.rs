@@ -290,7 +290,7 @@ impl HipBackend {
     fn load_model(
         &mut self,
         model: &Model,
-        n_ctx: usize,
+        kv_layout: &KvLayout,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
         self.current()?;
@@ -364,7 +364,6 @@ impl HipBackend {
             // buffer is not in use.
             unsafe { up.upload(&pieces, progress) }.map_err(|s| self.stalled(s))
         });
-        let kv_layout = KvLayout::new(&model.config, n_ctx);
         let kv = uploaded
             .and_then(|()| DeviceBuffer::alloc(&self.rt, "the KV cache", kv_layout.bytes() as u64));
         let kv = match kv {
@@ -401,7 +400,7 @@ impl HipBackend {
             weights,
             regions,
             kv,
-            kv_layout,
+            kv_layout: kv_layout.clone(),
             n_vocab: model.config.n_vocab,
             weight_bytes: split.region_bytes.iter().sum(),
             rope_freqs,
@@ -501,7 +500,7 @@ impl HipBackend {
             arena: base,
             scratch: base + r.arena_bytes,
             kv: loaded.kv.ptr.0,
-            kv_layout: loaded.kv_layout,
+            kv_layout: &loaded.kv_layout,
             step: base + r.step_offset,
             n_vocab: loaded.n_vocab,
         };
@@ -746,10 +745,10 @@ impl Backend for HipBackend {
     fn load(
         &mut self,
         model: &Model,
-        n_ctx: usize,
+        kv_layout: &KvLayout,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
-        let r = self.load_model(model, n_ctx, progress);
+        let r = self.load_model(model, kv_layout, progress);
         self.note(r)
     }
 

@@ -440,7 +440,7 @@ impl Backend for VulkanBackend {
     fn load(
         &mut self,
         model: &Model,
-        n_ctx: usize,
+        kv_layout: &KvLayout,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
         self.usable()?;
@@ -495,7 +495,6 @@ impl Backend for VulkanBackend {
             Some(e) => Err(e),
             None => self.upload(model, &regions, &places, progress),
         };
-        let kv_layout = KvLayout::new(&model.config, n_ctx);
         let kv = uploaded.and_then(|()| {
             self.alloc(
                 "KV cache",
@@ -532,7 +531,7 @@ impl Backend for VulkanBackend {
             weights,
             regions,
             kv,
-            kv_layout,
+            kv_layout: kv_layout.clone(),
             n_vocab: model.config.n_vocab,
             weight_bytes: split.region_bytes.iter().sum(),
             rope_freqs,
@@ -610,7 +609,7 @@ impl Backend for VulkanBackend {
             arena: r.arena.address,
             scratch: r.arena.address + r.arena_bytes,
             kv: loaded.kv.address,
-            kv_layout: loaded.kv_layout,
+            kv_layout: &loaded.kv_layout,
             step: host.address,
             n_vocab: loaded.n_vocab,
         };

@@ -18,7 +18,7 @@ use rocmforge_core::backend::{
 };
 use rocmforge_core::graph::Graph;
 use rocmforge_core::model::Model;
-use rocmforge_core::plan::ArenaPlan;
+use rocmforge_core::plan::{ArenaPlan, KvLayout};
 
 pub const FAULT_ENV: &str = "ROCMFORGE_INJECT_FAULT";
 
@@ -111,13 +111,13 @@ impl Backend for FaultyBackend {
     fn load(
         &mut self,
         model: &Model,
-        n_ctx: usize,
+        kv: &KvLayout,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
         if self.spec.when == When::Load {
             return Err(self.trigger("load"));
         }
-        self.inner.load(model, n_ctx, progress)
+        self.inner.load(model, kv, progress)
     }
 
     fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {

@@ -128,7 +128,7 @@ pub fn model_load(data: &[u8]) {
             assert_one_line(&e);
         }
     }
-    let kv = KvLayout::new(cfg, 16);
+    let kv = KvLayout::new(cfg, 16, 16);
     assert_eq!(kv.bytes(), 2 * cfg.n_layer * 16 * cfg.kv_dim() * 2);
     match Tokenizer::from_gguf(&model.file) {
         Ok(t) => exercise(&t, SAMPLE_TEXT),

@@ -91,7 +91,7 @@ pub struct GraphAddresses<'a> {
     /// Rounded matmul activations.
     pub scratch: u64,
     pub kv: u64,
-    pub kv_layout: KvLayout,
+    pub kv_layout: &'a KvLayout,
     pub step: u64,
     pub n_vocab: usize,
 }
@@ -352,6 +352,8 @@ pub fn record_graph(
                     step: a.step,
                     rows: u32_of(d.rows, "rows")?,
                     kv_dim: u32_of(l.kv_dim, "kv width")?,
+                    ring: u32_of(l.capacity(layer), "cache positions")?,
+                    pad: 0,
                 };
                 let groups = u32_of((d.rows * l.kv_dim / 2).div_ceil(64), "store workgroups")?;
                 let what = label(i, format!("StoreKv layer {layer}"));
@@ -396,7 +398,7 @@ pub fn record_graph(
                     q8,
                     q8_scales,
                     window: u32_of(window.unwrap_or(0), "attention window")?,
-                    pad: 0,
+                    ring: u32_of(l.capacity(layer), "cache positions")?,
                     sinks: sinks.map_or(0, |w| a.weights[w].address),
                 };
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
@@ -565,6 +567,8 @@ fn record_rope_store(
         v: t(rs.v),
         k_cache: a.kv + 2 * l.k_offset(rs.layer) as u64,
         v_cache: a.kv + 2 * l.v_offset(rs.layer) as u64,
+        ring: u32_of(l.capacity(rs.layer), "cache positions")?,
+        pad: 0,
     };
     // Q pairs, K pairs, K's unrotated dims, V values (rope.comp, STORE_KV).
     let half = r.n_rot / 2;

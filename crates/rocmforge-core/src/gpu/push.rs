@@ -134,9 +134,13 @@ pub struct RopeKvPush {
     pub v: u64,
     pub k_cache: u64,
     pub v_cache: u64,
+    /// Positions the layer's cache block keeps: position `p` is row
+    /// `p % ring` (`n_ctx`, or a sliding-window layer's ring).
+    pub ring: u32,
+    pub pad: u32,
 }
 // SAFETY: repr(C), three u64, eight 4-byte fields and YarnPush's four
-// (ending at byte 72), four u64: 104 bytes, no padding.
+// (ending at byte 72), four u64, two u32: 112 bytes, no padding.
 unsafe impl Push for RopeKvPush {}
 
 #[repr(C)]
@@ -148,8 +152,11 @@ pub struct StoreKvPush {
     pub step: u64,
     pub rows: u32,
     pub kv_dim: u32,
+    /// Position `p` is row `p % ring` of the layer's blocks.
+    pub ring: u32,
+    pub pad: u32,
 }
-// SAFETY: repr(C), five u64 then two u32: 48 bytes, no padding.
+// SAFETY: repr(C), five u64 then four u32: 56 bytes, no padding.
 unsafe impl Push for StoreKvPush {}
 
 #[repr(C)]
@@ -171,7 +178,8 @@ pub struct AttentionPush {
     /// Positions a token attends to (itself and the ones before), 0 for
     /// all of them.
     pub window: u32,
-    pub pad: u32,
+    /// Position `p` is row `p % ring` of the layer's cache blocks.
+    pub ring: u32,
     /// One logit per query head joining every softmax's denominator
     /// (gpt-oss's attention sinks, f32), 0 for none.
     pub sinks: u64,
@@ -228,8 +236,8 @@ const _: () = assert!(std::mem::size_of::<EmbedPush>() == 40);
 const _: () = assert!(std::mem::size_of::<MatPush>() == 120);
 const _: () = assert!(std::mem::size_of::<NormPush>() == 56);
 const _: () = assert!(std::mem::size_of::<RopePush>() == 72);
-const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 104);
-const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 48);
+const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 112);
+const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 56);
 const _: () = assert!(std::mem::size_of::<AttentionPush>() == 96);
 const _: () = assert!(std::mem::size_of::<EltwisePush>() == 40);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);

@@ -81,7 +81,7 @@ pub struct Step<'a> {
     /// The table of `local` Rope ops, where they have their own.
     pub rope_local: Option<&'a RopeTable>,
     pub weights: &'a [WeightView],
-    pub kv_layout: KvLayout,
+    pub kv_layout: &'a KvLayout,
     pub kv: SharedMem,
     pub arena: SharedMem,
     pub scratch: SharedMem,
@@ -271,13 +271,13 @@ impl Step<'_> {
                     let rows = m.share(d.rows);
                     let (k_src, v_src) = (self.input(k), self.input(v));
                     for r in rows {
-                        let pos = self.inputs().0 + r;
+                        let slot = l.slot(layer, self.inputs().0 + r);
                         let kd = self
                             .kv
-                            .f16s((l.k_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
+                            .f16s((l.k_offset(layer) + slot * l.kv_dim) * 2, l.kv_dim);
                         let vd = self
                             .kv
-                            .f16s((l.v_offset(layer) + pos * l.kv_dim) * 2, l.kv_dim);
+                            .f16s((l.v_offset(layer) + slot * l.kv_dim) * 2, l.kv_dim);
                         let row = r * d.cols..(r + 1) * d.cols;
                         for (dst, &s) in kd.iter_mut().zip(&k_src[row.clone()]) {
                             *dst = f16::from_f32(s);
@@ -504,8 +504,12 @@ impl Step<'_> {
         unsafe {
             // The whole cache block of the layer; only positions < n_kv are
             // read, and this op writes none of it.
-            let k_cache = self.kv.f16s_ref(l.k_offset(layer) * 2, l.block_elems());
-            let v_cache = self.kv.f16s_ref(l.v_offset(layer) * 2, l.block_elems());
+            let k_cache = self
+                .kv
+                .f16s_ref(l.k_offset(layer) * 2, l.block_elems(layer));
+            let v_cache = self
+                .kv
+                .f16s_ref(l.v_offset(layer) * 2, l.block_elems(layer));
             let qs = self.input(q);
             let scratch = self.thread_scratch(m);
             let scores =
@@ -519,12 +523,16 @@ impl Step<'_> {
                 let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
                 let n_kv = self.inputs().0 + t + 1;
                 let first = window.map_or(0, |w| n_kv.saturating_sub(w));
+                let kv = attention::KvHead {
+                    k: k_cache,
+                    v: v_cache,
+                    stride: l.kv_dim,
+                    offset: (h / group) * hd,
+                    ring: l.capacity(layer),
+                };
                 attention::attend_head(
                     &qs[span.clone()],
-                    k_cache,
-                    v_cache,
-                    l.kv_dim,
-                    (h / group) * hd,
+                    &kv,
                     first..n_kv,
                     hd,
                     spec.scale,

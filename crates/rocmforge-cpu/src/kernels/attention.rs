@@ -19,12 +19,24 @@
 
 use half::f16;
 
+/// One KV head's rows in a layer's cache blocks: `k` / `v` hold f16 rows
+/// of `stride` elements, this head starts `offset` into a row, and
+/// position `p` is row `p % ring` (a sliding-window layer's ring; any
+/// larger value for a block of every position).
+#[derive(Clone, Copy, Debug)]
+pub struct KvHead<'a> {
+    pub k: &'a [f16],
+    pub v: &'a [f16],
+    pub stride: usize,
+    pub offset: usize,
+    pub ring: usize,
+}
+
 /// One query head of one token attending over cache positions `positions`
 /// (causal masking is the caller ending them at `pos + 1`; a sliding window
 /// starts them `window` before that).
 ///
-/// `k_cache` / `v_cache` hold f16 rows of `kv_stride` elements per position;
-/// this KV head starts at `kv_off` within a row. Writes
+/// `kv` locates the head's K and V rows. Writes
 /// `softmax(q·k * scale) · v` into `out` (`head_dim` values). A `sink` logit
 /// (gpt-oss) joins the softmax's denominator after the positions, as ggml
 /// folds it in, and contributes no value. `scratch` holds
@@ -37,10 +49,7 @@ use half::f16;
 #[allow(clippy::too_many_arguments)]
 pub fn attend_head(
     q: &[f32],
-    k_cache: &[f16],
-    v_cache: &[f16],
-    kv_stride: usize,
-    kv_off: usize,
+    kv: &KvHead,
     positions: std::ops::Range<usize>,
     head_dim: usize,
     scale: f32,
@@ -50,6 +59,8 @@ pub fn attend_head(
 ) {
     assert_eq!(q.len(), head_dim, "attend_head: query length");
     assert_eq!(out.len(), head_dim, "attend_head: output length");
+    let (k_cache, v_cache, kv_stride, kv_off) = (kv.k, kv.v, kv.stride, kv.offset);
+    assert!(kv.ring > 0, "attend_head: empty ring");
     let row_end = kv_off
         .checked_add(head_dim)
         .expect("attend_head: offset overflow");
@@ -57,7 +68,8 @@ pub fn attend_head(
         row_end <= kv_stride,
         "attend_head: head {kv_off}+{head_dim} outside row {kv_stride}"
     );
-    let n_kv = positions.end;
+    // Rows read: positions below the ring's size, or the whole ring.
+    let n_kv = positions.end.min(kv.ring);
     if n_kv > 0 {
         let needed = (n_kv - 1)
             .checked_mul(kv_stride)
@@ -92,7 +104,8 @@ pub fn attend_head(
     let mut sum = 0.0f32;
     out.fill(0.0);
     for p in positions {
-        let s = dot(simd, row(k_cache, p * kv_stride + kv_off, head_dim), q16) * scale;
+        let at = (p % kv.ring) * kv_stride + kv_off;
+        let s = dot(simd, row(k_cache, at, head_dim), q16) * scale;
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
         if s > max {
             ms = (max - s).exp();
@@ -101,12 +114,7 @@ pub fn attend_head(
         } else {
             vs = (s - max).exp();
         }
-        mad_f16(
-            simd,
-            out,
-            row(v_cache, p * kv_stride + kv_off, head_dim),
-            vs,
-        );
+        mad_f16(simd, out, row(v_cache, at, head_dim), vs);
         sum = sum * ms + vs;
     }
     if let Some(s) = sink {
@@ -355,10 +363,13 @@ mod tests {
         let mut out = vec![f32::NAN; d];
         attend_head(
             &q,
-            &k,
-            &v,
-            d,
-            0,
+            &KvHead {
+                k: &k,
+                v: &v,
+                stride: d,
+                offset: 0,
+                ring: usize::MAX,
+            },
             0..1,
             d,
             0.3,
@@ -380,10 +391,13 @@ mod tests {
         let mut out = vec![0.0; d];
         attend_head(
             &q,
-            &k,
-            &v,
-            d,
-            0,
+            &KvHead {
+                k: &k,
+                v: &v,
+                stride: d,
+                offset: 0,
+                ring: usize::MAX,
+            },
             0..n,
             d,
             1.0,
@@ -406,10 +420,13 @@ mod tests {
         let mut out = [0.0f32; 2];
         attend_head(
             &q,
-            &k,
-            &v,
-            2,
-            0,
+            &KvHead {
+                k: &k,
+                v: &v,
+                stride: 2,
+                offset: 0,
+                ring: usize::MAX,
+            },
             0..2,
             2,
             4096.0,
@@ -425,10 +442,13 @@ mod tests {
         let mut out = [1.0f32; 4];
         attend_head(
             &[1.0; 4],
-            &[],
-            &[],
-            4,
-            0,
+            &KvHead {
+                k: &[],
+                v: &[],
+                stride: 4,
+                offset: 0,
+                ring: usize::MAX,
+            },
             0..0,
             4,
             1.0,
@@ -455,10 +475,13 @@ mod tests {
         let mut scratch = vec![0.0; 4096];
         attend_head(
             &q,
-            &k,
-            &v,
-            stride,
-            d,
+            &KvHead {
+                k: &k,
+                v: &v,
+                stride,
+                offset: d,
+                ring: usize::MAX,
+            },
             0..n,
             d,
             scale,
@@ -482,10 +505,13 @@ mod tests {
         for positions in [0..17, 250..300] {
             attend_head(
                 &q,
-                &k,
-                &v,
-                stride,
-                d,
+                &KvHead {
+                    k: &k,
+                    v: &v,
+                    stride,
+                    offset: d,
+                    ring: usize::MAX,
+                },
                 positions.clone(),
                 d,
                 scale,
@@ -552,5 +578,51 @@ mod tests {
             // Both fuse the body and round to f16 the same way: bit-identical.
             assert_eq!(acc_s, acc_v, "n={n}");
         }
+    }
+
+    /// A window over a ring of rows (position p in row p % ring) gives the
+    /// bits of the same window over a block of every position.
+    #[test]
+    fn a_ring_reads_the_same_positions() {
+        let (d, n, ring) = (40usize, 12usize, 5usize);
+        let k = to_f16(&noise(d * n, 11, 2.0));
+        let v = to_f16(&noise(d * n, 12, 2.0));
+        let mut k_ring = vec![f16::ZERO; d * ring];
+        let mut v_ring = vec![f16::ZERO; d * ring];
+        for p in n - ring..n {
+            let slot = p % ring;
+            k_ring[slot * d..(slot + 1) * d].copy_from_slice(&k[p * d..(p + 1) * d]);
+            v_ring[slot * d..(slot + 1) * d].copy_from_slice(&v[p * d..(p + 1) * d]);
+        }
+        let q = noise(d, 13, 4.0);
+        let run = |kv: &KvHead| {
+            let mut out = vec![0.0; d];
+            attend_head(
+                &q,
+                kv,
+                n - ring..n,
+                d,
+                0.2,
+                Some(0.3),
+                &mut out,
+                &mut vec![0.0; 4096],
+            );
+            out
+        };
+        let whole = KvHead {
+            k: &k,
+            v: &v,
+            stride: d,
+            offset: 0,
+            ring: usize::MAX,
+        };
+        let ringed = KvHead {
+            k: &k_ring,
+            v: &v_ring,
+            stride: d,
+            offset: 0,
+            ring,
+        };
+        assert_eq!(run(&whole), run(&ringed));
     }
 }
