@@ -68,6 +68,20 @@ template <Elt OP> DEV void eltwise_run(const EltwisePush& p) {
 
 } // namespace ops
 
+// attn_temp (AttnTempPush): Llama 4's attention temperature in place, row
+// r of x (position pos0 + r) times ln(floor(pos / floor) + 1) * scale + 1,
+// the logarithm in f64 as the reference takes it.
+KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void attn_temp(AttnTempPush p) {
+    uint32_t i = wg_linear() * ELTWISE_OPS_WG + thread_id_x();
+    if (i >= p.n) {
+        return;
+    }
+    float pos = (float)(step_pos0(p.step) + i / p.cols);
+    double steps = (double)__builtin_floorf(pos / (float)p.floor) + 1.0;
+    float f = (float)(ops::libm_log(steps) * (double)p.scale + 1.0);
+    dev_ptr<float>(p.x)[i] *= f;
+}
+
 KERNEL LAUNCH_BOUNDS(ELTWISE_OPS_WG) void add(EltwisePush p) {
     ops::eltwise_run<ops::Elt::Add>(p);
 }

@@ -56,6 +56,23 @@ OPS_LIBM_TABLE uint64_t libm_exp2_tab[32] = {
 // second factor a cubic in r. Special cases as glibc: -inf -> 0, NaN and
 // +inf -> x + x, overflow -> +inf, x < log(2^-150) -> 0, x < log(2^-149)
 // -> the least subnormal (what glibc's errno path returns).
+// ln(x) in f64 for positive finite x: x = 2^e * m with m in [1, 2), and
+// ln(m) = 2 atanh((m - 1) / (m + 1)) by its series (|s| <= 1/3, 14 terms:
+// below f64's resolution). For the attention temperature, whose reference
+// takes std::log in f64 and rounds to f32.
+OPS_LIBM_FN double libm_log(double x) {
+    uint64_t bits = __builtin_bit_cast(uint64_t, x);
+    int e = (int)((bits >> 52) & 0x7ff) - 1023;
+    double m = __builtin_bit_cast(double, (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+    double s = (m - 1.0) / (m + 1.0);
+    double s2 = s * s;
+    double sum = 0.0;
+    for (int k = 27; k >= 1; k -= 2) {
+        sum = sum * s2 + 1.0 / k;
+    }
+    return (double)e * 0.69314718055994530942 + 2.0 * s * sum;
+}
+
 OPS_LIBM_FN float libm_expf(float x) {
     uint32_t abstop = (f32_bits(x) >> 20) & 0x7ffu;
     if (abstop >= 0x42bu) { // |x| >= 88 or NaN

@@ -158,6 +158,16 @@ struct MoeRoutePush {
     uint32_t normalize;
 };
 
+// attn_temp: Llama 4's attention temperature, rows of cols at pos0 + r.
+struct AttnTempPush {
+    uint64_t x;
+    uint64_t step;
+    uint32_t n;
+    uint32_t cols;
+    float scale;
+    uint32_t floor;
+};
+
 struct MatIdPush {
     uint64_t x;
     uint64_t w;
@@ -311,6 +321,10 @@ RF_PUSH_AT(MoeRoutePush, n_rows, 24);
 RF_PUSH_AT(MoeRoutePush, n_expert, 28);
 RF_PUSH_AT(MoeRoutePush, k, 32);
 RF_PUSH_AT(MoeRoutePush, normalize, 36);
+
+static_assert(sizeof(AttnTempPush) == 32, "AttnTempPush size");
+RF_PUSH_AT(AttnTempPush, step, 8);
+RF_PUSH_AT(AttnTempPush, floor, 28);
 
 static_assert(sizeof(MatIdPush) == 64, "MatIdPush size");
 RF_PUSH_AT(MatIdPush, x, 0);

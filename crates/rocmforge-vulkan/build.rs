@@ -93,6 +93,7 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ("rmsnorm", "rmsnorm.comp", &[("WG_SIZE", "512")]),
     ("rope", "rope.comp", &[]),
     ("store_kv", "store_kv.comp", &[]),
+    ("attn_temp", "attn_temp.comp", &[]),
     (
         "rmsnorm_q8",
         "rmsnorm.comp",

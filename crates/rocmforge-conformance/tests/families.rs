@@ -26,6 +26,7 @@ const FAMILIES: &[(&str, QuantType)] = &[
     // As gpt-oss files are: MXFP4 experts, Q8_0 elsewhere.
     ("tiny-gpt-oss", QuantType::MXFP4),
     ("tiny-qwen2moe", QuantType::Q8_0),
+    ("tiny-ministral3", QuantType::Q8_0),
 ];
 
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. Once upon a time";

@@ -22,6 +22,8 @@ pub enum Arch {
     /// Qwen3's layout plus norms after attention and after the FFN
     /// (`post_attention_norm`, `post_ffw_norm`).
     Gemma3,
+    /// Llama's layout under its own name (Mistral Small 3.x, Ministral 3).
+    Mistral3,
     /// gpt-oss: biased Q/K/V/output projections, attention sinks, one norm
     /// before the experts (`post_attention_norm`), biased router and experts.
     GptOss,
@@ -38,6 +40,7 @@ impl Arch {
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
             Arch::GptOss => "gpt-oss",
+            Arch::Mistral3 => "mistral3",
         }
     }
 
@@ -105,6 +108,18 @@ pub struct Llama3RopeScaling {
 pub struct YarnScaling {
     pub factor: f32,
     pub original_context: u64,
+    /// Mistral's converter adds `yarn_beta_fast` / `yarn_beta_slow`,
+    /// `yarn_log_multiplier` and Ministral 3's
+    /// `attention.temperature_scale`.
+    pub mistral: Option<MistralYarn>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MistralYarn {
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    pub log_mul: f32,
+    pub temperature_scale: f32,
 }
 
 /// The experts of a mixture-of-experts preset (`num_experts`,
@@ -566,6 +581,67 @@ pub const PRESETS: &[Preset] = &[
         sliding_window: None,
         yarn: None,
     },
+    // Ministral 3's layout at test size: the llama graph under `mistral3`
+    // with YaRN's parameters from the file and Llama 4's attention
+    // temperature. An original context of 4 positions makes the 14-token
+    // prompt cross three temperature steps (the real one, 16384, would
+    // need a prompt that long).
+    Preset {
+        name: "tiny-ministral3",
+        model: "tiny-ministral3",
+        arch: Arch::Mistral3,
+        n_layer: 2,
+        n_embd: 256,
+        n_head: 8,
+        n_head_kv: 4,
+        head_dim: 32,
+        explicit_head_dim: false,
+        n_ff: 512,
+        n_vocab: 32000,
+        n_ctx: 4096,
+        rope_base: 1e6,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+        vocab: Vocab::LlamaSpm,
+        rope_scaling: None,
+        moe: None,
+        sliding_window: None,
+        yarn: Some(YarnScaling {
+            factor: 16.0,
+            original_context: 4,
+            mistral: Some(MistralYarn {
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                log_mul: 1.0,
+                temperature_scale: 1.0,
+            }),
+        }),
+    },
+    // mistralai/Mistral-Small-3.2-24B-Instruct-2506's text model, as the
+    // converter writes its multimodal checkpoint (`mistral3`, no YaRN);
+    // the Llama SPM vocab stands in for tekken.
+    Preset {
+        name: "mistral-small-24b",
+        model: "Mistral-Small-3.2-24B",
+        arch: Arch::Mistral3,
+        n_layer: 40,
+        n_embd: 5120,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 128,
+        explicit_head_dim: true,
+        n_ff: 32768,
+        n_vocab: 131072,
+        n_ctx: 131072,
+        rope_base: 1e9,
+        rms_eps: 1e-5,
+        tied_embeddings: false,
+        vocab: Vocab::GemmaFromLlamaSpm,
+        rope_scaling: None,
+        moe: None,
+        sliding_window: None,
+        yarn: None,
+    },
     // gpt-oss at test size: four layers alternating sliding-window (a
     // window of 8 positions, shorter than the reference prompt) and full,
     // heads of 64 whose total (512) differs from the width as in the real
@@ -598,6 +674,7 @@ pub const PRESETS: &[Preset] = &[
         yarn: Some(YarnScaling {
             factor: 32.0,
             original_context: 4096,
+            mistral: None,
         }),
     },
     // openai/gpt-oss-20b: 32 experts of 2880, 4 per token (3.6B active);
@@ -630,6 +707,7 @@ pub const PRESETS: &[Preset] = &[
         yarn: Some(YarnScaling {
             factor: 32.0,
             original_context: 4096,
+            mistral: None,
         }),
     },
 ];

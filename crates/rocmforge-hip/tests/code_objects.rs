@@ -102,6 +102,11 @@ const BUDGETS: &[Budget] = &[
         max_lds: 0,
     },
     Budget {
+        kernel: "attn_temp",
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
         kernel: "quantize_q8_0",
         max_vgprs: 32,
         max_lds: 0,

@@ -341,6 +341,20 @@ pub fn record_graph(
                 let what = label(i, format!("Rope {n_heads} heads"));
                 sink.dispatch("rope", push.bytes(), groups, what)?;
             }
+            Op::AttnTemperature { x, scale, floor } => {
+                let d = graph.tensor(x);
+                let n = u32_of(d.rows * d.cols, "elements")?;
+                let push = AttnTempPush {
+                    x: t(x),
+                    step: a.step,
+                    n,
+                    cols: u32_of(d.cols, "columns")?,
+                    scale,
+                    floor: u32_of(floor.max(1), "temperature floor")?,
+                };
+                let what = label(i, "AttnTemperature".into());
+                sink.dispatch("attn_temp", push.bytes(), n.div_ceil(256), what)?;
+            }
             Op::StoreKv { layer, k, v } => {
                 let d = graph.tensor(k);
                 let l = a.kv_layout;

@@ -106,7 +106,8 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         "rmsnorm" | "rmsnorm_q8" => 512,
         "rope" | "rope_kv" | "store_kv" | "attention" => 64,
         "attention_staged" | "attention_staged_q8" => 128,
-        "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => 256,
+        "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy"
+        | "attn_temp" => 256,
         "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
         | "quantize_bf16" => 64,
         "moe_route" => 64,

@@ -230,6 +230,20 @@ pub struct QuantizePush {
 // SAFETY: repr(C), two u64, two u32, three u64: 48 bytes, no padding.
 unsafe impl Push for QuantizePush {}
 
+/// `attn_temp`: Llama 4's attention temperature on `n` values in rows of
+/// `cols`, row `r` at position `pos0 + r` (pos0 from the step region).
+#[repr(C)]
+pub struct AttnTempPush {
+    pub x: u64,
+    pub step: u64,
+    pub n: u32,
+    pub cols: u32,
+    pub scale: f32,
+    pub floor: u32,
+}
+// SAFETY: repr(C), two u64 then four 4-byte fields: 32 bytes, no padding.
+unsafe impl Push for AttnTempPush {}
+
 // The sizes the SAFETY lines above state, and that the GLSL push blocks and
 // `kernels/push.h` repeat.
 const _: () = assert!(std::mem::size_of::<EmbedPush>() == 40);
@@ -242,6 +256,7 @@ const _: () = assert!(std::mem::size_of::<AttentionPush>() == 96);
 const _: () = assert!(std::mem::size_of::<EltwisePush>() == 40);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
 const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);
+const _: () = assert!(std::mem::size_of::<AttnTempPush>() == 32);
 
 #[repr(C)]
 pub struct MoeRoutePush {

@@ -194,6 +194,13 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
             local,
         });
         b.ops.push(Op::StoreKv { layer, k, v });
+        if let Some(t) = cfg.attn_temperature {
+            b.ops.push(Op::AttnTemperature {
+                x: q,
+                scale: t.scale,
+                floor: t.floor,
+            });
+        }
         let attn = b.tensor(n_tokens, cfg.q_dim());
         b.ops.push(Op::Attention {
             layer,
@@ -273,16 +280,16 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
                 freq_base: cfg.rope_freq_base_local,
                 freq_scale: cfg.rope_freq_scale_local,
             }),
-            // llama.cpp's defaults; files do not set them.
             yarn: cfg.rope_yarn_orig_ctx.map(|n_ctx_orig| Yarn {
                 n_ctx_orig,
-                beta_fast: 32.0,
-                beta_slow: 1.0,
+                beta_fast: cfg.rope_yarn_beta.0,
+                beta_slow: cfg.rope_yarn_beta.1,
             }),
             attn_factor: yarn_attn_factor(
                 cfg.rope_yarn_orig_ctx.is_some(),
                 cfg.rope_freq_scale,
                 cfg.rope_attn_factor,
+                cfg.rope_yarn_log_mul,
             ),
         },
         attention: AttentionSpec {

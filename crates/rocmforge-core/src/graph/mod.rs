@@ -58,6 +58,14 @@ pub enum Op {
         n_heads: usize,
         local: bool,
     },
+    /// Llama 4's attention temperature, in place: row `r` (position
+    /// `pos0 + r`) times `ln(floor(pos / floor) + 1) * scale + 1`, 1 within
+    /// the first `floor` positions (Ministral 3's Q).
+    AttnTemperature {
+        x: TensorId,
+        scale: f32,
+        floor: usize,
+    },
     /// Writes K and V rows into the layer's cache at positions `pos0..`.
     StoreKv {
         layer: usize,
@@ -162,7 +170,7 @@ impl Op {
         match *self {
             Op::Embed { .. } => vec![],
             Op::RmsNorm { x, .. } | Op::MatMul { x, .. } | Op::LastRow { x, .. } => vec![x],
-            Op::Rope { x, .. } => vec![x],
+            Op::Rope { x, .. } | Op::AttnTemperature { x, .. } => vec![x],
             Op::StoreKv { k, v, .. } => vec![k, v],
             Op::Attention { q, .. } => vec![q],
             Op::SwiGlu { gate, up, .. }
@@ -194,7 +202,7 @@ impl Op {
             | Op::MatMulId { out, .. }
             | Op::MoeSum { out, .. } => vec![out],
             Op::TopKGate { ids, weights, .. } => vec![ids, weights],
-            Op::Rope { x, .. } => vec![x],
+            Op::Rope { x, .. } | Op::AttnTemperature { x, .. } => vec![x],
             Op::StoreKv { .. } => vec![],
         }
     }

@@ -137,14 +137,29 @@ impl YarnTerms {
 /// position scale of `freq_scale`, divided by the factor ggml's kernel
 /// applies again (so it counts once), times the file's
 /// `rope.scaling.attn_factor`. Without YaRN, the file's factor alone.
-pub fn yarn_attn_factor(yarn: bool, freq_scale: f32, file_attn_factor: f32) -> f32 {
+///
+/// `log_mul` (`rope.scaling.yarn_log_multiplier`, Mistral 3's
+/// `mscale_all_dim`) divides the magnitude by its own: llama.cpp's
+/// `get_mscale(factor, 1) / get_mscale(factor, log_mul)`.
+pub fn yarn_attn_factor(
+    yarn: bool,
+    freq_scale: f32,
+    file_attn_factor: f32,
+    log_mul: Option<f32>,
+) -> f32 {
     let mut f = 1.0f32;
     if yarn {
         let factor = 1.0 / freq_scale;
-        let mscale = if factor <= 1.0 {
-            1.0
-        } else {
-            0.1 * factor.ln() + 1.0
+        let get_mscale = |mscale: f32| {
+            if factor <= 1.0 {
+                1.0
+            } else {
+                0.1 * mscale * factor.ln() + 1.0
+            }
+        };
+        let mscale = match log_mul {
+            Some(all_dims) => get_mscale(1.0) / get_mscale(all_dims),
+            None => get_mscale(1.0),
         };
         f = mscale * (1.0 / (1.0 + 0.1 * factor.ln()));
     }

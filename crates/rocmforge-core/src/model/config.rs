@@ -35,6 +35,11 @@ pub enum Arch {
     /// attention and after the feed-forward block, GeGLU, and five
     /// sliding-window layers (with their own RoPE base) per global one.
     Gemma3,
+    /// Mistral 3 (Mistral Small 3.x, Ministral 3, Magistral as converted
+    /// from their multimodal checkpoints): llama's graph with YaRN's
+    /// parameters from the file and, for Ministral 3, Llama 4's attention
+    /// temperature (Q scaled by position beyond the original context).
+    Mistral3,
     /// gpt-oss (OpenAI's open-weight MoE): biases on Q, K, V and the
     /// attention output, attention sinks, sliding-window layers alternating
     /// with full ones, YaRN RoPE, and experts with biases and a clamped
@@ -53,6 +58,7 @@ impl Arch {
             "phi3" => Some(Arch::Phi3),
             "gemma3" => Some(Arch::Gemma3),
             "gpt-oss" => Some(Arch::GptOss),
+            "mistral3" => Some(Arch::Mistral3),
             _ => None,
         }
     }
@@ -67,6 +73,7 @@ impl Arch {
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
             Arch::GptOss => "gpt-oss",
+            Arch::Mistral3 => "mistral3",
         }
     }
 
@@ -80,6 +87,7 @@ impl Arch {
         Arch::Phi3,
         Arch::Gemma3,
         Arch::GptOss,
+        Arch::Mistral3,
     ];
 
     /// The names of [`Arch::ALL`], comma-separated, for error messages.
@@ -159,6 +167,10 @@ pub const ARCH_KEYS: &[&str] = &[
     "rope.scaling.factor",
     "rope.scaling.original_context_length",
     "rope.scaling.attn_factor",
+    "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow",
+    "rope.scaling.yarn_log_multiplier",
+    "attention.temperature_scale",
     "rope.scale_linear",
     "vocab_size",
     "expert_count",
@@ -181,6 +193,14 @@ const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
 /// Largest size (embedding width, vocabulary, heads, ...) accepted. Far above
 /// any real model, and low enough that products of two sizes cannot overflow.
 const MAX_SIZE: u64 = 1 << 24;
+
+/// Llama 4-style attention temperature tuning (Ministral 3).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnTemperature {
+    pub scale: f32,
+    /// Positions per step of the logarithm (the original context).
+    pub floor: usize,
+}
 
 /// Everything the graph builder needs to know about a model's shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -206,6 +226,15 @@ pub struct ModelConfig {
     pub rope_yarn_orig_ctx: Option<usize>,
     /// `rope.scaling.attn_factor`: a multiplier of RoPE's cos and sin.
     pub rope_attn_factor: f32,
+    /// YaRN's ramp bounds and magnitude divisor from the file (Mistral 3
+    /// only, as llama.cpp reads them; its defaults 32 / 1 / none
+    /// elsewhere).
+    pub rope_yarn_beta: (f32, f32),
+    pub rope_yarn_log_mul: Option<f32>,
+    /// Llama 4's attention temperature (Ministral 3): Q of the token at
+    /// `pos` is multiplied by `ln(floor(pos / original context) + 1) *
+    /// scale + 1`.
+    pub attn_temperature: Option<AttnTemperature>,
     /// The experts of every feed-forward block, for mixture-of-experts
     /// models; `n_ff` is then one expert's width.
     pub moe: Option<MoeConfig>,
@@ -454,6 +483,32 @@ impl ModelConfig {
         let rope_attn_factor = keys
             .float("rope.scaling.attn_factor", positive, |v| v > 0.0)?
             .unwrap_or(1.0);
+        let mistral3 = arch == Arch::Mistral3;
+        let finite = "a finite number";
+        let (mut beta_fast, mut beta_slow, mut log_mul) = (32.0, 1.0, None);
+        if mistral3 {
+            beta_fast = keys
+                .float("rope.scaling.yarn_beta_fast", finite, |_| true)?
+                .unwrap_or(beta_fast);
+            beta_slow = keys
+                .float("rope.scaling.yarn_beta_slow", finite, |_| true)?
+                .unwrap_or(beta_slow);
+            log_mul = keys
+                .float("rope.scaling.yarn_log_multiplier", finite, |_| true)?
+                .filter(|&v| v != 0.0);
+        }
+        // llama.cpp: the temperature's step is YaRN's original context (the
+        // trained one without YaRN).
+        let attn_temperature = match mistral3 {
+            true => keys
+                .float("attention.temperature_scale", finite, |_| true)?
+                .filter(|&s| s != 0.0)
+                .map(|scale| AttnTemperature {
+                    scale,
+                    floor: rope_yarn_orig_ctx.unwrap_or(n_ctx_train),
+                }),
+            false => None,
+        };
         // Gemma 3's local layers have their own base (default 10000) and
         // are never scaled; gpt-oss's share the global base and scale.
         let base_swa = keys.float("rope.freq_base_swa", positive, |v| v > 0.0)?;
@@ -478,6 +533,9 @@ impl ModelConfig {
             rope_freq_scale,
             rope_yarn_orig_ctx,
             rope_attn_factor,
+            rope_yarn_beta: (beta_fast, beta_slow),
+            rope_yarn_log_mul: log_mul,
+            attn_temperature,
             moe,
             sliding_window,
             local_layers,

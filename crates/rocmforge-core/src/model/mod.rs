@@ -7,7 +7,7 @@ mod weights;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use config::{Arch, ModelConfig, ARCH_KEYS, GENERAL_KEYS};
+pub use config::{Arch, AttnTemperature, ModelConfig, ARCH_KEYS, GENERAL_KEYS};
 pub use moe::{ExpertActivation, MoeConfig};
 pub use weights::{
     ExpertBiases, FfnWeights, LayerWeights, ModelWeights, SharedExpert, WeightId, WeightRef,

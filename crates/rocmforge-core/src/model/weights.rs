@@ -155,6 +155,21 @@ impl ModelWeights {
                 });
             }
         }
+        // Feed-forward biases (optional in llama.cpp's Mistral 3 graph) are
+        // not computed here; running without them would be wrong.
+        for name in [
+            "blk.0.ffn_gate.bias",
+            "blk.0.ffn_up.bias",
+            "blk.0.ffn_down.bias",
+        ] {
+            if file.tensor(name).is_some() {
+                return Err(ModelError::Unsupported {
+                    key: name.into(),
+                    value: "present".into(),
+                    feature: "feed-forward biases".into(),
+                });
+            }
+        }
         let rope_freqs = match file.tensor("rope_freqs.weight") {
             Some(_) => Some(b.vector("rope_freqs.weight", cfg.n_rot / 2)?),
             None => None,
@@ -201,6 +216,7 @@ impl ModelWeights {
                     true => None,
                     false => b.optional_vector(&n("post_attention_norm.weight"), e, post)?,
                 },
+                // gpt-oss has one; Mistral 3 files may.
                 bo: b.optional_vector(&n("attn_output.bias"), e, gpt_oss)?,
                 attn_sinks: b.optional_vector(&n("attn_sinks.weight"), cfg.n_head, gpt_oss)?,
                 ffn_post_norm: b.optional_vector(&n("post_ffw_norm.weight"), e, post)?,

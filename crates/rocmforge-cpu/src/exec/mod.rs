@@ -265,6 +265,17 @@ impl Step<'_> {
                         table.apply(row, n_heads, head_dim, self.inputs().0 + r);
                     }
                 }
+                Op::AttnTemperature { x, scale, floor } => {
+                    let d = self.graph.tensor(x);
+                    let rows = m.share(d.rows);
+                    let data = self.rows(x, rows.clone());
+                    for (i, r) in rows.enumerate() {
+                        let f = activation::attn_temperature(self.inputs().0 + r, scale, floor);
+                        for v in &mut data[i * d.cols..(i + 1) * d.cols] {
+                            *v *= f;
+                        }
+                    }
+                }
                 Op::StoreKv { layer, k, v } => {
                     let d = self.graph.tensor(k);
                     let l = self.kv_layout;

@@ -33,6 +33,14 @@ pub fn swiglu_oai(gate: &[f32], up: &[f32], out: &mut [f32], alpha: f32, limit: 
     }
 }
 
+/// Llama 4's attention temperature for position `pos`, as llama.cpp
+/// fills its input: `ln(floor(pos / floor) + 1) * scale + 1`, the division
+/// and floor in f32, the rest in f64, rounded to f32.
+pub fn attn_temperature(pos: usize, scale: f32, floor: usize) -> f32 {
+    let steps = (pos as f32 / floor.max(1) as f32).floor() as f64 + 1.0;
+    (steps.ln() * scale as f64 + 1.0) as f32
+}
+
 /// `sigmoid(g)` as ggml's qwen2moe graph computes it: `silu(g) / g`.
 pub fn sigmoid_as_silu_ratio(g: f32) -> f32 {
     silu(g) / g

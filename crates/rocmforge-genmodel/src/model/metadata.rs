@@ -92,6 +92,24 @@ pub fn model_metadata(p: &Preset, ty: QuantType) -> Metadata {
             key("rope.scaling.original_context_length"),
             u32v(yarn.original_context),
         ));
+        if let Some(ms) = &yarn.mistral {
+            m.push((
+                key("rope.scaling.yarn_beta_fast"),
+                GgufValue::F32(ms.beta_fast),
+            ));
+            m.push((
+                key("rope.scaling.yarn_beta_slow"),
+                GgufValue::F32(ms.beta_slow),
+            ));
+            m.push((
+                key("rope.scaling.yarn_log_multiplier"),
+                GgufValue::F32(ms.log_mul),
+            ));
+            m.push((
+                key("attention.temperature_scale"),
+                GgufValue::F32(ms.temperature_scale),
+            ));
+        }
     }
     m.push((key("rope.dimension_count"), u32v(p.head_dim)));
     m.push((
