@@ -154,6 +154,13 @@ impl QuantType {
         )
     }
 
+    /// Whether ggml quantizes this type only with an importance matrix
+    /// (`ggml_quantize_requires_imatrix`): its IQ2_XXS, IQ2_XS and IQ1_S
+    /// quantizers have no fallback weights.
+    pub fn needs_importance(self) -> bool {
+        matches!(self, QuantType::IQ2XXS | QuantType::IQ2XS | QuantType::IQ1S)
+    }
+
     /// All types, in ggml id order.
     pub fn all() -> impl Iterator<Item = QuantType> {
         TABLE.iter().map(|r| r.0)
