@@ -112,23 +112,7 @@ fn check_lengths(ty: QuantType, elements: usize, bytes: usize) -> Result<(), Qua
 /// Types [`dequantize`] and [`quantize`] accept: the supported weight types
 /// plus the activation-only types Q8_1 and Q8_K.
 fn has_codec(ty: QuantType) -> bool {
-    ty.is_supported() || matches!(ty, QuantType::Q8_1 | QuantType::Q8K) || is_iquant_or_ternary(ty)
-}
-
-fn is_iquant_or_ternary(ty: QuantType) -> bool {
-    use QuantType as T;
-    matches!(
-        ty,
-        T::IQ2XXS
-            | T::IQ2XS
-            | T::IQ2S
-            | T::IQ3XXS
-            | T::IQ3S
-            | T::IQ1S
-            | T::IQ1M
-            | T::TQ1_0
-            | T::TQ2_0
-    )
+    ty.is_supported() || matches!(ty, QuantType::Q8_1 | QuantType::Q8K)
 }
 
 /// Runs `f` over matching (block bytes, block values) pairs. Callers have

@@ -151,6 +151,15 @@ impl QuantType {
                 | QuantType::Q6K
                 | QuantType::IQ4NL
                 | QuantType::IQ4XS
+                | QuantType::IQ2XXS
+                | QuantType::IQ2XS
+                | QuantType::IQ2S
+                | QuantType::IQ3XXS
+                | QuantType::IQ3S
+                | QuantType::IQ1S
+                | QuantType::IQ1M
+                | QuantType::TQ1_0
+                | QuantType::TQ2_0
         )
     }
 
