@@ -27,6 +27,8 @@ mod avx2_common;
 #[cfg(target_arch = "x86_64")]
 mod avx2_dispatch;
 #[cfg(target_arch = "x86_64")]
+mod avx2_iquant;
+#[cfg(target_arch = "x86_64")]
 mod avx2_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_legacy;
