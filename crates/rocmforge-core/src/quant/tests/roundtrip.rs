@@ -243,3 +243,22 @@ fn ternary_inputs_round_trip_exactly() {
         assert!(zero.iter().all(|&v| v == 0.0), "{ty}");
     }
 }
+
+#[test]
+fn iq3_s_groups_after_an_all_zero_group_stay_in_place() {
+    // ggml's IQ3_S quantizer does not advance its write position past an
+    // exactly-zero 32-element group, so the later groups of that block land
+    // one slot early; ours writes each group at its own position (quant::iq3).
+    let mut x = gaussian(13, 512);
+    x[64..96].fill(0.0);
+    let y = round_trip(QuantType::IQ3S, &x);
+    let err = rel_rms(&x[96..256], &y[96..256]);
+    assert!(err < 0.2, "groups after the zero one: {err}");
+    // The zero group keeps index 0 and the smallest scale: tiny values.
+    let peak = x[..256].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(
+        y[64..96].iter().all(|v| v.abs() < 0.05 * peak),
+        "{:?}",
+        &y[64..72]
+    );
+}
