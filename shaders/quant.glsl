@@ -48,6 +48,24 @@ uint q8_fifth_bits(uint h) {
 #include "quant/iq4_xs.glsl"
 #elif defined(WEIGHT_MXFP4)
 #include "quant/mxfp4.glsl"
+#elif defined(WEIGHT_IQ2_XXS)
+#include "quant/iq2_xxs.glsl"
+#elif defined(WEIGHT_IQ2_XS)
+#include "quant/iq2_xs.glsl"
+#elif defined(WEIGHT_IQ2_S)
+#include "quant/iq2_s.glsl"
+#elif defined(WEIGHT_IQ3_XXS)
+#include "quant/iq3_xxs.glsl"
+#elif defined(WEIGHT_IQ3_S)
+#include "quant/iq3_s.glsl"
+#elif defined(WEIGHT_IQ1_S)
+#include "quant/iq1_s.glsl"
+#elif defined(WEIGHT_IQ1_M)
+#include "quant/iq1_m.glsl"
+#elif defined(WEIGHT_TQ1_0)
+#include "quant/tq1_0.glsl"
+#elif defined(WEIGHT_TQ2_0)
+#include "quant/tq2_0.glsl"
 #else
 #error "no WEIGHT_<TYPE> defined"
 #endif

@@ -4,11 +4,13 @@
 //! runs comparable.
 
 use half::f16;
-use rocmforge_core::quant::{quantize_to_vec, QuantError, QuantType};
+use rocmforge_core::quant::{
+    quantize_to_vec, quantize_to_vec_with_importance, QuantError, QuantType,
+};
 use rocmforge_cpu::kernels::quant_dot::quantize_activation;
 
 /// Every weight type the CPU matmul kernels accept, in ggml id order.
-pub const KERNEL_TYPES: [QuantType; 16] = [
+pub const KERNEL_TYPES: [QuantType; 25] = [
     QuantType::F32,
     QuantType::F16,
     QuantType::Q4_0,
@@ -21,10 +23,19 @@ pub const KERNEL_TYPES: [QuantType; 16] = [
     QuantType::Q4K,
     QuantType::Q5K,
     QuantType::Q6K,
+    QuantType::IQ2XXS,
+    QuantType::IQ2XS,
+    QuantType::IQ3XXS,
+    QuantType::IQ1S,
     QuantType::IQ4NL,
+    QuantType::IQ3S,
+    QuantType::IQ2S,
     QuantType::IQ4XS,
+    QuantType::IQ1M,
     QuantType::BF16,
     QuantType::MXFP4,
+    QuantType::TQ1_0,
+    QuantType::TQ2_0,
 ];
 
 /// Distinct rows quantized for a matrix; the rest repeat them. K-quant
@@ -68,7 +79,14 @@ impl WeightMatrix {
     pub fn random(ty: QuantType, k: usize, rows: usize) -> Result<WeightMatrix, QuantError> {
         let mut pattern = Vec::new();
         for r in 0..DISTINCT_ROWS.min(rows) {
-            pattern.extend(quantize_to_vec(ty, &noise(k, r as u64))?);
+            let x = noise(k, r as u64);
+            // The types ggml quantizes only with an importance get a flat one.
+            let row = if ty.needs_importance() {
+                quantize_to_vec_with_importance(ty, &x, &vec![1.0; k])?
+            } else {
+                quantize_to_vec(ty, &x)?
+            };
+            pattern.extend(row);
         }
         let row_bytes = pattern.len() / DISTINCT_ROWS.min(rows).max(1);
         let bytes = pattern

@@ -38,6 +38,15 @@ const WEIGHT_TYPES: &[(&str, &str)] = &[
     ("iq4_nl", "WEIGHT_IQ4_NL"),
     ("iq4_xs", "WEIGHT_IQ4_XS"),
     ("mxfp4", "WEIGHT_MXFP4"),
+    ("iq2_xxs", "WEIGHT_IQ2_XXS"),
+    ("iq2_xs", "WEIGHT_IQ2_XS"),
+    ("iq2_s", "WEIGHT_IQ2_S"),
+    ("iq3_xxs", "WEIGHT_IQ3_XXS"),
+    ("iq3_s", "WEIGHT_IQ3_S"),
+    ("iq1_s", "WEIGHT_IQ1_S"),
+    ("iq1_m", "WEIGHT_IQ1_M"),
+    ("tq1_0", "WEIGHT_TQ1_0"),
+    ("tq2_0", "WEIGHT_TQ2_0"),
 ];
 
 /// `-D` defines of one variant.

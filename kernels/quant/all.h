@@ -20,8 +20,17 @@
 #include "iq4_nl.h"
 #include "iq4_xs.h"
 #include "mxfp4.h"
+#include "iq2_xxs.h"
+#include "iq2_xs.h"
+#include "iq2_s.h"
+#include "iq3_xxs.h"
+#include "iq3_s.h"
+#include "iq1_s.h"
+#include "iq1_m.h"
+#include "tq1_0.h"
+#include "tq2_0.h"
 
-// All sixteen weight types.
+// All twenty-five weight types.
 #define RF_WEIGHT_TYPES(X)                                                                          \
     X(f32, quant::F32)                                                                              \
     X(f16, quant::F16)                                                                              \
@@ -38,7 +47,16 @@
     X(q6_k, quant::Q6_K)                                                                            \
     X(iq4_nl, quant::IQ4_NL)                                                                        \
     X(iq4_xs, quant::IQ4_XS)                                                                        \
-    X(mxfp4, quant::MXFP4)
+    X(mxfp4, quant::MXFP4)                                                                          \
+    X(iq2_xxs, quant::IQ2_XXS)                                                                      \
+    X(iq2_xs, quant::IQ2_XS)                                                                        \
+    X(iq2_s, quant::IQ2_S)                                                                          \
+    X(iq3_xxs, quant::IQ3_XXS)                                                                      \
+    X(iq3_s, quant::IQ3_S)                                                                          \
+    X(iq1_s, quant::IQ1_S)                                                                          \
+    X(iq1_m, quant::IQ1_M)                                                                          \
+    X(tq1_0, quant::TQ1_0)                                                                          \
+    X(tq2_0, quant::TQ2_0)
 
 // The types with an integer form (block_q8): rocmforge_core::gpu::has_int_form.
 #define RF_INT_WEIGHT_TYPES(X)                                                                      \

@@ -169,6 +169,24 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 32,
         max_lds: 0,
     },
+    // The lattice i-quants: a point's coordinates, level words and signs
+    // are live at once (23-37 VGPRs on the RDNA targets); <= 64 still
+    // allows 16 waves per SIMD.
+    Budget {
+        kernel: "embed_iq1_",
+        max_vgprs: 40,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_iq2_",
+        max_vgprs: 40,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "embed_iq3_",
+        max_vgprs: 40,
+        max_lds: 0,
+    },
     // Decode mat-vec in f32 (matvec.comp): one weight row per workgroup,
     // 8 tokens' sums per lane (27-41 VGPRs); <= 64 keeps 16 waves per SIMD
     // for the many rows in flight. One shared float per wave and token.

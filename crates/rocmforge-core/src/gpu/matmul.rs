@@ -46,8 +46,9 @@ pub fn int_route(lw: &Lowering, w: &DeviceWeight, n: usize, k: usize) -> bool {
 
 /// The kernel that rounds a matmul's activations the way the CPU reference
 /// (ggml) quantizes them for this weight type, if any: Q8_0 (and Q8_1,
-/// which rounds the same) for the 32-blocks (MXFP4 included), Q8_K for the K-quants and
-/// IQ4_XS, f16 / bf16 for those weights.
+/// which rounds the same) for the 32-blocks (MXFP4 included), Q8_K for the 256-blocks (the
+/// K-quants, IQ4_XS, the lattice i-quants and the ternary types), f16 /
+/// bf16 for those weights.
 pub(super) fn activation_kernel(ty: QuantType) -> Option<&'static str> {
     use QuantType as T;
     match ty {
@@ -55,6 +56,10 @@ pub(super) fn activation_kernel(ty: QuantType) -> Option<&'static str> {
             Some("quantize_q8_0")
         }
         T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4XS => Some("quantize_q8_k"),
+        T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ3XXS | T::IQ3S | T::IQ1S | T::IQ1M => {
+            Some("quantize_q8_k")
+        }
+        T::TQ1_0 | T::TQ2_0 => Some("quantize_q8_k"),
         T::F16 => Some("quantize_f16"),
         T::BF16 => Some("quantize_bf16"),
         _ => None,

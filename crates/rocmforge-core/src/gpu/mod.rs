@@ -19,6 +19,7 @@
 //! workgroups laid out by [`grid`], and computes what the GLSL kernel of
 //! the same name computes.
 
+pub mod iq_tables;
 mod lower;
 mod matmul;
 mod moe;
@@ -137,6 +138,15 @@ pub fn weight_suffix(ty: QuantType) -> Option<&'static str> {
         QuantType::IQ4NL => "iq4_nl",
         QuantType::IQ4XS => "iq4_xs",
         QuantType::MXFP4 => "mxfp4",
+        QuantType::IQ2XXS => "iq2_xxs",
+        QuantType::IQ2XS => "iq2_xs",
+        QuantType::IQ2S => "iq2_s",
+        QuantType::IQ3XXS => "iq3_xxs",
+        QuantType::IQ3S => "iq3_s",
+        QuantType::IQ1S => "iq1_s",
+        QuantType::IQ1M => "iq1_m",
+        QuantType::TQ1_0 => "tq1_0",
+        QuantType::TQ2_0 => "tq2_0",
         _ => return None,
     })
 }

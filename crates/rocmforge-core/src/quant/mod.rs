@@ -13,15 +13,32 @@
 //!   with their shared scale searches in `kquant_search`.
 //! - `iq4`: the non-linear 4-bit formats IQ4_NL and IQ4_XS.
 //! - `mxfp4`: MXFP4, E2M1 floats under a power-of-two block scale.
+//! - `iq2`, `iq3`, `iq1`: the lattice i-quants IQ2_XXS, IQ2_XS, IQ2_S,
+//!   IQ3_XXS, IQ3_S, IQ1_S and IQ1_M, with their lattices in [`iq_grids`],
+//!   the lattice rounding in `iq_lattice` and the IQ2/IQ3 scale search in
+//!   `iq_search`.
+//! - `ternary`: TQ1_0 and TQ2_0.
+//!
+//! ggml quantizes IQ2_XXS, IQ2_XS and IQ1_S only with an importance matrix
+//! ([`QuantType::needs_importance`]): [`quantize`] refuses them with
+//! [`QuantError::NeedsImportance`], and [`quantize_with_importance`] takes
+//! one for every i-quant, as `llama-quantize --imatrix` does.
 
 mod float;
+mod iq1;
+mod iq2;
+mod iq3;
 mod iq4;
+pub mod iq_grids;
+mod iq_lattice;
+mod iq_search;
 mod kquant_search;
 mod legacy;
 mod mxfp4;
 mod q2k_q3k;
 mod q4k_q5k;
 mod q6k_q8k;
+mod ternary;
 mod types;
 
 #[cfg(test)]
@@ -38,6 +55,16 @@ pub use types::QuantType;
 pub enum QuantError {
     #[error("no f32 conversion for tensor type {0}")]
     Unsupported(QuantType),
+    #[error("{0} is only quantized with an importance matrix (as in ggml); use quantize_with_importance")]
+    NeedsImportance(QuantType),
+    #[error("{0} has no importance-weighted quantizer (only the i-quants IQ1..IQ3 do)")]
+    NoImportanceQuantizer(QuantType),
+    #[error("an importance of {importance} values does not fit {elements} {ty} elements: it needs one value per column, a whole number of blocks, and whole rows")]
+    ImportanceLength {
+        ty: QuantType,
+        elements: usize,
+        importance: usize,
+    },
     #[error("{}", length_message(*ty, *elements, *expected_bytes, *actual_bytes))]
     Length {
         ty: QuantType,
@@ -134,16 +161,29 @@ pub fn dequantize(ty: QuantType, src: &[u8], dst: &mut [f32]) -> Result<(), Quan
         T::IQ4NL => each_block_decode(ty, src, dst, iq4::decode_iq4nl),
         T::IQ4XS => each_block_decode(ty, src, dst, iq4::decode_iq4xs),
         T::MXFP4 => each_block_decode(ty, src, dst, mxfp4::decode_mxfp4),
+        T::IQ2XXS => each_block_decode(ty, src, dst, iq2::decode_iq2xxs),
+        T::IQ2XS => each_block_decode(ty, src, dst, iq2::decode_iq2xs),
+        T::IQ2S => each_block_decode(ty, src, dst, iq2::decode_iq2s),
+        T::IQ3XXS => each_block_decode(ty, src, dst, iq3::decode_iq3xxs),
+        T::IQ3S => each_block_decode(ty, src, dst, iq3::decode_iq3s),
+        T::IQ1S => each_block_decode(ty, src, dst, iq1::decode_iq1s),
+        T::IQ1M => each_block_decode(ty, src, dst, iq1::decode_iq1m),
+        T::TQ1_0 => each_block_decode(ty, src, dst, ternary::decode_tq1_0),
+        T::TQ2_0 => each_block_decode(ty, src, dst, ternary::decode_tq2_0),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())
 }
 
 /// Encodes `src` into `dst`, which must be exactly `ty.bytes_for(src.len())`
-/// bytes, with ggml's reference quantizer for `ty`.
+/// bytes, with ggml's reference quantizer for `ty` (for the i-quants, its
+/// quantizer without an importance matrix).
 pub fn quantize(ty: QuantType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     if !has_codec(ty) {
         return Err(QuantError::Unsupported(ty));
+    }
+    if ty.needs_importance() {
+        return Err(QuantError::NeedsImportance(ty));
     }
     check_lengths(ty, src.len(), dst.len())?;
     use QuantType as T;
@@ -166,6 +206,12 @@ pub fn quantize(ty: QuantType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantE
         T::IQ4NL => each_block_encode(ty, src, dst, iq4::encode_iq4nl),
         T::IQ4XS => each_block_encode(ty, src, dst, iq4::encode_iq4xs),
         T::MXFP4 => each_block_encode(ty, src, dst, mxfp4::encode_mxfp4),
+        T::IQ2S => each_block_encode(ty, src, dst, |x, b| iq2::encode_iq2s(x, None, b)),
+        T::IQ3XXS => each_block_encode(ty, src, dst, |x, b| iq3::encode_iq3xxs(x, None, b)),
+        T::IQ3S => each_block_encode(ty, src, dst, |x, b| iq3::encode_iq3s(x, None, b)),
+        T::IQ1M => each_block_encode(ty, src, dst, |x, b| iq1::encode_iq1m(x, None, b)),
+        T::TQ1_0 => each_block_encode(ty, src, dst, ternary::encode_tq1_0),
+        T::TQ2_0 => each_block_encode(ty, src, dst, ternary::encode_tq2_0),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())
@@ -183,8 +229,69 @@ pub fn quantize_fast(ty: QuantType, src: &[f32], dst: &mut [u8]) -> Result<(), Q
     Ok(())
 }
 
+/// Encodes `src` like [`quantize`], weighting each column's rounding error
+/// by `importance` (one non-negative value per column, as in a llama.cpp
+/// imatrix): `src` is rows of `importance.len()` elements. ggml's
+/// importance-weighted quantizer, for the i-quants IQ2_XXS, IQ2_XS, IQ2_S,
+/// IQ3_XXS, IQ3_S, IQ1_S and IQ1_M.
+pub fn quantize_with_importance(
+    ty: QuantType,
+    src: &[f32],
+    importance: &[f32],
+    dst: &mut [u8],
+) -> Result<(), QuantError> {
+    use QuantType as T;
+    let encode: fn(&[f32], &[f32], &mut [u8]) = match ty {
+        T::IQ2XXS => iq2::encode_iq2xxs,
+        T::IQ2XS => iq2::encode_iq2xs,
+        T::IQ2S => |x, w, b| iq2::encode_iq2s(x, Some(w), b),
+        T::IQ3XXS => |x, w, b| iq3::encode_iq3xxs(x, Some(w), b),
+        T::IQ3S => |x, w, b| iq3::encode_iq3s(x, Some(w), b),
+        T::IQ1S => iq1::encode_iq1s,
+        T::IQ1M => |x, w, b| iq1::encode_iq1m(x, Some(w), b),
+        _ => return Err(QuantError::NoImportanceQuantizer(ty)),
+    };
+    let cols = importance.len();
+    if cols == 0 || !cols.is_multiple_of(ty.block_size()) || !src.len().is_multiple_of(cols) {
+        return Err(QuantError::ImportanceLength {
+            ty,
+            elements: src.len(),
+            importance: cols,
+        });
+    }
+    check_lengths(ty, src.len(), dst.len())?;
+    let (bs, ts) = (ty.block_size(), ty.type_size());
+    for (row, out) in src
+        .chunks_exact(cols)
+        .zip(dst.chunks_exact_mut(cols / bs * ts))
+    {
+        let blocks = row.chunks_exact(bs).zip(out.chunks_exact_mut(ts));
+        for ((x, b), w) in blocks.zip(importance.chunks_exact(bs)) {
+            encode(x, w, b);
+        }
+    }
+    Ok(())
+}
+
 /// [`quantize`] into a freshly allocated buffer of the right size.
 pub fn quantize_to_vec(ty: QuantType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
+    let mut out = output_for(ty, src)?;
+    quantize(ty, src, &mut out)?;
+    Ok(out)
+}
+
+/// [`quantize_with_importance`] into a freshly allocated buffer.
+pub fn quantize_to_vec_with_importance(
+    ty: QuantType,
+    src: &[f32],
+    importance: &[f32],
+) -> Result<Vec<u8>, QuantError> {
+    let mut out = output_for(ty, src)?;
+    quantize_with_importance(ty, src, importance, &mut out)?;
+    Ok(out)
+}
+
+fn output_for(ty: QuantType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
     if !has_codec(ty) {
         return Err(QuantError::Unsupported(ty));
     }
@@ -197,9 +304,7 @@ pub fn quantize_to_vec(ty: QuantType, src: &[f32]) -> Result<Vec<u8>, QuantError
             expected_bytes: None,
             actual_bytes: 0,
         })?;
-    let mut out = vec![0u8; bytes];
-    quantize(ty, src, &mut out)?;
-    Ok(out)
+    Ok(vec![0u8; bytes])
 }
 
 /// Reads the little-endian binary16 at `b[at..at + 2]`.

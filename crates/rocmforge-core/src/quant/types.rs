@@ -152,7 +152,23 @@ impl QuantType {
                 | QuantType::IQ4NL
                 | QuantType::IQ4XS
                 | QuantType::MXFP4
+                | QuantType::IQ2XXS
+                | QuantType::IQ2XS
+                | QuantType::IQ2S
+                | QuantType::IQ3XXS
+                | QuantType::IQ3S
+                | QuantType::IQ1S
+                | QuantType::IQ1M
+                | QuantType::TQ1_0
+                | QuantType::TQ2_0
         )
+    }
+
+    /// Whether ggml quantizes this type only with an importance matrix
+    /// (`ggml_quantize_requires_imatrix`): its IQ2_XXS, IQ2_XS and IQ1_S
+    /// quantizers have no fallback weights.
+    pub fn needs_importance(self) -> bool {
+        matches!(self, QuantType::IQ2XXS | QuantType::IQ2XS | QuantType::IQ1S)
     }
 
     /// All types, in ggml id order.

@@ -66,8 +66,10 @@ pub fn compatible_type(requested: QuantType, row_len: u64) -> QuantType {
     }
     use QuantType as T;
     let replacement = match requested {
-        T::IQ4XS => T::IQ4NL,
-        T::Q2K | T::Q3K => T::Q4_0,
+        T::IQ4XS | T::IQ1S | T::IQ1M | T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ3XXS | T::IQ3S => {
+            T::IQ4NL
+        }
+        T::Q2K | T::Q3K | T::TQ1_0 | T::TQ2_0 => T::Q4_0,
         T::Q4K => T::Q5_0,
         T::Q5K => T::Q5_1,
         T::Q6K => T::Q8_0,
@@ -97,13 +99,21 @@ pub fn file_type(ty: QuantType) -> u32 {
         T::Q4K => 14,
         T::Q5K => 16,
         T::Q6K => 18,
+        T::IQ2XXS => 19,
+        T::IQ2XS => 20,
+        T::IQ3XXS => 23,
+        T::IQ1S => 24,
         T::IQ4NL => 25,
+        T::IQ3S => 26,
+        T::IQ2S => 28,
         T::IQ4XS => 30,
+        T::IQ1M => 31,
         T::BF16 => 32,
-        // MXFP4_MOE: llama-quantize's only MXFP4 file type. Its mix puts
-        // Q8_0 outside the expert tensors; a uniform file is what it
-        // writes with --pure, as every type here is.
+        // MXFP4_MOE: llama-quantize's only MXFP4 file type (see `tensors`
+        // for its mix).
         T::MXFP4 => 38,
+        T::TQ1_0 => 36,
+        T::TQ2_0 => 37,
         // Not offered on the command line; "guessed" is what llama.cpp writes
         // when it cannot tell.
         _ => 1024,
@@ -316,6 +326,11 @@ mod tests {
         assert_eq!(compatible_type(T::Q6K, 896), T::Q8_0);
         assert_eq!(compatible_type(T::Q3K, 64), T::Q4_0);
         assert_eq!(compatible_type(T::IQ4XS, 64), T::IQ4NL);
+        assert_eq!(compatible_type(T::IQ2XXS, 896), T::IQ4NL);
+        assert_eq!(compatible_type(T::IQ1M, 64), T::IQ4NL);
+        assert_eq!(compatible_type(T::IQ3S, 176), T::F16);
+        assert_eq!(compatible_type(T::TQ1_0, 896), T::Q4_0);
+        assert_eq!(compatible_type(T::TQ2_0, 4864), T::TQ2_0);
         assert_eq!(compatible_type(T::Q8_0, 176), T::F16);
         assert_eq!(compatible_type(T::Q4K, 176), T::F16);
         assert_eq!(compatible_type(T::BF16, 176), T::BF16);
@@ -371,7 +386,9 @@ mod tests {
     fn weight_type_names() {
         assert_eq!(parse_weight_type("q4_k"), Ok(QuantType::Q4K));
         assert_eq!(parse_weight_type("IQ4_XS"), Ok(QuantType::IQ4XS));
-        assert!(parse_weight_type("IQ2_XXS").is_err(), "not computable here");
+        assert_eq!(parse_weight_type("iq2_xxs"), Ok(QuantType::IQ2XXS));
+        assert_eq!(parse_weight_type("TQ1_0"), Ok(QuantType::TQ1_0));
+        assert!(parse_weight_type("MXFP4").is_err(), "not computable here");
         assert!(parse_weight_type("Q9_9").unwrap_err().contains("Q4_K"));
     }
 }

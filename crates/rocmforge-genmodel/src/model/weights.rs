@@ -6,7 +6,9 @@
 
 use std::sync::Mutex;
 
-use rocmforge_core::quant::{quantize, quantize_fast, QuantError};
+use rocmforge_core::quant::{
+    quantize, quantize_fast, quantize_with_importance, QuantError, QuantType,
+};
 
 use super::layout::{Fill, TensorSpec};
 
@@ -105,6 +107,20 @@ pub enum Quantizer {
     FastKQuants,
 }
 
+/// Whether `ty` is quantized with an importance matrix. `llama-quantize`
+/// refuses the 1- to 3-bit lattice i-quants without one (ggml's quantizers
+/// for IQ2_XXS, IQ2_XS and IQ1_S cannot run without it), so these are
+/// encoded as with an imatrix of a model whose activations are white noise:
+/// every column equally important. IQ3_S, which llama-quantize also quantizes
+/// without, gets the same for uniformity.
+fn uses_importance(ty: QuantType) -> bool {
+    use QuantType as T;
+    matches!(
+        ty,
+        T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ3XXS | T::IQ3S | T::IQ1S | T::IQ1M
+    )
+}
+
 /// Generates and encodes tensor number `tensor_index` on `threads` workers,
 /// calling `progress` with the bytes of each finished piece (from any worker).
 #[cfg(test)]
@@ -151,6 +167,7 @@ pub fn encode_tensor_with(
     let rows_per_chunk = (CHUNK_ELEMENTS / spec.row_len()).max(1) as usize;
     let jobs = Mutex::new(out.chunks_mut(rows_per_chunk * row_bytes).enumerate());
 
+    let flat = vec![1.0f32; row_len];
     let worker = || -> Result<(), QuantError> {
         let mut scratch = Vec::new();
         loop {
@@ -164,9 +181,12 @@ pub fn encode_tensor_with(
             for (r, row) in scratch.chunks_exact_mut(row_len).enumerate() {
                 fill_row(&spec.fill, seed, tensor_index, first_row + r as u64, row);
             }
-            match quantizer {
-                Quantizer::Reference => quantize(spec.ty, &scratch, dst)?,
-                Quantizer::FastKQuants => quantize_fast(spec.ty, &scratch, dst)?,
+            if uses_importance(spec.ty) {
+                quantize_with_importance(spec.ty, &scratch, &flat, dst)?;
+            } else if quantizer == Quantizer::FastKQuants {
+                quantize_fast(spec.ty, &scratch, dst)?;
+            } else {
+                quantize(spec.ty, &scratch, dst)?;
             }
             progress(dst.len() as u64);
         }

@@ -56,6 +56,46 @@ pub fn weights(seed: u64, n: usize) -> Vec<f32> {
     x
 }
 
+/// Positive per-column importances in [0.1, 4.1), skewed towards small values
+/// like a real imatrix, for the quantizers that take one.
+pub fn importance(seed: u64, n: usize) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..n)
+        .map(|_| {
+            let u = rng.unit();
+            let mut v = u * u;
+            v *= 4.0;
+            v += 0.1;
+            v
+        })
+        .collect()
+}
+
+/// `blocks` blocks of `ty` from random bytes, with every binary16 scale
+/// masked to a finite value below 1 in magnitude (bits 10 and 14 cleared) so
+/// that decoding compares numbers, not NaN payloads. The C copy masks the
+/// same bits.
+pub fn random_blocks(ty: crate::quant::QuantType, seed: u64, blocks: usize) -> Vec<u8> {
+    use crate::quant::QuantType as T;
+    let mut rng = Rng::new(seed);
+    let ts = ty.type_size();
+    let mut b: Vec<u8> = (0..blocks * ts).map(|_| rng.next_u64() as u8).collect();
+    for block in b.chunks_exact_mut(ts) {
+        match ty {
+            // The scale is spread over the top nibbles of four u16s: bit 10
+            // is bit 14 of the third, bit 14 bit 14 of the fourth.
+            T::IQ1M => {
+                block[53] &= !0x40;
+                block[55] &= !0x40;
+            }
+            T::TQ1_0 => block[53] &= 0xBB,
+            T::TQ2_0 => block[65] &= 0xBB,
+            _ => block[1] &= 0xBB,
+        }
+    }
+    b
+}
+
 /// Standard normal samples (Box-Muller), for error bounds that should not
 /// depend on the outliers `weights` plants.
 pub fn gaussian(seed: u64, n: usize) -> Vec<f32> {

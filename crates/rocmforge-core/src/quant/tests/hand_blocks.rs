@@ -270,3 +270,154 @@ fn mxfp4() {
     assert_eq!(q[0], 127);
     assert_eq!((q[1], q[2]), (0x07, 0xD6)); // -3 = -6 * 0.5: nibble 13
 }
+
+// The i-quant tests below read grid entries from ggml-common.h by hand:
+// iq2xxs_grid[1] = 0x080808080808082b, iq2xs_grid[511] and iq2s_grid[1023]
+// = 0x2b2b2b2b2b2b2b2b, iq3xxs_grid[5] = 0x04040c3e, iq3s_grid[259] =
+// 0x05090903, iq1s_grid[263] = 0xff0000ffffffff00; entry 0 of every grid
+// has all coordinates at the lowest level (8, 4, 1 or -1). ksigns_iq2xs[1]
+// = 0x81: sign field 1 negates elements 0 and 7.
+
+#[test]
+fn iq2_xxs() {
+    // d | per 32: u32 of four grid indices, u32 of signs and scale
+    let mut b = block(QuantType::IQ2XXS);
+    b[0..2].copy_from_slice(&F16_ONE);
+    b[2..6].copy_from_slice(&[0, 1, 0, 0]);
+    let aux: u32 = (3 << 28) | 1; // scale 3: db = (0.5 + 3) / 4; group 0 signs 1
+    b[6..10].copy_from_slice(&aux.to_le_bytes());
+    let v = decode(QuantType::IQ2XXS, &b);
+    assert_eq!((v[0], v[1], v[7]), (-7.0, 7.0, -7.0));
+    assert_eq!((v[8], v[9]), (0.875 * 43.0, 7.0));
+    // Sub-block 1: scale 0 (db = 1/8), no signs.
+    assert_eq!(v[32], 1.0);
+}
+
+#[test]
+fn iq2_xs() {
+    // d | qs: [u16; 32] (9-bit index | signs << 9) | scales[8]
+    let mut b = block(QuantType::IQ2XS);
+    b[0..2].copy_from_slice(&F16_HALF);
+    let q0: u16 = 511 | (1 << 9);
+    b[2..4].copy_from_slice(&q0.to_le_bytes());
+    b[66] = 0x52; // elements 0..16: scale 2, 16..32: scale 5
+    let v = decode(QuantType::IQ2XS, &b);
+    let db0 = 0.5 * 2.5 * 0.25;
+    assert_eq!((v[0], v[1], v[7]), (-db0 * 43.0, db0 * 43.0, -db0 * 43.0));
+    assert_eq!(v[8], db0 * 8.0);
+    assert_eq!(v[16], 0.5 * 5.5 * 0.25 * 8.0);
+}
+
+#[test]
+fn iq2_s() {
+    // d | qs[32] | signs[32] | qh[8] | scales[8]
+    let mut b = block(QuantType::IQ2S);
+    b[0..2].copy_from_slice(&F16_ONE);
+    b[2 + 1] = 0xFF; // group 1: low index bits...
+    b[66] = 0b11 << 2; // ...and its top two bits: index 1023
+    b[34 + 1] = 0x81; // group 1: elements 8 and 15 negative
+    b[74] = 0x01; // elements 0..16: scale 1
+    let v = decode(QuantType::IQ2S, &b);
+    let db = 1.5 * 0.25;
+    assert_eq!(
+        (v[0], v[8], v[9], v[15]),
+        (db * 8.0, -db * 43.0, db * 43.0, -db * 43.0)
+    );
+    assert_eq!(v[16], 0.5 * 0.25 * 8.0);
+}
+
+#[test]
+fn iq3_xxs() {
+    // d | qs[64] | per 32: u32 of four 7-bit sign fields and the scale
+    let mut b = block(QuantType::IQ3XXS);
+    b[0..2].copy_from_slice(&F16_ONE);
+    b[3] = 5; // elements 4..8 from grid entry 5
+    let aux: u32 = (1 << 28) | 1;
+    b[66..70].copy_from_slice(&aux.to_le_bytes());
+    let v = decode(QuantType::IQ3XXS, &b);
+    let db = 1.5 * 0.5;
+    assert_eq!((v[0], v[1], v[3]), (-db * 4.0, db * 4.0, db * 4.0));
+    assert_eq!(
+        (v[4], v[5], v[6], v[7]),
+        (db * 62.0, db * 12.0, db * 4.0, -db * 4.0)
+    );
+    assert_eq!(v[32], 0.25 * 4.0);
+}
+
+#[test]
+fn iq3_s() {
+    // d | qs[64] | qh[8] | signs[32] | scales[4]
+    let mut b = block(QuantType::IQ3S);
+    b[0..2].copy_from_slice(&F16_HALF);
+    b[2 + 1] = 3;
+    b[66] = 0b10; // second index of group 0 gets its ninth bit: 259
+    b[74] = 0x10; // element 4 negative
+    b[106] = 0x21; // elements 0..32: scale 1; 32..64: scale 2
+    let v = decode(QuantType::IQ3S, &b);
+    assert_eq!((v[0], v[3]), (1.5, 1.5));
+    assert_eq!((v[4], v[5], v[6], v[7]), (-4.5, 13.5, 13.5, 7.5));
+    assert_eq!(v[32], 2.5);
+}
+
+#[test]
+fn iq1_s() {
+    // d | qs[32] | qh: [u16; 8] (index top bits, scale, shift sign)
+    let mut b = block(QuantType::IQ1S);
+    b[0..2].copy_from_slice(&F16_HALF);
+    b[2 + 1] = 7;
+    let qh: u16 = 0x8000 | (3 << 12) | (1 << 3); // shift down, scale 7, group 1 index 263
+    b[34..36].copy_from_slice(&qh.to_le_bytes());
+    let v = decode(QuantType::IQ1S, &b);
+    let dl = 0.5 * 7.0;
+    assert_eq!(v[0], dl * -1.125);
+    // iq1s_grid[263]: 0, -1, -1, -1, -1, 0, 0, -1
+    assert_eq!(
+        (v[8], v[9], v[13], v[15]),
+        (dl * -0.125, dl * -1.125, dl * -0.125, dl * -1.125)
+    );
+    // Sub-block 1: scale 1, shifted up.
+    assert_eq!(v[32], 0.5 * -0.875);
+}
+
+#[test]
+fn iq1_m() {
+    // qs[32] | qh[16] | scales: [u16; 4] (3-bit scales, f16 in top nibbles)
+    let mut b = block(QuantType::IQ1M);
+    // d = 1.0 = 0x3C00: nibbles 0, 0, 0xC, 0x3 into the four top nibbles.
+    let sc: [u16; 4] = [1 | (2 << 3), 0, 0xC000, 0x3000];
+    for (i, s) in sc.iter().enumerate() {
+        b[48 + 2 * i..50 + 2 * i].copy_from_slice(&s.to_le_bytes());
+    }
+    b[32] = 0x08; // group 0 shifted down, group 1 up
+    b[32 + 2] = 0x07 | 0x80; // group 4: index top bits 7; group 5 shifted down
+    b[4] = 0xFF; // group 4 (elements 32..40): index 2047, all +1
+    let v = decode(QuantType::IQ1M, &b);
+    assert_eq!((v[0], v[8]), (3.0 * -1.125, 3.0 * -0.875));
+    assert_eq!(v[16], 5.0 * -0.875);
+    assert_eq!((v[32], v[40]), (1.125, -1.125));
+}
+
+#[test]
+fn tq1_0_and_tq2_0() {
+    // qs[48] | qh[4] | d; trits (first most significant) as ceil(t * 256 / 243)
+    let mut b = block(QuantType::TQ1_0);
+    b[0] = 187; // trits 2, 0, 1, 2, 0 = 177
+    b[48] = 70; // trits 0, 2, 1, 1 (and 0) = 66
+    b[52..54].copy_from_slice(&F16_HALF);
+    let v = decode(QuantType::TQ1_0, &b);
+    assert_eq!(
+        (v[0], v[32], v[64], v[96], v[128]),
+        (0.5, -0.5, 0.0, 0.5, -0.5)
+    );
+    assert_eq!((v[240], v[244], v[248], v[252]), (-0.5, 0.5, 0.0, 0.0));
+    assert_eq!(v[1], -0.5, "byte 0 encodes trits 0, 0, 0, 0, 0");
+
+    // qs[64] | d; 2 bits per element, stored + 1
+    let mut b = block(QuantType::TQ2_0);
+    b[0] = 0b10_01_00_10;
+    b[32 + 5] = 0b11 << 6;
+    b[64..66].copy_from_slice(&F16_TWO);
+    let v = decode(QuantType::TQ2_0, &b);
+    assert_eq!((v[0], v[32], v[64], v[96]), (2.0, -2.0, 0.0, 2.0));
+    assert_eq!((v[133], v[229]), (-2.0, 4.0));
+}

@@ -1,6 +1,9 @@
 //! Bad lengths and types give typed errors, never panics.
 
-use crate::quant::{dequantize, quantize, quantize_to_vec, QuantError, QuantType};
+use crate::quant::{
+    dequantize, quantize, quantize_to_vec, quantize_to_vec_with_importance,
+    quantize_with_importance, QuantError, QuantType,
+};
 
 #[test]
 fn wrong_byte_count_names_the_expected_size() {
@@ -58,12 +61,7 @@ fn partial_blocks_are_rejected() {
 
 #[test]
 fn types_without_codec_are_unsupported() {
-    for ty in [
-        QuantType::IQ2XXS,
-        QuantType::I8,
-        QuantType::F64,
-        QuantType::TQ2_0,
-    ] {
+    for ty in [QuantType::I8, QuantType::I16, QuantType::F64] {
         let n = ty.block_size();
         let src = vec![0u8; ty.type_size()];
         let e = dequantize(ty, &src, &mut vec![0.0; n]).unwrap_err();
@@ -93,10 +91,43 @@ fn arbitrary_bytes_decode_without_panicking() {
             state as u8
         })
         .collect();
-    for ty in QuantType::all().filter(|t| t.is_supported() || *t == QuantType::Q8K) {
+    for ty in QuantType::all().filter(|&t| crate::quant::has_codec(t)) {
         let n = 1024;
         let nbytes = ty.bytes_for(n as u64).unwrap() as usize;
         let mut out = vec![0.0; n];
         dequantize(ty, &bytes[..nbytes], &mut out).unwrap();
+    }
+}
+
+#[test]
+fn importance_must_be_whole_rows_of_whole_blocks() {
+    let x = vec![0.5f32; 1024];
+    let mut out = vec![0u8; QuantType::IQ2XS.bytes_for(1024).unwrap() as usize];
+    for cols in [0, 100, 768] {
+        let e =
+            quantize_with_importance(QuantType::IQ2XS, &x, &vec![1.0; cols], &mut out).unwrap_err();
+        assert!(
+            matches!(e, QuantError::ImportanceLength { importance, elements: 1024, .. } if importance == cols),
+            "{cols}: {e}"
+        );
+    }
+    let e = quantize_with_importance(QuantType::IQ2XS, &x, &[1.0; 256], &mut out[1..]).unwrap_err();
+    assert!(matches!(e, QuantError::Length { .. }), "{e}");
+    quantize_with_importance(QuantType::IQ2XS, &x, &[1.0; 512], &mut out).unwrap();
+}
+
+#[test]
+fn only_iquants_take_an_importance() {
+    for ty in [
+        QuantType::Q4K,
+        QuantType::IQ4XS,
+        QuantType::TQ1_0,
+        QuantType::F16,
+    ] {
+        let e = quantize_to_vec_with_importance(ty, &[0.0; 256], &[1.0; 256]).unwrap_err();
+        assert!(
+            matches!(e, QuantError::NoImportanceQuantizer(t) if t == ty),
+            "{ty}"
+        );
     }
 }

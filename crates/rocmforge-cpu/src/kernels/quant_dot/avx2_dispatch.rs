@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use rocmforge_core::quant::QuantType;
 
+use super::avx2_iquant::{iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, tq1_0, tq2_0};
 use super::avx2_kquant::{q45_k, q6_k};
 use super::avx2_legacy::{offset_q8_1, with_q8_0, IQ4_NL, MXFP4, Q4_0, Q5_0, Q8_0};
 use super::avx2_low_kquant::{iq4_xs, q23_k};
@@ -82,6 +83,15 @@ row_kernel!(KQ4K, |nb, w, a| q45_k::<false, T>(nb, w, a.map(|r| r.0)));
 row_kernel!(KQ5K, |nb, w, a| q45_k::<true, T>(nb, w, a.map(|r| r.0)));
 row_kernel!(KQ6K, |nb, w, a| q6_k::<T>(nb, w, a.map(|r| r.0)));
 row_kernel!(KIQ4XS, |nb, w, a| iq4_xs::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KIQ2XXS, |nb, w, a| iq2_xxs::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KIQ2XS, |nb, w, a| iq2_xs::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KIQ2S, |nb, w, a| iq2_s::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KIQ3XXS, |nb, w, a| iq3_xxs::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KIQ3S, |nb, w, a| iq3_s::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KIQ1S, |nb, w, a| iq1_s::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KIQ1M, |nb, w, a| iq1_m::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KTQ1_0, |nb, w, a| tq1_0::<T>(nb, w, a.map(|r| r.0)));
+row_kernel!(KTQ2_0, |nb, w, a| tq2_0::<T>(nb, w, a.map(|r| r.0)));
 
 /// `dst` entry (`i`, `r - rows.start`) = row `r` · `group[i]`.
 ///
@@ -212,6 +222,15 @@ pub(super) unsafe fn rows_times_group(
         Q::Q5K => by_count::<KQ5K>,
         Q::Q6K => by_count::<KQ6K>,
         Q::IQ4XS => by_count::<KIQ4XS>,
+        Q::IQ2XXS => by_count::<KIQ2XXS>,
+        Q::IQ2XS => by_count::<KIQ2XS>,
+        Q::IQ2S => by_count::<KIQ2S>,
+        Q::IQ3XXS => by_count::<KIQ3XXS>,
+        Q::IQ3S => by_count::<KIQ3S>,
+        Q::IQ1S => by_count::<KIQ1S>,
+        Q::IQ1M => by_count::<KIQ1M>,
+        Q::TQ1_0 => by_count::<KTQ1_0>,
+        Q::TQ2_0 => by_count::<KTQ2_0>,
         _ => return false,
     };
     // SAFETY: this fn's contract is `by_count`'s.

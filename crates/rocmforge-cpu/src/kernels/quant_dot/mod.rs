@@ -27,6 +27,8 @@ mod avx2_common;
 #[cfg(target_arch = "x86_64")]
 mod avx2_dispatch;
 #[cfg(target_arch = "x86_64")]
+mod avx2_iquant;
+#[cfg(target_arch = "x86_64")]
 mod avx2_kquant;
 #[cfg(target_arch = "x86_64")]
 mod avx2_legacy;
@@ -44,6 +46,7 @@ mod avx2_panel_q6k;
 mod avx2_q4_0x8;
 mod float_dot;
 pub mod q4_0x8;
+mod scalar_iquant;
 mod scalar_kquant;
 mod scalar_legacy;
 mod tile;
@@ -67,6 +70,8 @@ pub fn activation_type(weight: QuantType) -> QuantType {
         T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4NL | T::MXFP4 => T::Q8_0,
         T::Q4_1 | T::Q5_1 => T::Q8_1,
         T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K | T::IQ4XS => T::Q8K,
+        T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ3XXS | T::IQ3S | T::IQ1S | T::IQ1M => T::Q8K,
+        T::TQ1_0 | T::TQ2_0 => T::Q8K,
         T::F16 => T::F16,
         T::BF16 => T::BF16,
         _ => T::F32,

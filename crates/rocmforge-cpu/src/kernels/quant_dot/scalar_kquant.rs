@@ -15,19 +15,19 @@ const Q8K_QS: usize = 4;
 const Q8K_BSUMS: usize = 260;
 
 #[inline(always)]
-fn q8k_d(a: &[u8]) -> f32 {
+pub(super) fn q8k_d(a: &[u8]) -> f32 {
     f32::from_le_bytes([a[0], a[1], a[2], a[3]])
 }
 
 #[inline(always)]
-fn bsum(a: &[u8], g: usize) -> i32 {
+pub(super) fn bsum(a: &[u8], g: usize) -> i32 {
     i16::from_le_bytes([a[Q8K_BSUMS + 2 * g], a[Q8K_BSUMS + 2 * g + 1]]) as i32
 }
 
 /// Integer dots of `q` with the activation quants, one per `width`-element
 /// sub-block.
 #[inline(always)]
-fn sub_dots<const N: usize>(q: &[i8; 256], a: &[u8], width: usize) -> [i32; N] {
+pub(super) fn sub_dots<const N: usize>(q: &[i8; 256], a: &[u8], width: usize) -> [i32; N] {
     let qa = &a[Q8K_QS..Q8K_QS + 256];
     let mut out = [0i32; N];
     for (s, o) in out.iter_mut().enumerate() {
@@ -63,7 +63,7 @@ fn nibble_groups(qs: &[u8]) -> [i8; 256] {
     q
 }
 
-fn over_superblocks(
+pub(super) fn over_superblocks(
     nb: usize,
     w: &[u8],
     wsize: usize,

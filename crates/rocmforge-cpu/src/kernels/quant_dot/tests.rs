@@ -1,11 +1,13 @@
 //! Every kernel against a dequantize-then-dot reference, SIMD against scalar,
 //! and the tile loop against single dots.
 
-use rocmforge_core::quant::{dequantize, quantize_to_vec, QuantType};
+use rocmforge_core::quant::{
+    dequantize, quantize_to_vec, quantize_to_vec_with_importance, QuantType,
+};
 
 use super::*;
 
-const WEIGHT_TYPES: [QuantType; 16] = [
+const WEIGHT_TYPES: [QuantType; 25] = [
     QuantType::F32,
     QuantType::F16,
     QuantType::BF16,
@@ -22,7 +24,26 @@ const WEIGHT_TYPES: [QuantType; 16] = [
     QuantType::Q6K,
     QuantType::IQ4XS,
     QuantType::MXFP4,
+    QuantType::IQ2XXS,
+    QuantType::IQ2XS,
+    QuantType::IQ2S,
+    QuantType::IQ3XXS,
+    QuantType::IQ3S,
+    QuantType::IQ1S,
+    QuantType::IQ1M,
+    QuantType::TQ1_0,
+    QuantType::TQ2_0,
 ];
+
+/// Weights of type `ty`, through a flat importance for the types ggml only
+/// quantizes with one.
+fn quantize_weights(ty: QuantType, x: &[f32]) -> Vec<u8> {
+    if ty.needs_importance() {
+        quantize_to_vec_with_importance(ty, x, &vec![1.0; 256]).unwrap()
+    } else {
+        quantize_to_vec(ty, x).unwrap()
+    }
+}
 
 /// splitmix64 → roughly normal f32 (sum of four uniforms), with some larger
 /// values mixed in so blocks have different scales.
@@ -94,7 +115,7 @@ struct Case {
 }
 
 fn case(ty: QuantType, k: usize, seed: u64) -> Case {
-    let w = quantize_to_vec(ty, &random_row(seed, k)).unwrap();
+    let w = quantize_weights(ty, &random_row(seed, k));
     let x = random_row(seed ^ 0xABCD, k);
     let mut act = Vec::new();
     quantize_activation(ty, &x, &mut act);
@@ -176,7 +197,7 @@ fn tile_matches_single_dots() {
         // kernels that pack rows.
         let (k, n_rows) = (512, 21);
         let w: Vec<u8> = (0..n_rows)
-            .flat_map(|r| quantize_to_vec(ty, &random_row(100 + r as u64, k)).unwrap())
+            .flat_map(|r| quantize_weights(ty, &random_row(100 + r as u64, k)))
             .collect();
         let wb = row_bytes(ty, k);
         for n_tokens in [1, 3, 4, 6, 9] {
@@ -220,6 +241,9 @@ fn activation_types_follow_ggml() {
     assert_eq!(activation_type(Q::Q5_1), Q::Q8_1);
     assert_eq!(activation_type(Q::Q6K), Q::Q8K);
     assert_eq!(activation_type(Q::IQ4XS), Q::Q8K);
+    assert_eq!(activation_type(Q::IQ2XXS), Q::Q8K);
+    assert_eq!(activation_type(Q::IQ1M), Q::Q8K);
+    assert_eq!(activation_type(Q::TQ1_0), Q::Q8K);
     assert_eq!(activation_type(Q::F16), Q::F16);
     assert_eq!(activation_type(Q::F32), Q::F32);
 }
@@ -264,7 +288,7 @@ fn short_rows_panic_before_reading() {
 #[test]
 #[should_panic(expected = "no dot-product kernel")]
 fn types_without_kernel_panic() {
-    vec_dot(QuantType::IQ2XXS, 256, &[0; 66], &[0; 292]);
+    vec_dot(QuantType::I8, 256, &[0; 256], &[0; 1024]);
 }
 
 /// Bit patterns of ggml's AVX2 `ggml_vec_dot_*` (ggml-org/ggml d99724f,

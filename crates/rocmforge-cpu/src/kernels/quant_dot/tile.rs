@@ -5,7 +5,8 @@ use std::ops::Range;
 use rocmforge_core::quant::QuantType;
 
 use super::{
-    activation_type, detected_isa, float_dot, row_bytes, scalar_kquant, scalar_legacy, Isa,
+    activation_type, detected_isa, float_dot, row_bytes, scalar_iquant, scalar_kquant,
+    scalar_legacy, Isa,
 };
 
 /// Tokens one kernel pass serves: each weight block is unpacked once for all
@@ -48,6 +49,15 @@ pub(super) fn has_kernel(ty: QuantType) -> bool {
             | Q::Q5K
             | Q::Q6K
             | Q::IQ4XS
+            | Q::IQ2XXS
+            | Q::IQ2XS
+            | Q::IQ2S
+            | Q::IQ3XXS
+            | Q::IQ3S
+            | Q::IQ1S
+            | Q::IQ1M
+            | Q::TQ1_0
+            | Q::TQ2_0
     )
 }
 
@@ -367,6 +377,15 @@ fn scalar_dot(ty: QuantType, k: usize, nb: usize, w: &[u8], a: &[u8]) -> f32 {
         Q::Q5K => scalar_kquant::q5_k(nb, w, a),
         Q::Q6K => scalar_kquant::q6_k(nb, w, a),
         Q::IQ4XS => scalar_kquant::iq4_xs(nb, w, a),
+        Q::IQ2XXS => scalar_iquant::iq2_xxs(nb, w, a),
+        Q::IQ2XS => scalar_iquant::iq2_xs(nb, w, a),
+        Q::IQ2S => scalar_iquant::iq2_s(nb, w, a),
+        Q::IQ3XXS => scalar_iquant::iq3_xxs(nb, w, a),
+        Q::IQ3S => scalar_iquant::iq3_s(nb, w, a),
+        Q::IQ1S => scalar_iquant::iq1_s(nb, w, a),
+        Q::IQ1M => scalar_iquant::iq1_m(nb, w, a),
+        Q::TQ1_0 => scalar_iquant::tq1_0(nb, w, a),
+        Q::TQ2_0 => scalar_iquant::tq2_0(nb, w, a),
         _ => unreachable!("has_kernel checked by the entry points"),
     }
 }
