@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The model families (qwen3moe, Mixtral-style llama, phi3, gemma3) on the
+# The model families (qwen3moe, Mixtral-style llama, phi3, gemma3, gpt-oss
+# in Q8_0 and MXFP4, qwen2moe, mistral3) on the
 # lent GPU: their conformance (prompt logits and greedy tokens against
 # llama.cpp, every GPU backend against the CPU, the expert mat-vec of every
 # weight type) on Vulkan and on HIP through the CUDA driver (logic and
@@ -7,6 +8,8 @@
 #
 #   benches/device/families.sh conformance
 #   benches/device/families.sh bench [TYPE] [PRESET]   # Q4_K qwen3-30b-a3b
+#   (the families' reference logits must travel: KEEP_FIXTURES with their
+#   stems for trim.sh, and only the test binaries this script runs)
 #   benches/device/families.sh all
 set -uo pipefail
 mode=${1:-all}

@@ -388,7 +388,8 @@ mod tests {
         assert_eq!(parse_weight_type("IQ4_XS"), Ok(QuantType::IQ4XS));
         assert_eq!(parse_weight_type("iq2_xxs"), Ok(QuantType::IQ2XXS));
         assert_eq!(parse_weight_type("TQ1_0"), Ok(QuantType::TQ1_0));
-        assert!(parse_weight_type("MXFP4").is_err(), "not computable here");
+        assert_eq!(parse_weight_type("mxfp4"), Ok(QuantType::MXFP4));
+        assert!(parse_weight_type("I8").is_err(), "not a weight type here");
         assert!(parse_weight_type("Q9_9").unwrap_err().contains("Q4_K"));
     }
 }
