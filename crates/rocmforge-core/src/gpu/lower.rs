@@ -461,34 +461,25 @@ pub fn record_graph(
                 alpha,
                 limit,
             } => {
-                let n = graph.tensor(out);
-                let elements = u32_of(n.rows * n.cols, "elements")?;
-                let push = EltwisePush {
-                    a: t(gate),
-                    b: t(up),
-                    out: t(out),
-                    n: elements,
+                let params = EltParams {
                     factor: alpha,
                     limit,
                     cols: 0,
                 };
                 let what = label(i, "SwiGluOai".into());
-                sink.dispatch("swiglu_oai", push.bytes(), elements.div_ceil(256), what)?;
+                let (tensors, shape) = ((t(gate), t(up), t(out)), graph.tensor(out));
+                eltwise_with(sink, "swiglu_oai", tensors, params, shape, what)?;
             }
             Op::SigmoidGate { x, gate, out } => {
-                let n = graph.tensor(out);
-                let elements = u32_of(n.rows * n.cols, "elements")?;
-                let push = EltwisePush {
-                    a: t(x),
-                    b: t(gate),
-                    out: t(out),
-                    n: elements,
+                let shape = graph.tensor(out);
+                let params = EltParams {
                     factor: 0.0,
                     limit: 0.0,
-                    cols: u32_of(n.cols, "columns")?,
+                    cols: u32_of(shape.cols, "columns")?,
                 };
                 let what = label(i, "SigmoidGate".into());
-                sink.dispatch("sigmoid_gate", push.bytes(), elements.div_ceil(256), what)?;
+                let tensors = (t(x), t(gate), t(out));
+                eltwise_with(sink, "sigmoid_gate", tensors, params, shape, what)?;
             }
             Op::GeGlu { gate, up, out } => {
                 eltwise(
@@ -608,8 +599,32 @@ fn eltwise(
 fn eltwise_scaled(
     sink: &mut dyn KernelSink,
     kernel: &str,
-    (a, b, out): (u64, u64, u64),
+    tensors: (u64, u64, u64),
     factor: f32,
+    shape: crate::graph::TensorDesc,
+    label: String,
+) -> Result<(), BackendError> {
+    let params = EltParams {
+        factor,
+        limit: 0.0,
+        cols: 0,
+    };
+    eltwise_with(sink, kernel, tensors, params, shape, label)
+}
+
+/// The scalar arguments of the element-wise kernels (`EltwisePush`).
+struct EltParams {
+    factor: f32,
+    limit: f32,
+    cols: u32,
+}
+
+/// One element-wise launch over `shape`'s values: `out = op(a, b)`.
+fn eltwise_with(
+    sink: &mut dyn KernelSink,
+    kernel: &str,
+    (a, b, out): (u64, u64, u64),
+    p: EltParams,
     shape: crate::graph::TensorDesc,
     label: String,
 ) -> Result<(), BackendError> {
@@ -619,9 +634,9 @@ fn eltwise_scaled(
         b,
         out,
         n,
-        factor,
-        limit: 0.0,
-        cols: 0,
+        factor: p.factor,
+        limit: p.limit,
+        cols: p.cols,
     };
     sink.dispatch(kernel, push.bytes(), n.div_ceil(256), label)
 }
