@@ -114,9 +114,22 @@ impl Session {
     /// decode); the others are recorded when a prompt first needs them.
     pub fn new(
         model: Arc<Model>,
+        backend: Box<dyn Backend>,
+        opts: SessionOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Session, SessionError> {
+        Session::new_reporting(model, backend, opts, progress, &mut |_| {})
+    }
+
+    /// [`Session::new`], first telling `report` what memory the session
+    /// needs and what the backend has free, before anything is allocated
+    /// (a model that does not fit is refused right after).
+    pub fn new_reporting(
+        model: Arc<Model>,
         mut backend: Box<dyn Backend>,
         opts: SessionOptions,
         progress: &mut dyn FnMut(u64, u64),
+        report: &mut dyn FnMut(&MemoryNeeds),
     ) -> Result<Session, SessionError> {
         if opts.n_ctx == 0 || opts.n_batch == 0 {
             return Err(SessionError::Option(
@@ -148,7 +161,9 @@ impl Session {
         }
         let arena_bytes = graphs.values().map(|g| g.plan.arena_bytes).max();
         let kv = KvLayout::new(&model.config, opts.n_ctx, opts.n_batch);
-        check_fits(&*backend, &model, &kv, arena_bytes.unwrap_or(0))?;
+        let needs = MemoryNeeds::of(&*backend, &model, &kv, arena_bytes.unwrap_or(0));
+        report(&needs);
+        needs.check()?;
         backend.load(&model, &kv, progress)?;
         backend.reserve(&graphs[&opts.n_batch].graph, arena_bytes.unwrap_or(0))?;
         let mut s = Session {
@@ -253,54 +268,148 @@ impl Session {
     }
 }
 
-/// Refuses a model that cannot fit in the memory the backend has free,
-/// before `load` allocates anything: the weights (where the backend copies
-/// them), the KV cache and the activation arena. Backend scratch is left
-/// out, so this is a lower bound: a model that passes can still run out,
-/// and then fails at allocation with [`BackendError::OutOfMemory`].
-fn check_fits(
-    backend: &dyn Backend,
-    model: &Model,
-    kv: &KvLayout,
-    arena_bytes: usize,
-) -> Result<(), BackendError> {
-    let Some(mem) = backend.free_memory() else {
-        return Ok(());
-    };
-    let n_ctx = kv.n_ctx;
-    // u128: a context of 2^32 positions times a large model overflows u64
-    // arithmetic on the way to the (refused) total.
-    let kv_bytes = kv.bytes_u128();
-    let weights = if mem.holds_weights {
-        model.weights.region_bytes as u128
-    } else {
-        0
-    };
-    let needed = weights + kv_bytes + arena_bytes as u128;
-    if needed <= mem.free as u128 {
-        return Ok(());
+/// What a session needs on its backend, worked out before anything is
+/// allocated: the weights (where the backend copies them), the KV cache and
+/// the activation arena, against what the backend says is free. Backend
+/// scratch is left out, so this is a lower bound: a model that passes can
+/// still run out, and then fails at allocation with
+/// [`BackendError::OutOfMemory`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryNeeds {
+    pub device: String,
+    /// Weight bytes the backend copies into its memory; `None` when it
+    /// reads them from the file's mapping (the CPU backend).
+    pub weights: Option<u128>,
+    /// u128: a context of 2^32 positions times a large model overflows u64
+    /// arithmetic on the way to the (refused) total.
+    pub kv: u128,
+    pub n_ctx: usize,
+    /// Sliding-window layers, which keep a ring of positions, and its size.
+    pub ring_layers: usize,
+    pub ring: usize,
+    pub activations: u128,
+    /// Bytes free, if the backend can tell.
+    pub free: Option<u64>,
+}
+
+impl MemoryNeeds {
+    fn of(backend: &dyn Backend, model: &Model, kv: &KvLayout, arena_bytes: usize) -> MemoryNeeds {
+        let mem = backend.free_memory();
+        let rings: Vec<usize> = (0..kv.n_layer)
+            .map(|l| kv.capacity(l))
+            .filter(|&c| c < kv.n_ctx)
+            .collect();
+        MemoryNeeds {
+            device: backend.info().device,
+            weights: mem
+                .filter(|m| m.holds_weights)
+                .map(|_| model.weights.region_bytes as u128),
+            kv: kv.bytes_u128(),
+            n_ctx: kv.n_ctx,
+            ring_layers: rings.len(),
+            ring: rings.first().copied().unwrap_or(0),
+            activations: arena_bytes as u128,
+            free: mem.map(|m| m.free),
+        }
     }
-    let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
-    let mut detail = Vec::new();
-    if mem.holds_weights {
-        detail.push(format!("weights {}", format_bytes(clamp(weights))));
+
+    pub fn total(&self) -> u128 {
+        self.weights.unwrap_or(0) + self.kv + self.activations
     }
-    detail.push(format!(
-        "KV cache {} for {n_ctx} positions",
-        format_bytes(clamp(kv_bytes))
-    ));
-    detail.push(format!("activations {}", format_bytes(arena_bytes as u64)));
-    Err(BackendError::DoesNotFit {
-        device: backend.info().device,
-        needed: clamp(needed),
-        free: mem.free,
-        detail: detail.join(", "),
-    })
+
+    /// What the bytes are for: "weights 3.9 GiB, KV cache 1.0 GiB for 4096
+    /// positions, activations 60.0 MiB".
+    pub fn detail(&self) -> String {
+        let mut parts = Vec::new();
+        match self.weights {
+            Some(w) => parts.push(format!("weights {}", format_bytes(clamp(w)))),
+            None => parts.push("weights read from the file's mapping".into()),
+        }
+        let rings = match self.ring_layers {
+            0 => String::new(),
+            n => format!(", {n} sliding-window layers in rings of {}", self.ring),
+        };
+        parts.push(format!(
+            "KV cache {} for {} positions{rings}",
+            format_bytes(clamp(self.kv)),
+            self.n_ctx
+        ));
+        parts.push(format!(
+            "activations {}",
+            format_bytes(clamp(self.activations))
+        ));
+        parts.join(", ")
+    }
+
+    /// One line for people: what is needed, and what is free where known.
+    pub fn summary(&self) -> String {
+        let free = match self.free {
+            Some(f) => format!(" of {} free", format_bytes(f)),
+            None => String::new(),
+        };
+        format!(
+            "memory: {} needed{free} on {} ({})",
+            format_bytes(clamp(self.total())),
+            self.device,
+            self.detail()
+        )
+    }
+
+    /// [`BackendError::DoesNotFit`] when the backend said how much is free
+    /// and it is less than needed.
+    pub fn check(&self) -> Result<(), BackendError> {
+        match self.free {
+            Some(free) if self.total() > free as u128 => Err(BackendError::DoesNotFit {
+                device: self.device.clone(),
+                needed: clamp(self.total()),
+                free,
+                detail: self.detail(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn clamp(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_needs_say_what_they_are_for_and_refuse_what_does_not_fit() {
+        let mut needs = MemoryNeeds {
+            device: "gpu0".into(),
+            weights: Some(3 << 30),
+            kv: 1 << 30,
+            n_ctx: 4096,
+            ring_layers: 5,
+            ring: 1535,
+            activations: 64 << 20,
+            free: Some(8 << 30),
+        };
+        assert_eq!(needs.total(), (4 << 30) + (64 << 20));
+        assert_eq!(
+            needs.detail(),
+            "weights 3.0 GiB, KV cache 1.0 GiB for 4096 positions, 5 sliding-window \
+             layers in rings of 1535, activations 64.0 MiB"
+        );
+        assert!(needs
+            .summary()
+            .starts_with("memory: 4.1 GiB needed of 8.0 GiB free on gpu0"));
+        assert!(needs.check().is_ok());
+        needs.free = Some(1 << 30);
+        assert!(matches!(
+            needs.check(),
+            Err(BackendError::DoesNotFit { needed, free, .. }) if needed > free
+        ));
+        // A backend that cannot tell what is free refuses nothing.
+        needs.free = None;
+        assert!(needs.check().is_ok());
+        assert!(!needs.summary().contains("free"));
+    }
 
     #[test]
     fn step_sizes_are_the_batch_and_powers_of_two_below() {

@@ -42,6 +42,11 @@ fn greedy_ids_match_the_reference() {
         err.contains("prompt:") && err.contains("t/s"),
         "timings on stderr: {err}"
     );
+    // The memory a session needs is reported before it loads.
+    assert!(
+        err.contains("memory: ") && err.contains("KV cache") && err.contains("needed"),
+        "memory report on stderr: {err}"
+    );
 }
 
 #[test]

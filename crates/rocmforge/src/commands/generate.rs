@@ -13,7 +13,7 @@ use rocmforge::registry::{self, BackendOptions};
 use rocmforge_core::backend::{Backend, BackendError};
 use rocmforge_core::model::Model;
 use rocmforge_core::sampler::{Sampler, SamplerConfig};
-use rocmforge_core::session::{Session, SessionError, SessionOptions};
+use rocmforge_core::session::{MemoryNeeds, Session, SessionError, SessionOptions};
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
 
 use super::{check_model_path, note, write_stdout, CliError};
@@ -263,7 +263,14 @@ fn generate(
         n_ctx,
         ..SessionOptions::default()
     };
-    let session = Session::new(Arc::clone(&model), backend, opts, &mut progress);
+    let mut report = |needs: &MemoryNeeds| note(&needs.summary());
+    let session = Session::new_reporting(
+        Arc::clone(&model),
+        backend,
+        opts,
+        &mut progress,
+        &mut report,
+    );
     bar.finish_and_clear();
     let mut session = session?;
     let load_s = t_load.elapsed().as_secs_f64();
