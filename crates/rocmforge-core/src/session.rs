@@ -122,8 +122,9 @@ impl Session {
     }
 
     /// [`Session::new`], first telling `report` what memory the session
-    /// needs and what the backend has free, before anything is allocated
-    /// (a model that does not fit is refused right after).
+    /// needs and what the backend has free, before anything is allocated.
+    /// A model that does not fit is refused instead, with the same figures
+    /// in the error.
     pub fn new_reporting(
         model: Arc<Model>,
         mut backend: Box<dyn Backend>,
@@ -162,8 +163,10 @@ impl Session {
         let arena_bytes = graphs.values().map(|g| g.plan.arena_bytes).max();
         let kv = KvLayout::new(&model.config, opts.n_ctx, opts.n_batch);
         let needs = MemoryNeeds::of(&*backend, &model, &kv, arena_bytes.unwrap_or(0));
-        report(&needs);
+        // A model that does not fit is refused with these same figures, so
+        // only one that fits is reported (an error stays one line).
         needs.check()?;
+        report(&needs);
         backend.load(&model, &kv, progress)?;
         backend.reserve(&graphs[&opts.n_batch].graph, arena_bytes.unwrap_or(0))?;
         let mut s = Session {
