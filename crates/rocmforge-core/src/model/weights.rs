@@ -144,31 +144,29 @@ impl ModelWeights {
             Some(_) => b.matrix("output.weight", e, cfg.n_vocab)?,
             None => token_embd,
         };
-        // Phi-3.5 / Phi-4-mini (128k) scale RoPE per frequency by these,
-        // long or short by context; running without them would be wrong.
-        for name in ["rope_factors_long.weight", "rope_factors_short.weight"] {
-            if file.tensor(name).is_some() {
-                return Err(ModelError::Unsupported {
-                    key: name.into(),
-                    value: "present".into(),
-                    feature: "LongRoPE frequency factors (Phi-3.5, Phi-4-mini)".into(),
-                });
-            }
-        }
-        // Feed-forward biases (optional in llama.cpp's Mistral 3 graph) are
-        // not computed here; running without them would be wrong.
-        for name in [
-            "blk.0.ffn_gate.bias",
-            "blk.0.ffn_up.bias",
-            "blk.0.ffn_down.bias",
-        ] {
-            if file.tensor(name).is_some() {
-                return Err(ModelError::Unsupported {
-                    key: name.into(),
-                    value: "present".into(),
-                    feature: "feed-forward biases".into(),
-                });
-            }
+        // Tensors that change the computation but that this graph does not
+        // apply; running without them would silently be wrong. Phi-3.5 /
+        // Phi-4-mini (128k) scale RoPE per frequency by the factors; the
+        // feed-forward biases are optional in llama.cpp's Mistral 3 graph.
+        const UNAPPLIED: &[(&str, &str)] = &[
+            (
+                "rope_factors_long.weight",
+                "LongRoPE frequency factors (Phi-3.5, Phi-4-mini)",
+            ),
+            (
+                "rope_factors_short.weight",
+                "LongRoPE frequency factors (Phi-3.5, Phi-4-mini)",
+            ),
+            ("blk.0.ffn_gate.bias", "feed-forward biases"),
+            ("blk.0.ffn_up.bias", "feed-forward biases"),
+            ("blk.0.ffn_down.bias", "feed-forward biases"),
+        ];
+        if let Some(&(name, feature)) = UNAPPLIED.iter().find(|(n, _)| file.tensor(n).is_some()) {
+            return Err(ModelError::Unsupported {
+                key: name.into(),
+                value: "present".into(),
+                feature: feature.into(),
+            });
         }
         let rope_freqs = match file.tensor("rope_freqs.weight") {
             Some(_) => Some(b.vector("rope_freqs.weight", cfg.n_rot / 2)?),
