@@ -10,6 +10,9 @@
 #   benches/device/families.sh bench [TYPE] [PRESET]   # Q4_K qwen3-30b-a3b
 #   (the families' reference logits must travel: KEEP_FIXTURES with their
 #   stems for trim.sh, and only the test binaries this script runs)
+#   benches/device/families.sh offload [TYPE] [PRESET] [N...]
+#     --n-cpu-moe: test-expert_offload, then `xtask bench` of the preset
+#     with the experts of the first N layers on the CPU (default 0 24 48)
 #   benches/device/families.sh all
 set -uo pipefail
 mode=${1:-all}
@@ -36,5 +39,23 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   for backend in vulkan rocm; do
     .gpu/bin/xtask bench --backend "$backend" --model "$m" -p 512 -n 128 -r 3 -o md 2>&1 |
       tee -a "$out/families-bench.md"
+  done
+fi
+
+if [ "$mode" = offload ]; then
+  echo "== test-expert_offload"
+  .gpu/bin/test-expert_offload --test-threads=1 --nocapture 2>&1 |
+    tee -a "$out/offload-conformance.log" | grep -E "^test |test result|vs cpu|panicked"
+  shift $(($# < 3 ? $# : 3))
+  layers=${*:-0 24 48}
+  m="$CARGO_TARGET_DIR/models/$preset-$ty.gguf"
+  [ -f "$m" ] || /usr/bin/time -f "gen-model %e s" .gpu/bin/xtask gen-model \
+    --preset "$preset" --type "$ty" --out "$m" 2>&1 | tail -2
+  for backend in vulkan rocm; do
+    for n in $layers; do
+      echo "== $backend --n-cpu-moe $n"
+      .gpu/bin/xtask bench --backend "$backend" --model "$m" -p 512 -n 64 -r 2 \
+        --n-cpu-moe "$n" -o md 2>&1 | tee -a "$out/offload-bench.md"
+    done
   done
 fi

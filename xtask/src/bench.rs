@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// discrete GPUs first; naming a software device selects it).
     #[arg(long, value_name = "N")]
     pub device: Option<usize>,
+    /// Keep the expert weights of the first N layers in host memory,
+    /// computed on the CPU (llama-bench's --n-cpu-moe); GPU backends only.
+    #[arg(long = "n-cpu-moe", value_name = "N", default_value_t = 0)]
+    pub n_cpu_moe: usize,
     /// Seconds any wait for the GPU may take.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub gpu_timeout: u64,
@@ -149,6 +153,7 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
         n_prompt: args.n_prompt,
         n_gen: args.n_gen,
         repetitions: args.repetitions as usize,
+        n_cpu_moe: args.n_cpu_moe,
     };
     let opts = BackendOptions {
         threads: args.threads,

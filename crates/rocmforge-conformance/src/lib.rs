@@ -196,6 +196,18 @@ pub fn compare_with_cpu(
     what: &str,
     tol: Tolerance,
 ) -> (f32, f32) {
+    compare_made_with_cpu(model, backend, &|| create(backend), what, tol)
+}
+
+/// [`compare_with_cpu`] for a backend `make` builds (a composite such as
+/// `ExpertOffload`), named `backend` in messages.
+pub fn compare_made_with_cpu(
+    model: &Arc<Model>,
+    backend: &str,
+    make: &dyn Fn() -> Box<dyn Backend>,
+    what: &str,
+    tol: Tolerance,
+) -> (f32, f32) {
     let n_vocab = model.config.n_vocab;
     let mut worst = (0f32, 0f32);
     let mut check = |label: String, ours: &[f32], cpu: &[f32]| {
@@ -210,7 +222,13 @@ pub fn compare_with_cpu(
             );
         }
     };
-    let mut ours_s = session(model, backend, compare_options(true));
+    let mut ours_s = Session::new(
+        Arc::clone(model),
+        make(),
+        compare_options(true),
+        &mut |_, _| {},
+    )
+    .unwrap_or_else(|e| panic!("{backend}: session: {e}"));
     let mut cpu_s = session(model, "cpu", compare_options(true));
     for (i, &n) in PROMPT_LENGTHS.iter().enumerate() {
         ours_s.reset();

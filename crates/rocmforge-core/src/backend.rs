@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
+use crate::graph::split::{Exchange, GraphPart};
 use crate::graph::Graph;
-use crate::model::Model;
+use crate::model::{Model, WeightId};
 use crate::plan::{ArenaPlan, KvLayout};
 
 /// Handle to a graph recorded by [`Backend::prepare`].
@@ -120,6 +121,16 @@ pub struct FreeMemory {
     /// reads them from the file's mapping (the CPU backend, where the page
     /// cache can hold them, or page them in as llama.cpp's mmap does).
     pub holds_weights: bool,
+    /// Bytes of the model's weights that stay out of this memory because
+    /// another backend computes with them (`--n-cpu-moe`).
+    pub weights_kept_out: u64,
+}
+
+fn parts_unavailable(info: &BackendInfo) -> BackendError {
+    BackendError::Unavailable(format!(
+        "the {} backend cannot run a graph split with another backend",
+        info.name
+    ))
 }
 
 /// `1.5 GiB`, `512.0 MiB`, `12 bytes`: sizes in errors people read.
@@ -178,6 +189,66 @@ pub trait Backend {
     ) -> Result<(), BackendError>;
 
     fn allocations(&self) -> AllocationStats;
+
+    /// [`Backend::load`], leaving the weights `kept_out` names where they
+    /// are: ops that read them run on another backend (a graph split with
+    /// [`crate::graph::split`]), and a graph recorded here that reads one
+    /// is an error. A backend that cannot run graphs in parts says so with
+    /// [`BackendError::Unavailable`].
+    fn load_except(
+        &mut self,
+        model: &Model,
+        kv: &KvLayout,
+        kept_out: &[WeightId],
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), BackendError> {
+        let _ = (model, kv, kept_out, progress);
+        Err(parts_unavailable(&self.info()))
+    }
+
+    /// [`Backend::reserve`], plus `exchange_bytes` of memory the host can
+    /// read and write for the largest part's imports and exports.
+    fn reserve_parts(
+        &mut self,
+        largest: &Graph,
+        arena_bytes: usize,
+        exchange_bytes: usize,
+    ) -> Result<(), BackendError> {
+        let _ = (largest, arena_bytes, exchange_bytes);
+        Err(parts_unavailable(&self.info()))
+    }
+
+    /// Records `parts` of a planned graph (those of this backend's side,
+    /// in order) for replay one at a time. The plan is the whole graph's,
+    /// so every tensor has the same offset on every backend that runs a
+    /// part of it.
+    fn prepare_parts(
+        &mut self,
+        graph: &Graph,
+        plan: &ArenaPlan,
+        parts: &[GraphPart],
+    ) -> Result<GraphId, BackendError> {
+        let _ = (graph, plan, parts);
+        Err(parts_unavailable(&self.info()))
+    }
+
+    /// Runs part `part` (an index into the `parts` given to
+    /// [`Backend::prepare_parts`]): writes `inputs` into the step-input
+    /// region, the part's imports from `exchange` into the arena, replays
+    /// the part's ops and copies its exports into `exchange`.
+    ///
+    /// The caller runs the parts of a step in order, each after the parts
+    /// whose exports it imports, with the same `inputs`.
+    fn execute_part(
+        &mut self,
+        graph: GraphId,
+        part: usize,
+        inputs: &StepInputs,
+        exchange: &mut Exchange,
+    ) -> Result<(), BackendError> {
+        let _ = (graph, part, inputs, exchange);
+        Err(parts_unavailable(&self.info()))
+    }
 
     /// Memory free on the device now, asked before `load` so a model that
     /// cannot fit is refused with the sizes instead of failing (or, on some

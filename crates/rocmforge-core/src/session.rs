@@ -291,6 +291,9 @@ pub struct MemoryNeeds {
     pub ring_layers: usize,
     pub ring: usize,
     pub activations: u128,
+    /// Expert weights left in host memory (`--n-cpu-moe`), not counted
+    /// in `weights`.
+    pub weights_kept_out: u64,
     /// Bytes free, if the backend can tell.
     pub free: Option<u64>,
 }
@@ -304,9 +307,13 @@ impl MemoryNeeds {
             .collect();
         MemoryNeeds {
             device: backend.info().device,
-            weights: mem
-                .filter(|m| m.holds_weights)
-                .map(|_| model.weights.region_bytes as u128),
+            weights: mem.filter(|m| m.holds_weights).map(|m| {
+                model
+                    .weights
+                    .region_bytes
+                    .saturating_sub(m.weights_kept_out) as u128
+            }),
+            weights_kept_out: mem.map_or(0, |m| m.weights_kept_out),
             kv: kv.bytes_u128(),
             n_ctx: kv.n_ctx,
             ring_layers: rings.len(),
@@ -325,6 +332,11 @@ impl MemoryNeeds {
     pub fn detail(&self) -> String {
         let mut parts = Vec::new();
         match self.weights {
+            Some(w) if self.weights_kept_out > 0 => parts.push(format!(
+                "weights {} (experts of {} left in host memory)",
+                format_bytes(clamp(w)),
+                format_bytes(self.weights_kept_out)
+            )),
             Some(w) => parts.push(format!("weights {}", format_bytes(clamp(w)))),
             None => parts.push("weights read from the file's mapping".into()),
         }
@@ -391,6 +403,7 @@ mod tests {
             ring_layers: 5,
             ring: 1535,
             activations: 64 << 20,
+            weights_kept_out: 0,
             free: Some(8 << 30),
         };
         assert_eq!(needs.total(), (4 << 30) + (64 << 20));

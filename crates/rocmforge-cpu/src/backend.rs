@@ -4,8 +4,9 @@ use rocmforge_core::backend::{
     AllocationStats, Backend, BackendError, BackendInfo, FreeMemory, GraphId, StepInputs,
 };
 use rocmforge_core::graph::fusion::matmul_groups;
+use rocmforge_core::graph::split::{Exchange, GraphPart};
 use rocmforge_core::graph::Graph;
-use rocmforge_core::model::Model;
+use rocmforge_core::model::{Model, WeightId};
 use rocmforge_core::plan::{ArenaPlan, KvLayout, StepInputLayout};
 
 use crate::exec::{ScratchLayout, Step};
@@ -28,6 +29,16 @@ struct Prepared {
     rope_local: Option<RopeTable>,
     /// Op ranges of matmuls that run as one phase (core's fusion groups).
     groups: Vec<std::ops::Range<usize>>,
+    /// The parts this backend runs of a split graph; empty for a whole one.
+    parts: Vec<GraphPart>,
+}
+
+/// Where a step's results go.
+enum StepOutput<'x> {
+    /// The whole graph's logits.
+    Logits(&'x mut [f32]),
+    /// Part `.0`'s exports.
+    Part(usize, &'x mut Exchange),
 }
 
 /// What `reserve` fixed: the work buffer's split into arena, scratch and the
@@ -122,6 +133,75 @@ impl CpuBackend {
     }
 }
 
+impl CpuBackend {
+    /// Runs graph `id`'s ops, or one part's, and delivers the results.
+    fn run_step(
+        &mut self,
+        id: GraphId,
+        inputs: &StepInputs,
+        output: StepOutput,
+    ) -> Result<(), BackendError> {
+        let loaded = self.loaded.as_mut().ok_or(BackendError::NoModel)?;
+        let r = self.reserved.ok_or(BackendError::NotReserved)?;
+        let p = self
+            .graphs
+            .get(id.0)
+            .ok_or(BackendError::UnknownGraph(id))?;
+        let g = &p.graph;
+        let ops = match &output {
+            StepOutput::Logits(_) => 0..g.ops.len(),
+            StepOutput::Part(k, _) => p.parts[*k].ops.clone(),
+        };
+        let work = self.work.shared();
+        // SAFETY: no team is running; the region is this backend's own and
+        // `reserve` sized it for the largest graph.
+        let region = unsafe { work.u32s(r.step_offset, p.plan.step_inputs.words()) };
+        p.plan.step_inputs.encode(inputs, region);
+        let step = Step {
+            graph: g,
+            plan: &p.plan,
+            rope: &p.rope,
+            rope_local: p.rope_local.as_ref(),
+            groups: &p.groups,
+            weights: &loaded.weights.views,
+            kv_layout: &loaded.kv_layout,
+            kv: loaded.kv.shared(),
+            arena: work.sub(0, r.arena_bytes),
+            scratch: work.sub(r.arena_bytes, r.scratch_layout.total(self.n_threads)),
+            scratch_layout: r.scratch_layout,
+            step_inputs: work.sub(r.step_offset, r.step_words * 4),
+            next_chunk: Default::default(),
+            ops,
+        };
+        if let StepOutput::Part(k, exchange) = &output {
+            for &t in &p.parts[*k].imports {
+                let src = exchange.tensor(t);
+                // SAFETY: no team is running; the tensor lies in the arena
+                // (the plan was checked against the reservation).
+                unsafe { step.arena.f32s(p.plan.offsets[t], src.len()) }.copy_from_slice(src);
+            }
+        }
+        run_team(self.n_threads, |m, barrier| step.run(m, barrier));
+        // SAFETY (both reads): the team has finished; nothing else touches
+        // the arena, and each tensor lies in it.
+        match output {
+            StepOutput::Logits(logits) => {
+                let out = g.tensor(g.logits);
+                assert_eq!(logits.len(), out.rows * out.cols, "logits buffer size");
+                let src = unsafe { step.arena.f32s(p.plan.offsets[g.logits], logits.len()) };
+                logits.copy_from_slice(src);
+            }
+            StepOutput::Part(k, exchange) => {
+                for &t in &p.parts[k].exports {
+                    let dst = exchange.tensor_mut(t);
+                    dst.copy_from_slice(unsafe { step.arena.f32s(p.plan.offsets[t], dst.len()) });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -185,6 +265,57 @@ impl Backend for CpuBackend {
     }
 
     fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
+        self.prepare_parts(graph, plan, &[])
+    }
+
+    fn execute(
+        &mut self,
+        id: GraphId,
+        inputs: &StepInputs,
+        logits: &mut [f32],
+    ) -> Result<(), BackendError> {
+        self.run_step(id, inputs, StepOutput::Logits(logits))
+    }
+
+    fn load_except(
+        &mut self,
+        model: &Model,
+        kv: &KvLayout,
+        _kept_out: &[WeightId],
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), BackendError> {
+        // Every weight is read from the file's mapping, where only the
+        // pages touched become resident: keeping one out costs nothing.
+        self.load(model, kv, progress)
+    }
+
+    fn reserve_parts(
+        &mut self,
+        largest: &Graph,
+        arena_bytes: usize,
+        _exchange_bytes: usize,
+    ) -> Result<(), BackendError> {
+        // Imports and exports are copied straight from and to the arena,
+        // which is host memory.
+        self.reserve(largest, arena_bytes)
+    }
+
+    fn execute_part(
+        &mut self,
+        id: GraphId,
+        part: usize,
+        inputs: &StepInputs,
+        exchange: &mut Exchange,
+    ) -> Result<(), BackendError> {
+        self.run_step(id, inputs, StepOutput::Part(part, exchange))
+    }
+
+    fn prepare_parts(
+        &mut self,
+        graph: &Graph,
+        plan: &ArenaPlan,
+        parts: &[GraphPart],
+    ) -> Result<GraphId, BackendError> {
         let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
         let r = self.reserved.ok_or(BackendError::NotReserved)?;
         let views = &loaded.weights.views;
@@ -233,50 +364,9 @@ impl Backend for CpuBackend {
             rope,
             rope_local,
             groups: matmul_groups(graph, plan),
+            parts: parts.to_vec(),
         });
         Ok(GraphId(self.graphs.len() - 1))
-    }
-
-    fn execute(
-        &mut self,
-        id: GraphId,
-        inputs: &StepInputs,
-        logits: &mut [f32],
-    ) -> Result<(), BackendError> {
-        let loaded = self.loaded.as_mut().ok_or(BackendError::NoModel)?;
-        let r = self.reserved.ok_or(BackendError::NotReserved)?;
-        let p = self
-            .graphs
-            .get(id.0)
-            .ok_or(BackendError::UnknownGraph(id))?;
-        let g = &p.graph;
-        let work = self.work.shared();
-        // SAFETY: no team is running; the region is this backend's own and
-        // `reserve` sized it for the largest graph.
-        let region = unsafe { work.u32s(r.step_offset, p.plan.step_inputs.words()) };
-        p.plan.step_inputs.encode(inputs, region);
-        let step = Step {
-            graph: g,
-            plan: &p.plan,
-            rope: &p.rope,
-            rope_local: p.rope_local.as_ref(),
-            groups: &p.groups,
-            weights: &loaded.weights.views,
-            kv_layout: &loaded.kv_layout,
-            kv: loaded.kv.shared(),
-            arena: work.sub(0, r.arena_bytes),
-            scratch: work.sub(r.arena_bytes, r.scratch_layout.total(self.n_threads)),
-            scratch_layout: r.scratch_layout,
-            step_inputs: work.sub(r.step_offset, r.step_words * 4),
-            next_chunk: Default::default(),
-        };
-        run_team(self.n_threads, |m, barrier| step.run(m, barrier));
-        let out = g.tensor(g.logits);
-        assert_eq!(logits.len(), out.rows * out.cols, "logits buffer size");
-        // SAFETY: the team has finished; nothing else touches the arena.
-        let src = unsafe { step.arena.f32s(p.plan.offsets[g.logits], logits.len()) };
-        logits.copy_from_slice(src);
-        Ok(())
     }
 
     fn allocations(&self) -> AllocationStats {
@@ -297,6 +387,7 @@ impl Backend for CpuBackend {
             // Weights are read through the file's mapping; the repacked
             // Q4_0 copy is left out of the estimate.
             holds_weights: false,
+            weights_kept_out: 0,
         })
     }
 }

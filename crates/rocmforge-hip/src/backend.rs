@@ -24,9 +24,11 @@ use rocmforge_core::backend::{
     AllocationStats, Backend, BackendError, BackendInfo, FreeMemory, GraphId, StepInputs,
 };
 use rocmforge_core::gpu::push::SpinPush;
+use rocmforge_core::gpu::staging::{read_f32s, stage_part, Staged, STAGING_SLACK};
 use rocmforge_core::gpu::{self as lower, DeviceWeight, GraphAddresses, Lowering, MatrixTiles};
+use rocmforge_core::graph::split::{Exchange, GraphPart, Side};
 use rocmforge_core::graph::Graph;
-use rocmforge_core::model::{Model, WEIGHT_ALIGN};
+use rocmforge_core::model::{Model, WeightId, WEIGHT_ALIGN};
 use rocmforge_core::plan::{split_regions, ArenaPlan, KvLayout, StepInputLayout};
 use rocmforge_core::quant::QuantType;
 
@@ -140,7 +142,8 @@ pub struct HipBackend {
     pinned: Option<Pinned>,
     loaded: Option<Loaded>,
     reserved: Option<Reserved>,
-    graphs: Vec<Recorded>,
+    /// Each graph's parts: one for a whole graph.
+    graphs: Vec<Vec<Recorded>>,
     /// Memsets into pinned memory work here (found at `reserve`), so
     /// graphs carry breadcrumbs.
     crumbs: bool,
@@ -267,7 +270,7 @@ impl HipBackend {
         // SAFETY: nothing is queued (the callers' contract) and none of it
         // is used again: the fields are emptied.
         unsafe {
-            for g in self.graphs.drain(..) {
+            for g in self.graphs.drain(..).flatten() {
                 g.destroy(&self.rt);
             }
             if let Some(r) = self.reserved.take() {
@@ -291,6 +294,7 @@ impl HipBackend {
         &mut self,
         model: &Model,
         kv_layout: &KvLayout,
+        kept_out: &[WeightId],
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
         self.current()?;
@@ -299,7 +303,10 @@ impl HipBackend {
         self.calls_at_load = self.rt.allocation_calls();
         let table = &model.weights.table;
         let mut weights = Vec::with_capacity(table.len());
-        for w in table {
+        // A weight another backend computes with is neither placed nor
+        // uploaded; it stays at address 0, which `check_part` refuses.
+        let resident = |id: WeightId| !kept_out.contains(&id);
+        for (id, w) in table.iter().enumerate() {
             let dw = DeviceWeight {
                 name: w.name.clone(),
                 ty: w.ty,
@@ -311,7 +318,8 @@ impl HipBackend {
             };
             // Matrices go through the kernels of their type; vectors (norm
             // weights, biases, rope factors) are read as f32.
-            if w.rows > 1 {
+            if !resident(id) {
+            } else if w.rows > 1 {
                 lower::weight_kernel(&dw)?;
             } else if w.ty != QuantType::F32 {
                 return Err(BackendError::UnsupportedWeight {
@@ -325,7 +333,11 @@ impl HipBackend {
         let max_region = self.opts.max_region.map_or(self.dev.props.total_mem, |m| {
             m.min(self.dev.props.total_mem)
         });
-        let sizes: Vec<u64> = table.iter().map(|w| w.n_bytes).collect();
+        let sizes: Vec<u64> = table
+            .iter()
+            .enumerate()
+            .map(|(id, w)| if resident(id) { w.n_bytes } else { 0 })
+            .collect();
         let split = split_regions(&sizes, WEIGHT_ALIGN, max_region)
             .map_err(|e| BackendError::Device(format!("weights do not fit the device: {e}")))?;
         let staging = self.opts.staging_bytes.max(2 << 10);
@@ -346,6 +358,7 @@ impl HipBackend {
                 .assignments
                 .iter()
                 .enumerate()
+                .filter(|&(id, _)| resident(id))
                 .map(|(id, a)| Piece {
                     name: &table[id].name,
                     bytes: model.weight_bytes(id),
@@ -385,8 +398,10 @@ impl HipBackend {
                 return Err(e);
             }
         };
-        for (w, a) in weights.iter_mut().zip(&split.assignments) {
-            w.address = regions[a.region].ptr.0 + a.offset;
+        for (id, (w, a)) in weights.iter_mut().zip(&split.assignments).enumerate() {
+            if resident(id) {
+                w.address = regions[a.region].ptr.0 + a.offset;
+            }
         }
         let rope_freqs = model.weights.rope_freqs.map(|id| {
             let v = model
@@ -408,7 +423,12 @@ impl HipBackend {
         Ok(())
     }
 
-    fn reserve_arena(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
+    fn reserve_arena(
+        &mut self,
+        largest: &Graph,
+        arena_bytes: usize,
+        exchange_bytes: usize,
+    ) -> Result<(), BackendError> {
         self.current()?;
         if self.loaded.is_none() {
             return Err(BackendError::NoModel);
@@ -422,7 +442,12 @@ impl HipBackend {
         }
         .bytes()
         .next_multiple_of(256);
-        let logits_bytes = largest.tensor(largest.logits).bytes();
+        // The readback area holds the logits, or a part's imports and
+        // exports.
+        let logits_bytes = largest
+            .tensor(largest.logits)
+            .bytes()
+            .max(exchange_bytes + STAGING_SLACK as usize);
         let pinned_crumbs = step_bytes;
         let pinned_logits = pinned_crumbs + CRUMB_BYTES;
         let host_bytes = pinned_logits + logits_bytes;
@@ -476,7 +501,13 @@ impl HipBackend {
         }
     }
 
-    fn prepare_graph(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
+    /// Records each of `parts` of a planned graph for replay on its own.
+    fn record_parts(
+        &mut self,
+        graph: &Graph,
+        plan: &ArenaPlan,
+        parts: &[GraphPart],
+    ) -> Result<GraphId, BackendError> {
         self.current()?;
         let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
         let r = self.reserved.as_ref().ok_or(BackendError::NotReserved)?;
@@ -493,7 +524,12 @@ impl HipBackend {
             logits_bytes: r.logits_bytes as u64,
         };
         lower::check_graph(graph, plan, &reserved, rope_freqs)?;
-        let logits_bytes = graph.tensor(graph.logits).bytes();
+        let mut staged = Vec::with_capacity(parts.len());
+        for part in parts {
+            lower::check_part(graph, part, &loaded.weights)?;
+            let at = r.pinned_logits as u64;
+            staged.push(stage_part(graph, plan, part, at, r.logits_bytes as u64)?);
+        }
         let base = r.arena.ptr.0;
         let addrs = GraphAddresses {
             weights: &loaded.weights,
@@ -504,30 +540,44 @@ impl HipBackend {
             step: base + r.step_offset,
             n_vocab: loaded.n_vocab,
         };
-        let mut rec = Recorder {
-            rt: &self.rt,
-            kernels: &mut self.kernels,
-            launches: Vec::new(),
-        };
-        lower::record_graph(&mut rec, &lowering(), graph, plan, &addrs)?;
-        let launches = rec.launches;
         let crumbs = self.crumbs.then(|| pinned.device_ptr(r.pinned_crumbs));
-        // SAFETY: the stream is idle (every step is waited for) and not
-        // capturing; the graph refers to the regions, the arena and the
-        // pinned buffer, which outlive it (release destroys graphs first).
-        let replay =
-            unsafe { Replay::new(&self.rt, self.stream, &launches, crumbs, self.opts.graphs) };
-        let recorded = Recorded {
-            launches,
-            replay,
-            crumbs: self.crumbs,
-            step: plan.step_inputs,
-            logits_offset: plan.offsets[graph.logits] as u64,
-            logits_bytes,
-            n_tokens: graph.n_tokens,
-        };
-        if let (Replay::Direct { why }, true) = (&recorded.replay, self.opts.graphs) {
-            if !self.capture_warned {
+        let mut recorded = Vec::with_capacity(parts.len());
+        for (part, (imports, exports)) in parts.iter().zip(staged) {
+            let mut rec = Recorder {
+                rt: &self.rt,
+                kernels: &mut self.kernels,
+                launches: Vec::new(),
+            };
+            let lowered =
+                lower::record_graph(&mut rec, &lowering(), graph, plan, &addrs, part.ops.clone());
+            if let Err(e) = lowered {
+                // SAFETY: never replayed.
+                unsafe { recorded.iter().for_each(|g: &Recorded| g.destroy(&self.rt)) };
+                return Err(e);
+            }
+            let launches = rec.launches;
+            // SAFETY: the stream is idle (every step is waited for) and not
+            // capturing; the graph refers to the regions, the arena and the
+            // pinned buffer, which outlive it (release destroys graphs
+            // first).
+            let replay =
+                unsafe { Replay::new(&self.rt, self.stream, &launches, crumbs, self.opts.graphs) };
+            recorded.push(Recorded {
+                launches,
+                replay,
+                crumbs: self.crumbs,
+                step: plan.step_inputs,
+                imports,
+                exports,
+                n_tokens: graph.n_tokens,
+            });
+        }
+        if let Some(Replay::Direct { why }) = recorded
+            .iter()
+            .map(|g| &g.replay)
+            .find(|r| matches!(r, Replay::Direct { .. }))
+        {
+            if self.opts.graphs && !self.capture_warned {
                 eprintln!("rocmforge: rocm: replaying launches one by one, slower: {why}");
                 self.capture_warned = true;
             }
@@ -535,15 +585,17 @@ impl HipBackend {
         // For measurement: how many launches a step of this graph makes
         // (`ROCMFORGE_HIP_LOG_LAUNCHES=all` lists them).
         if let Ok(log) = std::env::var("ROCMFORGE_HIP_LOG_LAUNCHES") {
-            eprintln!(
-                "rocm: graph of {} tokens records {} launches, {}",
-                graph.n_tokens,
-                recorded.launches.len(),
-                recorded.mode()
-            );
-            if log == "all" {
-                for l in &recorded.launches {
-                    eprintln!("  {}", l.label);
+            for g in &recorded {
+                eprintln!(
+                    "rocm: graph of {} tokens records {} launches, {}",
+                    graph.n_tokens,
+                    g.launches.len(),
+                    g.mode()
+                );
+                if log == "all" {
+                    for l in &g.launches {
+                        eprintln!("  {}", l.label);
+                    }
                 }
             }
         }
@@ -551,28 +603,32 @@ impl HipBackend {
         Ok(GraphId(self.graphs.len() - 1))
     }
 
-    fn execute_graph(
+    /// Graph `id`'s part `part`.
+    fn part(&self, id: GraphId, part: usize) -> Result<&Recorded, BackendError> {
+        self.graphs
+            .get(id.0)
+            .and_then(|g| g.get(part))
+            .ok_or(BackendError::UnknownGraph(id))
+    }
+
+    /// Runs part `part` of graph `id`: the step inputs and the part's
+    /// imports (already in the pinned buffer) go to the device, the launches
+    /// replay, the exports come back into the pinned buffer; one bounded
+    /// wait.
+    fn run_part(
         &mut self,
         id: GraphId,
+        part: usize,
         inputs: &StepInputs,
-        logits: &mut [f32],
     ) -> Result<(), BackendError> {
         self.current()?;
         let r = self.reserved.as_ref().ok_or(BackendError::NotReserved)?;
         let pinned = self.pinned.as_ref().ok_or(BackendError::NotReserved)?;
-        let g = self
-            .graphs
-            .get(id.0)
-            .ok_or(BackendError::UnknownGraph(id))?;
+        let g = self.part(id, part)?;
         assert_eq!(
             inputs.tokens.len(),
             g.n_tokens,
             "step size (checked by Session)"
-        );
-        assert_eq!(
-            logits.len() * 4,
-            g.logits_bytes,
-            "logits size (checked by Session)"
         );
         // SAFETY: the step words and the crumb area lie inside the pinned
         // buffer (sized at reserve for the largest graph; the step region
@@ -584,21 +640,37 @@ impl HipBackend {
             std::ptr::write_bytes(pinned.at(r.pinned_crumbs), 0, CRUMB_BYTES);
         }
         let step_dev = r.arena.ptr.offset(r.step_offset);
-        let logits_dev = r.arena.ptr.offset(g.logits_offset);
-        let logits_host = pinned.at(r.pinned_logits);
         // SAFETY: the copies stay inside the arena allocation and the
         // pinned buffer (checked against the reservation at prepare); the
         // replay's addresses all lie in live allocations; the event is
         // waited for before the host touches either buffer again.
         let queued = unsafe {
-            self.rt
-                .memcpy_htod_async(step_dev, pinned.at(0), g.step.bytes(), self.stream)
-                .and_then(|()| g.replay(&self.rt, self.stream, pinned.device_ptr(r.pinned_crumbs)))
-                .and_then(|()| {
-                    self.rt
-                        .memcpy_dtoh_async(logits_host, logits_dev, g.logits_bytes, self.stream)
-                })
-                .and_then(|()| self.rt.event_record(self.events[0], self.stream))
+            let mut q =
+                self.rt
+                    .memcpy_htod_async(step_dev, pinned.at(0), g.step.bytes(), self.stream);
+            for s in &g.imports {
+                q = q.and_then(|()| {
+                    self.rt.memcpy_htod_async(
+                        r.arena.ptr.offset(s.arena),
+                        pinned.at(s.host as usize),
+                        s.bytes,
+                        self.stream,
+                    )
+                });
+            }
+            q = q
+                .and_then(|()| g.replay(&self.rt, self.stream, pinned.device_ptr(r.pinned_crumbs)));
+            for s in &g.exports {
+                q = q.and_then(|()| {
+                    self.rt.memcpy_dtoh_async(
+                        pinned.at(s.host as usize),
+                        r.arena.ptr.offset(s.arena),
+                        s.bytes,
+                        self.stream,
+                    )
+                });
+            }
+            q.and_then(|()| self.rt.event_record(self.events[0], self.stream))
         };
         if let Err(e) = queued {
             // Part of the step may be queued: let it finish before the
@@ -613,8 +685,12 @@ impl HipBackend {
                 // message less precise).
                 .map(|i| unsafe { std::ptr::read_volatile(pinned.at(r.pinned_crumbs + i)) })
                 .collect();
+            let of = match self.graphs[id.0].len() {
+                1 => String::new(),
+                n => format!(", part {} of {n}", part + 1),
+            };
             let what = format!(
-                "{} of the {}-token graph ({})",
+                "{} of the {}-token graph ({}{of})",
                 g.in_flight(&crumbs),
                 g.n_tokens,
                 g.mode()
@@ -622,16 +698,60 @@ impl HipBackend {
             return Err(self.stalled(Stalled { error, what }));
         }
         fence(Ordering::Acquire);
-        // SAFETY: the copy into the pinned readback finished (its event
-        // completed); the range holds `logits.len()` f32 at a 4-aligned
-        // offset, and nothing writes it until the next step.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                logits_host.cast::<f32>(),
-                logits.as_mut_ptr(),
-                logits.len(),
-            )
-        };
+        Ok(())
+    }
+
+    /// Reads staged tensor `s` out of the pinned buffer.
+    fn read_staged(&self, s: &Staged, dst: &mut [f32]) -> Result<(), BackendError> {
+        let pinned = self.pinned.as_ref().ok_or(BackendError::NotReserved)?;
+        assert_eq!(dst.len() * 4, s.bytes, "sizes checked by the caller");
+        // SAFETY: the copy into the pinned buffer finished (its event
+        // completed, `run_part`); the range lies inside it (checked at
+        // record), and nothing writes it until the next step.
+        let src = unsafe { std::slice::from_raw_parts(pinned.at(s.host as usize), s.bytes) };
+        read_f32s(dst, src);
+        Ok(())
+    }
+
+    fn execute_graph(
+        &mut self,
+        id: GraphId,
+        inputs: &StepInputs,
+        logits: &mut [f32],
+    ) -> Result<(), BackendError> {
+        self.run_part(id, 0, inputs)?;
+        let out = self.part(id, 0)?.exports[0];
+        assert_eq!(
+            logits.len() * 4,
+            out.bytes,
+            "logits size (checked by Session)"
+        );
+        self.read_staged(&out, logits)
+    }
+
+    fn execute_split(
+        &mut self,
+        id: GraphId,
+        part: usize,
+        inputs: &StepInputs,
+        exchange: &mut Exchange,
+    ) -> Result<(), BackendError> {
+        let pinned = self.pinned.as_ref().ok_or(BackendError::NotReserved)?;
+        for s in &self.part(id, part)?.imports {
+            let src = exchange.tensor(s.tensor);
+            assert_eq!(src.len() * 4, s.bytes, "exchange sized by the split");
+            // SAFETY: the range lies inside the pinned buffer (checked at
+            // record), and no queued copy reads it (every step is waited
+            // for).
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(pinned.at(s.host as usize), s.bytes) };
+            rocmforge_core::gpu::staging::write_f32s(dst, src);
+        }
+        self.run_part(id, part, inputs)?;
+        let exports = self.part(id, part)?.exports.clone();
+        for s in &exports {
+            self.read_staged(s, exchange.tensor_mut(s.tensor))?;
+        }
         Ok(())
     }
 
@@ -748,17 +868,65 @@ impl Backend for HipBackend {
         kv_layout: &KvLayout,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
-        let r = self.load_model(model, kv_layout, progress);
+        let r = self.load_model(model, kv_layout, &[], progress);
         self.note(r)
     }
 
     fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
-        let r = self.reserve_arena(largest, arena_bytes);
+        let r = self.reserve_arena(largest, arena_bytes, 0);
         self.note(r)
     }
 
     fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
-        let r = self.prepare_graph(graph, plan);
+        let whole = GraphPart {
+            side: Side::Device,
+            ops: 0..graph.ops.len(),
+            imports: Vec::new(),
+            exports: vec![graph.logits],
+        };
+        let r = self.record_parts(graph, plan, &[whole]);
+        self.note(r)
+    }
+
+    fn load_except(
+        &mut self,
+        model: &Model,
+        kv_layout: &KvLayout,
+        kept_out: &[WeightId],
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), BackendError> {
+        let r = self.load_model(model, kv_layout, kept_out, progress);
+        self.note(r)
+    }
+
+    fn reserve_parts(
+        &mut self,
+        largest: &Graph,
+        arena_bytes: usize,
+        exchange_bytes: usize,
+    ) -> Result<(), BackendError> {
+        let r = self.reserve_arena(largest, arena_bytes, exchange_bytes);
+        self.note(r)
+    }
+
+    fn prepare_parts(
+        &mut self,
+        graph: &Graph,
+        plan: &ArenaPlan,
+        parts: &[GraphPart],
+    ) -> Result<GraphId, BackendError> {
+        let r = self.record_parts(graph, plan, parts);
+        self.note(r)
+    }
+
+    fn execute_part(
+        &mut self,
+        graph: GraphId,
+        part: usize,
+        inputs: &StepInputs,
+        exchange: &mut Exchange,
+    ) -> Result<(), BackendError> {
+        let r = self.execute_split(graph, part, inputs, exchange);
         self.note(r)
     }
 
@@ -789,6 +957,7 @@ impl Backend for HipBackend {
         self.rt.mem_get_info().ok().map(|m| FreeMemory {
             free: m.free,
             holds_weights: true,
+            weights_kept_out: 0,
         })
     }
 }

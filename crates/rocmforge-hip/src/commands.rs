@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use hip_sys::{DevicePtr, Event, EventStatus, Flavor, GraphExec, HipError, Runtime, Stream};
 use rocmforge_core::backend::BackendError;
 use rocmforge_core::gpu::push::PUSH_BYTES;
+use rocmforge_core::gpu::staging::Staged;
 use rocmforge_core::gpu::{grid, workgroup_size, KernelSink};
 use rocmforge_core::plan::StepInputLayout;
 
@@ -288,9 +289,11 @@ pub(crate) struct Recorded {
     /// work on this runtime).
     pub crumbs: bool,
     pub step: StepInputLayout,
-    /// Where the logits are, in the arena allocation.
-    pub logits_offset: u64,
-    pub logits_bytes: usize,
+    /// The part's imports, copied from the pinned buffer into the arena
+    /// before its launches, and exports, copied back after them (a whole
+    /// graph's only export is its logits).
+    pub imports: Vec<Staged>,
+    pub exports: Vec<Staged>,
     pub n_tokens: usize,
 }
 

@@ -12,8 +12,9 @@ use ash::vk;
 use rocmforge_core::backend::{
     AllocationStats, Backend, BackendError, BackendInfo, FreeMemory, GraphId, StepInputs,
 };
+use rocmforge_core::graph::split::{Exchange, GraphPart, Side};
 use rocmforge_core::graph::Graph;
-use rocmforge_core::model::{Model, WEIGHT_ALIGN};
+use rocmforge_core::model::{Model, WeightId, WEIGHT_ALIGN};
 use rocmforge_core::plan::{split_regions, ArenaPlan, KvLayout, StepInputLayout};
 use rocmforge_core::quant::QuantType;
 
@@ -23,6 +24,7 @@ use crate::error::Check;
 use crate::memory::{allocate, Allocation, Placement};
 use crate::pipelines::Pipelines;
 use rocmforge_core::gpu::push::{Push, SpinPush};
+use rocmforge_core::gpu::staging::{read_f32s, stage_part, write_f32s, Staged, STAGING_SLACK};
 use rocmforge_core::gpu::{self as kernels, DeviceWeight, GraphAddresses, KernelSink, Lowering};
 
 /// Default bound on one step's fence wait.
@@ -103,14 +105,47 @@ struct Reserved {
     logits_bytes: u64,
 }
 
+/// A recorded graph: one command buffer for a whole graph, or one per part
+/// of a split graph.
 struct Recorded {
+    parts: Vec<RecordedPart>,
+    step: StepInputLayout,
+    n_tokens: usize,
+}
+
+struct RecordedPart {
     cb: vk::CommandBuffer,
     labels: Vec<String>,
     /// Dispatches per breadcrumb (see `commands::Crumbs`).
     crumb_every: usize,
-    step: StepInputLayout,
-    logits_bytes: usize,
-    n_tokens: usize,
+    /// Where the part's imports are written, and its exports (a whole
+    /// graph's only export is its logits) read, in the host buffer.
+    imports: Vec<Staged>,
+    exports: Vec<Staged>,
+}
+
+/// Copies between the readback region and the arena.
+trait StagedCopy {
+    fn copy_in(&self) -> vk::BufferCopy;
+    fn copy_out(&self) -> vk::BufferCopy;
+}
+
+impl StagedCopy for Staged {
+    fn copy_in(&self) -> vk::BufferCopy {
+        vk::BufferCopy {
+            src_offset: self.host,
+            dst_offset: self.arena,
+            size: self.bytes as u64,
+        }
+    }
+
+    fn copy_out(&self) -> vk::BufferCopy {
+        vk::BufferCopy {
+            src_offset: self.arena,
+            dst_offset: self.host,
+            size: self.bytes as u64,
+        }
+    }
 }
 
 pub struct VulkanBackend {
@@ -206,7 +241,9 @@ impl VulkanBackend {
         unsafe {
             let _ = self.gpu.device.device_wait_idle();
             for g in self.graphs.drain(..) {
-                self.cmds.free(&self.gpu.device, g.cb);
+                for p in g.parts {
+                    self.cmds.free(&self.gpu.device, p.cb);
+                }
             }
             if let Some(r) = self.reserved.take() {
                 r.arena.destroy(&self.gpu.device);
@@ -239,17 +276,16 @@ impl VulkanBackend {
     /// host-visible regions, else through one staging buffer in chunks.
     fn upload(
         &mut self,
-        model: &Model,
+        sources: &[&[u8]],
         regions: &[Allocation],
         places: &[(usize, u64)],
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
-        let total: u64 = model.weights.table.iter().map(|w| w.n_bytes).sum();
+        let total: u64 = sources.iter().map(|s| s.len() as u64).sum();
         let mut done = 0;
         progress(0, total);
         if regions.iter().all(|r| r.mapped.is_some()) {
-            for (id, &(region, offset)) in places.iter().enumerate() {
-                let src = model.weight_bytes(id);
+            for (&src, &(region, offset)) in sources.iter().zip(places) {
                 // SAFETY: the range was assigned inside the region by
                 // split_regions, and no command uses the region yet.
                 unsafe { regions[region].host_slice(offset, src.len()) }.copy_from_slice(src);
@@ -261,14 +297,14 @@ impl VulkanBackend {
         // The host buffer, made now, is the staging buffer; it is kept for
         // the step inputs and logits.
         let staging = self.alloc("staging and readback", STAGING_BYTES, Placement::Host)?;
-        let result = self.upload_staged(model, regions, places, &staging, total, progress);
+        let result = self.upload_staged(sources, regions, places, &staging, total, progress);
         self.host = Some(staging);
         result
     }
 
     fn upload_staged(
         &mut self,
-        model: &Model,
+        sources: &[&[u8]],
         regions: &[Allocation],
         places: &[(usize, u64)],
         staging: &Allocation,
@@ -280,8 +316,7 @@ impl VulkanBackend {
         let mut fill = 0u64;
         let mut done = 0u64;
         let mut result = Ok(());
-        'weights: for (id, &(region, offset)) in places.iter().enumerate() {
-            let src = model.weight_bytes(id);
+        'weights: for (&src, &(region, offset)) in sources.iter().zip(places) {
             let mut at = 0usize;
             while at < src.len() {
                 if fill == staging.size {
@@ -383,7 +418,12 @@ impl VulkanBackend {
             1 << 20,
             "op 0 of 1 (spin test kernel)".into(),
         );
-        let labels = rec.finish(buf.buffer, 0, buf.buffer, 32, 4)?;
+        let copy = vk::BufferCopy {
+            src_offset: 0,
+            dst_offset: 32,
+            size: 4,
+        };
+        let labels = rec.finish(buf.buffer, buf.buffer, &[copy])?;
         let result = self
             .cmds
             .submit_wait(&self.gpu.device, self.gpu.queue, cb, timeout);
@@ -429,6 +469,16 @@ impl Drop for VulkanBackend {
     }
 }
 
+/// Weight `id`'s bytes to upload: none for a weight another backend
+/// computes with (`load_except`).
+fn resident_bytes<'m>(model: &'m Model, kept_out: &[WeightId], id: WeightId) -> &'m [u8] {
+    if kept_out.contains(&id) {
+        &[]
+    } else {
+        model.weight_bytes(id)
+    }
+}
+
 impl Backend for VulkanBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
@@ -443,12 +493,22 @@ impl Backend for VulkanBackend {
         kv_layout: &KvLayout,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
+        self.load_except(model, kv_layout, &[], progress)
+    }
+
+    fn load_except(
+        &mut self,
+        model: &Model,
+        kv_layout: &KvLayout,
+        kept_out: &[WeightId],
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), BackendError> {
         self.usable()?;
         self.release(true);
         self.allocations = 0;
         let table = &model.weights.table;
         let mut weights = Vec::with_capacity(table.len());
-        for w in table {
+        for (id, w) in table.iter().enumerate() {
             let dw = DeviceWeight {
                 name: w.name.clone(),
                 ty: w.ty,
@@ -458,7 +518,9 @@ impl Backend for VulkanBackend {
                 row_bytes: w.row_bytes(),
                 experts: w.experts,
             };
-            if w.rows > 1 {
+            if kept_out.contains(&id) {
+                // Stays at address 0, which `check_part` refuses.
+            } else if w.rows > 1 {
                 kernels::weight_kernel(&dw)?;
             } else if w.ty != QuantType::F32 {
                 return Err(BackendError::UnsupportedWeight {
@@ -471,7 +533,10 @@ impl Backend for VulkanBackend {
         let max_region = self.opts.max_region.map_or(self.gpu.props.max_region, |m| {
             m.min(self.gpu.props.max_region)
         });
-        let sizes: Vec<u64> = table.iter().map(|w| w.n_bytes).collect();
+        let sources: Vec<&[u8]> = (0..table.len())
+            .map(|id| resident_bytes(model, kept_out, id))
+            .collect();
+        let sizes: Vec<u64> = sources.iter().map(|s| s.len() as u64).collect();
         let split = split_regions(&sizes, WEIGHT_ALIGN, max_region)
             .map_err(|e| BackendError::Device(format!("weights do not fit the device: {e}")))?;
         let host = self.gpu.props.uma && !self.opts.force_staging;
@@ -493,7 +558,7 @@ impl Backend for VulkanBackend {
             .collect();
         let uploaded = match failed {
             Some(e) => Err(e),
-            None => self.upload(model, &regions, &places, progress),
+            None => self.upload(&sources, &regions, &places, progress),
         };
         let kv = uploaded.and_then(|()| {
             self.alloc(
@@ -516,8 +581,10 @@ impl Backend for VulkanBackend {
                 return Err(e);
             }
         };
-        for (w, &(region, offset)) in weights.iter_mut().zip(&places) {
-            w.address = regions[region].address + offset;
+        for (id, (w, &(region, offset))) in weights.iter_mut().zip(&places).enumerate() {
+            if !kept_out.contains(&id) {
+                w.address = regions[region].address + offset;
+            }
         }
         let rope_freqs = model.weights.rope_freqs.map(|id| {
             let bytes = model.weight_bytes(id);
@@ -540,6 +607,15 @@ impl Backend for VulkanBackend {
     }
 
     fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
+        self.reserve_parts(largest, arena_bytes, 0)
+    }
+
+    fn reserve_parts(
+        &mut self,
+        largest: &Graph,
+        arena_bytes: usize,
+        exchange_bytes: usize,
+    ) -> Result<(), BackendError> {
         self.usable()?;
         if self.loaded.is_none() {
             return Err(BackendError::NoModel);
@@ -554,7 +630,10 @@ impl Backend for VulkanBackend {
         }
         .bytes()
         .next_multiple_of(256) as u64;
-        let logits_bytes = largest.tensor(largest.logits).bytes() as u64;
+        // The readback region holds the logits, or a part's imports and
+        // exports (each 256-aligned).
+        let logits_bytes = (largest.tensor(largest.logits).bytes() as u64)
+            .max(exchange_bytes as u64 + STAGING_SLACK);
         let crumb_offset = step_bytes;
         let logits_offset = step_bytes + 256;
         let host_bytes = logits_offset + logits_bytes;
@@ -587,89 +666,22 @@ impl Backend for VulkanBackend {
     }
 
     fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
-        self.usable()?;
-        let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
-        let r = self.reserved.as_ref().ok_or(BackendError::NotReserved)?;
-        let host = self.host.as_ref().ok_or(BackendError::NotReserved)?;
-        let rope_freqs = loaded
-            .rope_freqs
-            .as_ref()
-            .filter(|(id, _)| graph.rope.freq_factors == Some(*id))
-            .map(|(_, v)| v.as_slice());
-        let reserved = kernels::Reserved {
-            arena_bytes: r.arena_bytes,
-            scratch_bytes: r.scratch_bytes,
-            max_tokens: r.max_tokens,
-            logits_bytes: r.logits_bytes,
+        let whole = GraphPart {
+            side: Side::Device,
+            ops: 0..graph.ops.len(),
+            imports: Vec::new(),
+            exports: vec![graph.logits],
         };
-        kernels::check_graph(graph, plan, &reserved, rope_freqs)?;
-        let logits_bytes = graph.tensor(graph.logits).bytes();
-        let addrs = GraphAddresses {
-            weights: &loaded.weights,
-            arena: r.arena.address,
-            scratch: r.arena.address + r.arena_bytes,
-            kv: loaded.kv.address,
-            kv_layout: &loaded.kv_layout,
-            step: host.address,
-            n_vocab: loaded.n_vocab,
-        };
-        let crumbs = Crumbs::new(host.buffer, r.crumb_offset, self.gpu.marker.as_ref());
-        let (arena_buf, host_buf, logits_offset) = (r.arena.buffer, host.buffer, r.logits_offset);
-        let cb = self.cmds.allocate(&self.gpu.device)?;
-        let recorded = (|| {
-            let mut rec = Recorder::begin(
-                &self.gpu.device,
-                cb,
-                self.pipes.layout,
-                self.gpu.props.max_workgroups,
-                crumbs,
-            )?;
-            let lowering = lowering(&self.pipes);
-            let mut sink = Sink {
-                rec: &mut rec,
-                pipes: &mut self.pipes,
-                device: &self.gpu.device,
-            };
-            kernels::record_graph(&mut sink, &lowering, graph, plan, &addrs)?;
-            rec.finish(
-                arena_buf,
-                plan.offsets[graph.logits] as u64,
-                host_buf,
-                logits_offset,
-                logits_bytes as u64,
-            )
-        })();
-        let labels = match recorded {
-            Ok(l) => l,
-            Err(e) => {
-                // SAFETY: never submitted.
-                unsafe { self.cmds.free(&self.gpu.device, cb) };
-                return Err(e);
-            }
-        };
-        // For measurement: how many dispatches a step of this graph replays
-        // (`ROCMFORGE_VULKAN_LOG_DISPATCHES=all` lists them).
-        if let Ok(log) = std::env::var("ROCMFORGE_VULKAN_LOG_DISPATCHES") {
-            eprintln!(
-                "vulkan: graph of {} tokens records {} dispatches",
-                graph.n_tokens,
-                labels.len()
-            );
-            if log == "all" {
-                for l in &labels {
-                    eprintln!("  {l}");
-                }
-            }
-        }
-        self.graphs.push(Recorded {
-            cb,
-            labels,
-            crumb_every: crumbs.every,
-            step: plan.step_inputs,
-            logits_bytes,
-            n_tokens: graph.n_tokens,
-        });
-        Ok(GraphId(self.graphs.len() - 1))
+        self.record(graph, plan, &[whole])
+    }
+
+    fn prepare_parts(
+        &mut self,
+        graph: &Graph,
+        plan: &ArenaPlan,
+        parts: &[GraphPart],
+    ) -> Result<GraphId, BackendError> {
+        self.record(graph, plan, parts)
     }
 
     fn execute(
@@ -678,58 +690,42 @@ impl Backend for VulkanBackend {
         inputs: &StepInputs,
         logits: &mut [f32],
     ) -> Result<(), BackendError> {
-        self.usable()?;
-        let r = self.reserved.as_ref().ok_or(BackendError::NotReserved)?;
-        let host = self.host.as_ref().ok_or(BackendError::NotReserved)?;
-        let g = self
-            .graphs
-            .get(id.0)
-            .ok_or(BackendError::UnknownGraph(id))?;
-        assert_eq!(
-            inputs.tokens.len(),
-            g.n_tokens,
-            "step size (checked by Session)"
-        );
+        self.run_part(id, 0, inputs)?;
+        let (g, host) = self.recorded(id)?;
+        let out = g.parts[0].exports[0];
         assert_eq!(
             logits.len() * 4,
-            g.logits_bytes,
+            out.bytes,
             "logits size (checked by Session)"
         );
-        // SAFETY: the host buffer is mapped, the step region and crumb word
-        // lie inside it, and no submit is pending (every one is waited for).
-        unsafe {
-            let words = host.mapped.expect("host memory").cast::<u32>();
-            let step = std::slice::from_raw_parts_mut(words, g.step.words());
-            g.step.encode(inputs, step);
-            host.host_slice(r.crumb_offset, 4).fill(0);
-        }
-        let (cb, timeout) = (g.cb, self.opts.timeout);
-        if let Err(e) = self
-            .cmds
-            .submit_wait(&self.gpu.device, self.gpu.queue, cb, timeout)
-        {
-            // SAFETY: mapped coherent word; a stale value only makes the
-            // message less precise.
-            let done = unsafe {
-                std::ptr::read_volatile(
-                    host.mapped
-                        .expect("host memory")
-                        .add(r.crumb_offset as usize)
-                        .cast::<u32>(),
-                )
-            } as usize;
-            let g = &self.graphs[id.0];
-            let what = match in_flight(&g.labels, done, g.crumb_every) {
-                Some(l) => format!("{l} of the {}-token graph", g.n_tokens),
-                None => format!("the end of the {}-token graph", g.n_tokens),
-            };
-            return Err(self.wait_failed(e, what));
-        }
         // SAFETY: the submit finished and its last barrier made the copy
         // visible to the host; the range is inside the readback region.
-        let src = unsafe { host.host_slice(r.logits_offset, g.logits_bytes) };
-        for (dst, c) in logits.iter_mut().zip(src.chunks_exact(4)) {
-            *dst = f32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+        read_f32s(logits, unsafe { host.host_slice(out.host, out.bytes) });
+        Ok(())
+    }
+
+    fn execute_part(
+        &mut self,
+        id: GraphId,
+        part: usize,
+        inputs: &StepInputs,
+        exchange: &mut Exchange,
+    ) -> Result<(), BackendError> {
+        let (g, host) = self.recorded(id)?;
+        let p = g.parts.get(part).ok_or(BackendError::UnknownGraph(id))?;
+        for s in &p.imports {
+            let src = exchange.tensor(s.tensor);
+            assert_eq!(src.len() * 4, s.bytes, "exchange sized by the split");
+            // SAFETY: the range is inside the readback region (checked at
+            // record), and no submit is pending.
+            write_f32s(unsafe { host.host_slice(s.host, s.bytes) }, src);
+        }
+        self.run_part(id, part, inputs)?;
+        let (g, host) = self.recorded(id)?;
+        for s in &g.parts[part].exports {
+            let dst = exchange.tensor_mut(s.tensor);
+            // SAFETY: as in `execute`.
+            read_f32s(dst, unsafe { host.host_slice(s.host, s.bytes) });
         }
         Ok(())
     }
@@ -750,7 +746,199 @@ impl Backend for VulkanBackend {
         (self.gpu.free_at_open > 0).then_some(FreeMemory {
             free: self.gpu.free_at_open,
             holds_weights: true,
+            weights_kept_out: 0,
         })
+    }
+}
+
+impl VulkanBackend {
+    /// The graph `id` and the host buffer its parts read back into.
+    fn recorded(&self, id: GraphId) -> Result<(&Recorded, &Allocation), BackendError> {
+        self.usable()?;
+        let host = self.host.as_ref().ok_or(BackendError::NotReserved)?;
+        let g = self
+            .graphs
+            .get(id.0)
+            .ok_or(BackendError::UnknownGraph(id))?;
+        Ok((g, host))
+    }
+
+    /// Records each of `parts` into a command buffer of its own: the copies
+    /// of its imports into the arena, its ops, and the copies of its
+    /// exports into the readback region.
+    fn record(
+        &mut self,
+        graph: &Graph,
+        plan: &ArenaPlan,
+        parts: &[GraphPart],
+    ) -> Result<GraphId, BackendError> {
+        self.usable()?;
+        let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
+        let r = self.reserved.as_ref().ok_or(BackendError::NotReserved)?;
+        let host = self.host.as_ref().ok_or(BackendError::NotReserved)?;
+        let rope_freqs = loaded
+            .rope_freqs
+            .as_ref()
+            .filter(|(id, _)| graph.rope.freq_factors == Some(*id))
+            .map(|(_, v)| v.as_slice());
+        let reserved = kernels::Reserved {
+            arena_bytes: r.arena_bytes,
+            scratch_bytes: r.scratch_bytes,
+            max_tokens: r.max_tokens,
+            logits_bytes: r.logits_bytes,
+        };
+        kernels::check_graph(graph, plan, &reserved, rope_freqs)?;
+        let mut layouts = Vec::with_capacity(parts.len());
+        for part in parts {
+            kernels::check_part(graph, part, &loaded.weights)?;
+            layouts.push(stage_part(
+                graph,
+                plan,
+                part,
+                r.logits_offset,
+                r.logits_bytes,
+            )?);
+        }
+        let addrs = GraphAddresses {
+            weights: &loaded.weights,
+            arena: r.arena.address,
+            scratch: r.arena.address + r.arena_bytes,
+            kv: loaded.kv.address,
+            kv_layout: &loaded.kv_layout,
+            step: host.address,
+            n_vocab: loaded.n_vocab,
+        };
+        let crumbs = Crumbs::new(host.buffer, r.crumb_offset, self.gpu.marker.as_ref());
+        let (arena_buf, host_buf) = (r.arena.buffer, host.buffer);
+        let mut recorded: Vec<RecordedPart> = Vec::with_capacity(parts.len());
+        let mut failed = None;
+        for (part, (imports, exports)) in parts.iter().zip(layouts) {
+            let cb = match self.cmds.allocate(&self.gpu.device) {
+                Ok(cb) => cb,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            let labels = (|| {
+                let mut rec = Recorder::begin(
+                    &self.gpu.device,
+                    cb,
+                    self.pipes.layout,
+                    self.gpu.props.max_workgroups,
+                    crumbs,
+                )?;
+                let copies: Vec<vk::BufferCopy> = imports.iter().map(Staged::copy_in).collect();
+                rec.copy_in(host_buf, arena_buf, &copies);
+                let lowering = lowering(&self.pipes);
+                let mut sink = Sink {
+                    rec: &mut rec,
+                    pipes: &mut self.pipes,
+                    device: &self.gpu.device,
+                };
+                kernels::record_graph(&mut sink, &lowering, graph, plan, &addrs, part.ops.clone())?;
+                let copies: Vec<vk::BufferCopy> = exports.iter().map(Staged::copy_out).collect();
+                rec.finish(arena_buf, host_buf, &copies)
+            })();
+            match labels {
+                Ok(labels) => recorded.push(RecordedPart {
+                    cb,
+                    labels,
+                    crumb_every: crumbs.every,
+                    imports,
+                    exports,
+                }),
+                Err(e) => {
+                    // SAFETY: never submitted.
+                    unsafe { self.cmds.free(&self.gpu.device, cb) };
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            for p in recorded {
+                // SAFETY: never submitted.
+                unsafe { self.cmds.free(&self.gpu.device, p.cb) };
+            }
+            return Err(e);
+        }
+        // For measurement: how many dispatches a step of this graph replays
+        // (`ROCMFORGE_VULKAN_LOG_DISPATCHES=all` lists them).
+        if let Ok(log) = std::env::var("ROCMFORGE_VULKAN_LOG_DISPATCHES") {
+            let n: usize = recorded.iter().map(|p| p.labels.len()).sum();
+            eprintln!(
+                "vulkan: graph of {} tokens records {n} dispatches in {} part(s)",
+                graph.n_tokens,
+                recorded.len()
+            );
+            if log == "all" {
+                for l in recorded.iter().flat_map(|p| &p.labels) {
+                    eprintln!("  {l}");
+                }
+            }
+        }
+        self.graphs.push(Recorded {
+            parts: recorded,
+            step: plan.step_inputs,
+            n_tokens: graph.n_tokens,
+        });
+        Ok(GraphId(self.graphs.len() - 1))
+    }
+
+    /// Writes the step inputs, submits part `part` of graph `id` and waits
+    /// for it (bounded).
+    fn run_part(
+        &mut self,
+        id: GraphId,
+        part: usize,
+        inputs: &StepInputs,
+    ) -> Result<(), BackendError> {
+        self.usable()?;
+        let r = self.reserved.as_ref().ok_or(BackendError::NotReserved)?;
+        let (g, host) = self.recorded(id)?;
+        let p = g.parts.get(part).ok_or(BackendError::UnknownGraph(id))?;
+        assert_eq!(
+            inputs.tokens.len(),
+            g.n_tokens,
+            "step size (checked by Session)"
+        );
+        // SAFETY: the host buffer is mapped, the step region and crumb word
+        // lie inside it, and no submit is pending (every one is waited for).
+        unsafe {
+            let words = host.mapped.expect("host memory").cast::<u32>();
+            let step = std::slice::from_raw_parts_mut(words, g.step.words());
+            g.step.encode(inputs, step);
+            host.host_slice(r.crumb_offset, 4).fill(0);
+        }
+        let (cb, timeout, crumb_offset) = (p.cb, self.opts.timeout, r.crumb_offset);
+        if let Err(e) = self
+            .cmds
+            .submit_wait(&self.gpu.device, self.gpu.queue, cb, timeout)
+        {
+            let (g, host) = self.recorded(id)?;
+            // SAFETY: mapped coherent word; a stale value only makes the
+            // message less precise.
+            let done = unsafe {
+                std::ptr::read_volatile(
+                    host.mapped
+                        .expect("host memory")
+                        .add(crumb_offset as usize)
+                        .cast::<u32>(),
+                )
+            } as usize;
+            let p = &g.parts[part];
+            let of = match g.parts.len() {
+                1 => String::new(),
+                n => format!(" (part {} of {n})", part + 1),
+            };
+            let what = match in_flight(&p.labels, done, p.crumb_every) {
+                Some(l) => format!("{l} of the {}-token graph{of}", g.n_tokens),
+                None => format!("the end of the {}-token graph{of}", g.n_tokens),
+            };
+            return Err(self.wait_failed(e, what));
+        }
+        Ok(())
     }
 }
 

@@ -329,30 +329,44 @@ impl<'a> Recorder<'a> {
         self.transfer_pending = true;
     }
 
-    /// Records the copy of `size` bytes (the logits) to host memory and a
-    /// barrier making it visible to the host, then ends recording.
+    /// Records copies of host-written bytes (a part's imports) into
+    /// `dst`, ordered before every dispatch recorded after them.
+    pub fn copy_in(&mut self, src: vk::Buffer, dst: vk::Buffer, regions: &[vk::BufferCopy]) {
+        if regions.is_empty() {
+            return;
+        }
+        // SAFETY: recording state; the ranges are inside both buffers
+        // (checked by the caller against the reservation). Host writes
+        // before the submit are visible to it (submission is a host
+        // memory dependency on coherent memory).
+        unsafe { self.device.cmd_copy_buffer(self.cb, src, dst, regions) };
+        self.transfer_pending = true;
+        self.barrier(
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE,
+        );
+    }
+
+    /// Records the copies `regions` from `src` to host memory (the logits,
+    /// or a part's exports) and a barrier making them visible to the host,
+    /// then ends recording.
     pub fn finish(
         mut self,
         src: vk::Buffer,
-        src_offset: u64,
         dst: vk::Buffer,
-        dst_offset: u64,
-        size: u64,
+        regions: &[vk::BufferCopy],
     ) -> Result<Vec<String>, BackendError> {
-        let region = vk::BufferCopy {
-            src_offset,
-            dst_offset,
-            size,
-        };
         // The last dispatch's barrier may have waited for compute only.
         self.barrier(
             vk::PipelineStageFlags::TRANSFER,
             vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE,
         );
-        // SAFETY: recording state; both ranges are inside their buffers
-        // (checked by the caller against the reservation).
-        unsafe { self.device.cmd_copy_buffer(self.cb, src, dst, &[region]) };
-        self.transfer_pending = true;
+        if !regions.is_empty() {
+            // SAFETY: recording state; the ranges are inside their buffers
+            // (checked by the caller against the reservation).
+            unsafe { self.device.cmd_copy_buffer(self.cb, src, dst, regions) };
+            self.transfer_pending = true;
+        }
         self.barrier(vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ);
         // SAFETY: recording state.
         unsafe { self.device.end_command_buffer(self.cb) }.check("vkEndCommandBuffer")?;

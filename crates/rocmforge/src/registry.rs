@@ -1,6 +1,8 @@
 //! The backends this build knows, by name.
 
 use rocmforge_core::backend::{Backend, BackendError};
+use rocmforge_core::expert_offload::ExpertOffload;
+use rocmforge_core::model::Model;
 
 use crate::fault::{FaultSpec, FaultyBackend};
 
@@ -119,6 +121,27 @@ pub fn unavailable_reason(e: &BackendError) -> String {
         BackendError::Unavailable(why) => why.clone(),
         other => other.to_string(),
     }
+}
+
+/// `--n-cpu-moe N`, llama.cpp's flag: `device` with the expert weights of
+/// the first `n` layers of `model` left in host memory and computed by the
+/// cpu backend (see `rocmforge_core::expert_offload`). `n` = 0, or the cpu
+/// backend itself (whose weights are all in host memory already), leaves
+/// `device` as it is.
+pub fn with_cpu_experts(
+    device: Box<dyn Backend>,
+    model: &Model,
+    n: usize,
+    opts: &BackendOptions,
+) -> Result<Box<dyn Backend>, BackendError> {
+    if n == 0 || device.info().name == "cpu" {
+        return Ok(device);
+    }
+    let host = create_cpu(&BackendOptions {
+        device: None,
+        ..*opts
+    })?;
+    Ok(Box::new(ExpertOffload::new(device, host, model, n)?))
 }
 
 pub fn find(name: &str) -> Option<&'static BackendEntry> {

@@ -16,6 +16,9 @@ pub struct Plan {
     pub n_prompt: usize,
     pub n_gen: usize,
     pub repetitions: usize,
+    /// llama-bench's `--n-cpu-moe`: the experts of the first N layers on
+    /// the CPU (0: none).
+    pub n_cpu_moe: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +52,8 @@ pub fn measure(
     opts: &BackendOptions,
 ) -> Result<(String, Vec<TestResult>), String> {
     let backend = registry::create(name, opts).map_err(|e| e.to_string())?;
+    let backend = registry::with_cpu_experts(backend, &model, plan.n_cpu_moe, opts)
+        .map_err(|e| e.to_string())?;
     let n_vocab = model.config.n_vocab;
     let session_opts = SessionOptions {
         n_ctx: (plan.n_prompt + plan.n_gen).max(1),

@@ -13,11 +13,14 @@
 //! n_kv) is read by the kernels from the step-input region, so grids depend
 //! only on the graph's shape.
 
+use std::ops::Range;
+
 use crate::backend::BackendError;
 use crate::graph::fusion::{
     group_starting_at, matmul_groups, next_matmul_reads, residual_add_after, rope_store_at,
     RopeStore,
 };
+use crate::graph::split::GraphPart;
 use crate::graph::{Graph, Op, TensorId};
 use crate::plan::{ArenaPlan, KvLayout, StepInputLayout};
 use crate::quant::QuantType;
@@ -182,16 +185,53 @@ pub fn check_graph(
     Ok(())
 }
 
-/// Lowers every op of `graph` into launches recorded by `sink`.
+/// Refuses a part of a split graph that reads a weight this device left
+/// out of its memory (address 0, see [`crate::backend::Backend::load_except`])
+/// or lies outside the graph.
+pub fn check_part(
+    graph: &Graph,
+    part: &GraphPart,
+    weights: &[DeviceWeight],
+) -> Result<(), BackendError> {
+    if part.ops.start > part.ops.end || part.ops.end > graph.ops.len() {
+        return Err(BackendError::Device(format!(
+            "part of ops {:?} outside a graph of {} ops",
+            part.ops,
+            graph.ops.len()
+        )));
+    }
+    let tensors = part.imports.iter().chain(&part.exports);
+    if let Some(t) = tensors.into_iter().find(|&&t| t >= graph.tensors.len()) {
+        return Err(BackendError::Device(format!(
+            "part moves tensor {t}, not one of the graph's"
+        )));
+    }
+    for op in &graph.ops[part.ops.clone()] {
+        if let Some(w) = op.weights().into_iter().find(|&w| weights[w].address == 0) {
+            return Err(BackendError::Device(format!(
+                "a part recorded here reads '{}', which this device left in host memory",
+                weights[w].name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Lowers ops `ops` of `graph` (all of them, or one part of a split graph)
+/// into launches recorded by `sink`.
 pub fn record_graph(
     sink: &mut dyn KernelSink,
     lw: &Lowering,
     graph: &Graph,
     plan: &ArenaPlan,
     a: &GraphAddresses,
+    ops: Range<usize>,
 ) -> Result<(), BackendError> {
     let t = |id: TensorId| a.arena + plan.offsets[id] as u64;
     let n_ops = graph.ops.len();
+    // A fused run must end inside `ops` (a part of a split graph); one that
+    // would reach past it runs unfused.
+    let fits = |end: usize| end <= ops.end;
     let groups = matmul_groups(graph, plan);
     let fuse = lw.fuse;
     let label = |i: usize, what: String| format!("op {i} of {n_ops} ({what})");
@@ -206,7 +246,7 @@ pub fn record_graph(
     // Whether op i's output `out` is read next by an integer mat-vec, so op
     // i may write it Q8-packed for it.
     let feeds_int_matvec = |i: usize, out: TensorId| {
-        fuse && next_matmul_reads(graph, i, out) && {
+        fuse && fits(i + 2) && next_matmul_reads(graph, i, out) && {
             let d = graph.tensor(out);
             int_route(lw, matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
         }
@@ -214,14 +254,18 @@ pub fn record_graph(
     // What the scratch holds after the ops recorded so far, if anything a
     // later op can reuse.
     let mut scratch: Option<(TensorId, ScratchForm)> = None;
-    let mut i = 0;
-    while i < n_ops {
+    let mut i = ops.start;
+    while i < ops.end {
         let op = &graph.ops[i];
         if let Op::MatMul { x, .. } = *op {
-            let group = group_starting_at(&groups, i).unwrap_or(i..i + 1);
+            let group = group_starting_at(&groups, i)
+                .filter(|g| fits(g.end))
+                .unwrap_or(i..i + 1);
             let xd = graph.tensor(x);
             let residual = residual_add_after(graph, plan, i).filter(|_| {
-                fuse && group.len() == 1 && int_route(lw, matmul_weight(op, a), xd.rows, xd.cols)
+                fuse && fits(i + 2)
+                    && group.len() == 1
+                    && int_route(lw, matmul_weight(op, a), xd.rows, xd.cols)
             });
             // Runs of the group with one weight type, at most three each.
             let mut start = group.start;
@@ -253,7 +297,7 @@ pub fn record_graph(
         if !matches!(op, Op::MatMulId { .. }) {
             scratch = None;
         }
-        if fuse {
+        if fuse && fits(i + 3) {
             if let Some(rs) = rope_store_at(graph, i) {
                 record_rope_store(
                     sink,

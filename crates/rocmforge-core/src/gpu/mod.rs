@@ -24,13 +24,14 @@ mod lower;
 mod matmul;
 mod moe;
 pub mod push;
+pub mod staging;
 
 use crate::backend::BackendError;
 use crate::quant::QuantType;
 
 pub use lower::{
-    check_graph, q8_packed_layout, record_graph, scratch_bytes, weight_kernel, DeviceWeight,
-    GraphAddresses, Reserved, MAX_HEAD_DIM,
+    check_graph, check_part, q8_packed_layout, record_graph, scratch_bytes, weight_kernel,
+    DeviceWeight, GraphAddresses, Reserved, MAX_HEAD_DIM,
 };
 
 /// Which matrix-core (cooperative matrix / WMMA) matmul variants lowering

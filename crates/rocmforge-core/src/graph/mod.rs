@@ -10,6 +10,7 @@
 mod build;
 pub mod fusion;
 mod rope;
+pub mod split;
 
 pub use build::build_graph;
 pub use rope::{check_rope, yarn_attn_factor, RopeError, YarnTerms};
@@ -182,6 +183,19 @@ impl Op {
             Op::TopKGate { logits, .. } => vec![logits],
             Op::MatMulId { x, ids, .. } => vec![x, ids],
             Op::MoeSum { x, weights, .. } => vec![x, weights],
+        }
+    }
+
+    /// Weights the op reads.
+    pub fn weights(&self) -> Vec<WeightId> {
+        match *self {
+            Op::Embed { table, .. } => vec![table],
+            Op::RmsNorm { weight, .. } => vec![weight],
+            Op::MatMul { w, bias, .. } | Op::MatMulId { w, bias, .. } => {
+                std::iter::once(w).chain(bias).collect()
+            }
+            Op::Attention { sinks, .. } => sinks.into_iter().collect(),
+            _ => vec![],
         }
     }
 

@@ -92,6 +92,8 @@ pub struct Step<'a> {
     pub step_inputs: SharedMem,
     /// The next unclaimed row chunk of the running matmul (see `matmul`).
     pub next_chunk: AtomicUsize,
+    /// The ops this step runs: all of them, or one part of a split graph.
+    pub ops: std::ops::Range<usize>,
 }
 
 impl Step<'_> {
@@ -163,12 +165,15 @@ impl Step<'_> {
         }
     }
 
-    /// Runs the whole graph as member `m` of the team.
+    /// Runs the step's ops as member `m` of the team.
     pub fn run(&self, m: Member, barrier: &SpinBarrier) {
         let ops = &self.graph.ops;
-        let mut i = 0;
-        while i < ops.len() {
-            let group = self.matmul_group_len(i);
+        let mut i = self.ops.start;
+        while i < self.ops.end {
+            // A fusion group never crosses a part's end (core's split cuts
+            // only where ops change backends, never inside a run of
+            // matmuls of one input), but a cut one would run short here.
+            let group = self.matmul_group_len(i).min(self.ops.end - i);
             // SAFETY: each op partitions its writes by member, and the
             // barrier orders them before the next op's reads.
             unsafe {

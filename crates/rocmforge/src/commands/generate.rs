@@ -81,6 +81,11 @@ pub struct Args {
     /// Do not add the BOS token even if the model asks for it.
     #[arg(long)]
     no_bos: bool,
+    /// Keep the expert weights of the first N layers in host memory and
+    /// compute them on the CPU, the rest on the GPU (llama.cpp's
+    /// --n-cpu-moe, for mixture-of-experts models larger than the card).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    n_cpu_moe: usize,
 }
 
 fn load_bar() -> ProgressBar {
@@ -263,6 +268,11 @@ fn generate(
         n_ctx,
         ..SessionOptions::default()
     };
+    let host_opts = BackendOptions {
+        threads: a.threads,
+        ..BackendOptions::default()
+    };
+    let backend = registry::with_cpu_experts(backend, &model, a.n_cpu_moe, &host_opts)?;
     let mut report = |needs: &MemoryNeeds| note(&needs.summary());
     let session = Session::new_reporting(
         Arc::clone(&model),
