@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use indicatif::ProgressBar;
-use rocmforge_core::model::{FfnWeights, Model};
+use rocmforge_core::expert_offload::expert_weights;
+use rocmforge_core::model::Model;
 use rocmforge_core::quant::QuantType;
 use rocmforge_core::session::{Session, SessionOptions};
 use rocmforge_cpu::CpuBackend;
@@ -48,19 +49,8 @@ fn experts_fault_in_only_when_routed_to() {
     .unwrap();
     let model = Arc::new(Model::load(&path).unwrap());
     std::fs::remove_file(&path).unwrap();
-    let experts: u64 = model
-        .weights
-        .layers
-        .iter()
-        .flat_map(|l| match l.ffn {
-            FfnWeights::Moe {
-                gate_exps,
-                up_exps,
-                down_exps,
-                ..
-            } => vec![gate_exps, up_exps, down_exps],
-            FfnWeights::Dense { .. } => vec![],
-        })
+    let experts: u64 = expert_weights(&model, model.config.n_layer)
+        .into_iter()
         .map(|id| model.weights.get(id).n_bytes)
         .sum();
     assert!(experts > 200 << 20, "{experts} bytes of experts");

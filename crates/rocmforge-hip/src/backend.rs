@@ -26,7 +26,7 @@ use rocmforge_core::backend::{
 use rocmforge_core::gpu::push::SpinPush;
 use rocmforge_core::gpu::staging::{read_f32s, stage_part, Staged, STAGING_SLACK};
 use rocmforge_core::gpu::{self as lower, DeviceWeight, GraphAddresses, Lowering, MatrixTiles};
-use rocmforge_core::graph::split::{Exchange, GraphPart, Side};
+use rocmforge_core::graph::split::{Exchange, GraphPart};
 use rocmforge_core::graph::Graph;
 use rocmforge_core::model::{Model, WeightId, WEIGHT_ALIGN};
 use rocmforge_core::plan::{split_regions, ArenaPlan, KvLayout, StepInputLayout};
@@ -878,13 +878,7 @@ impl Backend for HipBackend {
     }
 
     fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
-        let whole = GraphPart {
-            side: Side::Device,
-            ops: 0..graph.ops.len(),
-            imports: Vec::new(),
-            exports: vec![graph.logits],
-        };
-        let r = self.record_parts(graph, plan, &[whole]);
+        let r = self.record_parts(graph, plan, &[GraphPart::whole(graph)]);
         self.note(r)
     }
 

@@ -12,7 +12,7 @@ use ash::vk;
 use rocmforge_core::backend::{
     AllocationStats, Backend, BackendError, BackendInfo, FreeMemory, GraphId, StepInputs,
 };
-use rocmforge_core::graph::split::{Exchange, GraphPart, Side};
+use rocmforge_core::graph::split::{Exchange, GraphPart};
 use rocmforge_core::graph::Graph;
 use rocmforge_core::model::{Model, WeightId, WEIGHT_ALIGN};
 use rocmforge_core::plan::{split_regions, ArenaPlan, KvLayout, StepInputLayout};
@@ -666,13 +666,7 @@ impl Backend for VulkanBackend {
     }
 
     fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
-        let whole = GraphPart {
-            side: Side::Device,
-            ops: 0..graph.ops.len(),
-            imports: Vec::new(),
-            exports: vec![graph.logits],
-        };
-        self.record(graph, plan, &[whole])
+        self.record(graph, plan, &[GraphPart::whole(graph)])
     }
 
     fn prepare_parts(

@@ -40,6 +40,17 @@ pub struct GraphPart {
 }
 
 impl GraphPart {
+    /// All of `graph` as one device part, exporting its logits: what a
+    /// backend records for an unsplit graph.
+    pub fn whole(graph: &Graph) -> GraphPart {
+        GraphPart {
+            side: Side::Device,
+            ops: 0..graph.ops.len(),
+            imports: Vec::new(),
+            exports: vec![graph.logits],
+        }
+    }
+
     /// Bytes the part moves in and out (f32 tensors).
     pub fn exchange_bytes(&self, graph: &Graph) -> usize {
         self.imports
