@@ -12,7 +12,7 @@ use rocmforge_core::plan::{ArenaPlan, KvLayout, StepInputLayout};
 use crate::exec::{ScratchLayout, Step};
 use crate::kernels::rope::{RopeMode, RopeTable};
 use crate::memory::{available_host_memory, HostBuffer};
-use crate::team::run_team;
+use crate::team::Team;
 use crate::weights::MappedWeights;
 
 struct Loaded {
@@ -59,6 +59,7 @@ struct Reservation {
 /// `reserve`.
 pub struct CpuBackend {
     n_threads: usize,
+    team: Team,
     repack: bool,
     loaded: Option<Loaded>,
     graphs: Vec<Prepared>,
@@ -96,6 +97,7 @@ impl CpuBackend {
         };
         CpuBackend {
             n_threads,
+            team: Team::new(n_threads),
             repack: true,
             loaded: None,
             graphs: Vec::new(),
@@ -181,7 +183,7 @@ impl CpuBackend {
                 unsafe { step.arena.f32s(p.plan.offsets[t], src.len()) }.copy_from_slice(src);
             }
         }
-        run_team(self.n_threads, |m, barrier| step.run(m, barrier));
+        self.team.run(|m, barrier| step.run(m, barrier));
         // SAFETY (both reads): the team has finished; nothing else touches
         // the arena, and each tensor lies in it.
         match output {

@@ -1,9 +1,13 @@
 //! A team of threads that walks a graph together, ggml-style: every thread
 //! runs every op on its share of the work, and a barrier separates ops.
 //!
-//! Threads are scoped to one `execute` call. Spawning costs tens of
-//! microseconds, under 1% of even a small model's decode step, and avoids a
-//! persistent pool's shutdown and panic-propagation machinery.
+//! The threads live as long as the backend ([`Team`], a rayon pool whose
+//! every thread runs each step). Spawning them per step cost tens of
+//! microseconds per thread, under 1% of a whole decode step, but a graph
+//! split with a GPU backend (`--n-cpu-moe`) runs one short part per MoE
+//! layer, 48 a token on Qwen3-30B-A3B, and there spawning was a fixed cost
+//! per part. Rayon's pool brings the shutdown and panic propagation a
+//! hand-made one would need.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -64,6 +68,52 @@ impl Member {
     }
 }
 
+/// `nth` threads kept for running steps on.
+pub struct Team {
+    nth: usize,
+    /// None for one thread (the caller's), or where the pool could not be
+    /// built (then every step spawns its threads, as `run_team`).
+    pool: Option<rayon::ThreadPool>,
+}
+
+impl Team {
+    pub fn new(nth: usize) -> Team {
+        let pool = (nth > 1)
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(nth)
+                    .thread_name(|i| format!("rocmforge-cpu-{i}"))
+                    .build()
+                    .ok()
+            })
+            .flatten();
+        Team { nth, pool }
+    }
+
+    /// Runs `f` on every member of the team at once and returns when all
+    /// have finished.
+    pub fn run<F>(&self, f: F)
+    where
+        F: Fn(Member, &SpinBarrier) + Sync,
+    {
+        let Some(pool) = &self.pool else {
+            return run_team(self.nth, f);
+        };
+        let barrier = SpinBarrier::new(self.nth);
+        // Every thread of the pool runs `f` once; the pool has nothing else
+        // to do, so all of them are in `f` together, as the barrier needs.
+        pool.broadcast(|ctx| {
+            f(
+                Member {
+                    ith: ctx.index(),
+                    nth: self.nth,
+                },
+                &barrier,
+            )
+        });
+    }
+}
+
 /// Runs `f` on `nth` threads (the caller's thread is member 0).
 pub fn run_team<F>(nth: usize, f: F)
 where
@@ -110,5 +160,18 @@ mod tests {
             }
         });
         assert_eq!(counter.load(Ordering::SeqCst), 150);
+    }
+
+    #[test]
+    fn a_kept_team_runs_every_member_each_time() {
+        let team = Team::new(3);
+        for round in 1..=20 {
+            let seen = AtomicUsize::new(0);
+            team.run(|m, barrier| {
+                seen.fetch_add(1 << (8 * m.ith), Ordering::SeqCst);
+                barrier.wait();
+                assert_eq!(seen.load(Ordering::SeqCst), 0x01_01_01, "round {round}");
+            });
+        }
     }
 }
