@@ -115,7 +115,10 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 fn install_interrupt_handler() {
     let _ = ctrlc::set_handler(|| {
         if !GENERATING.load(Ordering::SeqCst) {
+            // Only interactive sessions wait at a prompt with the handler
+            // installed; the line typed so far is the terminal's, and lost.
             note("\n(Ctrl-C stops a reply; /exit or Ctrl-D leaves)");
+            let _ = write_stdout(&mut std::io::stdout(), b"> ");
             return;
         }
         // A prompt evaluation cannot be cut short; a second Ctrl-C while
