@@ -171,3 +171,26 @@ fn a_rendered_bos_is_not_doubled() {
     assert_eq!(without[0], bos);
     assert_eq!(without.iter().filter(|&&t| t == bos).count(), 1);
 }
+
+#[test]
+fn each_familys_end_of_turn_ends_generation() {
+    // The text a family's template closes an assistant turn with must stop
+    // a reply when the model writes it: it is an end-of-generation token.
+    for (vocab_file, end_of_turn) in [
+        ("ggml-vocab-llama-bpe.gguf", "<|eot_id|>"),
+        ("ggml-vocab-llama-spm.gguf", "</s>"),
+        ("ggml-vocab-qwen2.gguf", "<|im_end|>"),
+        ("ggml-vocab-qwen35.gguf", "<|im_end|>"),
+        ("ggml-vocab-phi-3.gguf", "<|end|>"),
+        ("ggml-vocab-gemma-4.gguf", "<turn|>"),
+    ] {
+        let tok = vocab(vocab_file);
+        let ids = tok.encode(end_of_turn, false, true);
+        assert_eq!(ids.len(), 1, "{vocab_file}: {end_of_turn} is one token");
+        assert!(tok.is_eog(ids[0]), "{vocab_file}: {end_of_turn}");
+    }
+    // A turn's opening marker is no such token.
+    let qwen = vocab("ggml-vocab-qwen2.gguf");
+    let im_start = qwen.encode("<|im_start|>", false, true);
+    assert!(!qwen.is_eog(im_start[0]));
+}

@@ -182,6 +182,32 @@ fn bad_input_is_one_line() {
     );
 }
 
+#[test]
+fn ctrl_c_ends_a_piped_chat() {
+    // A script's Ctrl-C ends the program, even while it waits for input.
+    let mut child = command("chat")
+        .args(["chat", "-m", &model(), "--backend", "cpu"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("backend:") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut err, &mut line).unwrap() > 0,
+            "no backend line"
+        );
+    }
+    // The handler is installed before the model loads, so by now.
+    // SAFETY: kill only sends a signal to the child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+}
+
 /// A tmux server of this test's own, killed when dropped.
 struct Tmux {
     socket: String,

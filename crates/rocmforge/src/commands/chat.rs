@@ -6,7 +6,8 @@
 //! without leaving (a second Ctrl-C while the reply is still stopping ends
 //! the program, as in `generate`). When stdin is not a terminal (a script, a
 //! pipe) every line is one user message, each reply is printed followed by a
-//! newline, and the program ends at end of input.
+//! newline, and the program ends at end of input; Ctrl-C ends it at once
+//! (exit 130), as a script expects.
 //!
 //! Each turn renders the whole conversation with the template and evaluates
 //! only the part the KV cache does not hold yet
@@ -106,6 +107,12 @@ pub struct Args {
     seed: u64,
 }
 
+/// Whether stdin is a terminal: only then does Ctrl-C leave the program
+/// running (a script's Ctrl-C ends it, exit 130).
+static INTERACTIVE: AtomicBool = AtomicBool::new(false);
+/// Whether the conversation has started: Ctrl-C while the model loads ends
+/// the program.
+static READY: AtomicBool = AtomicBool::new(false);
 /// Whether a reply is being generated (Ctrl-C stops it) or the program
 /// waits for input (Ctrl-C only says how to leave).
 static GENERATING: AtomicBool = AtomicBool::new(false);
@@ -114,9 +121,15 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 fn install_interrupt_handler() {
     let _ = ctrlc::set_handler(|| {
+        if !INTERACTIVE.load(Ordering::SeqCst) || !READY.load(Ordering::SeqCst) {
+            let _ = std::io::stdout().flush();
+            // SAFETY: _exit ends the process immediately; this thread
+            // touches nothing afterwards.
+            unsafe { libc::_exit(130) };
+        }
         if !GENERATING.load(Ordering::SeqCst) {
-            // Only interactive sessions wait at a prompt with the handler
-            // installed; the line typed so far is the terminal's, and lost.
+            // At the prompt: the line typed so far stays the terminal's
+            // (lost); a fresh prompt follows the hint.
             note("\n(Ctrl-C stops a reply; /exit or Ctrl-D leaves)");
             let _ = write_stdout(&mut std::io::stdout(), b"> ");
             return;
@@ -145,6 +158,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
     if a.n_predict < -1 {
         return Err(format!("-n/--n-predict must be -1 or more, got {}", a.n_predict).into());
     }
+    // Installed first, so that Ctrl-C while the model loads ends the
+    // program (exit 130) whatever the mode.
+    INTERACTIVE.store(std::io::stdin().is_terminal(), Ordering::SeqCst);
+    install_interrupt_handler();
     // The user's input is checked before any backend starts.
     check_model_path(&a.model)?;
     let model = Arc::new(Model::load(&a.model).map_err(|e| format!("{}: {e}", a.model.display()))?);
@@ -301,8 +318,8 @@ impl Chat {
 
     /// The read-reply loop, until end of input or `/exit`.
     fn converse(&mut self) -> Result<(), CliError> {
-        let interactive = std::io::stdin().is_terminal();
-        install_interrupt_handler();
+        let interactive = INTERACTIVE.load(Ordering::SeqCst);
+        READY.store(true, Ordering::SeqCst);
         if interactive {
             note("chat: /clear starts over, /exit or Ctrl-D leaves, Ctrl-C stops a reply");
         }
@@ -339,7 +356,14 @@ impl Chat {
     /// One user message and the streamed reply.
     fn turn(&mut self, user: &str) -> Result<(), CliError> {
         self.history.push(Message::new("user", user));
-        let rendered = self.template.render(&self.history, &self.render)?;
+        let rendered = match self.template.render(&self.history, &self.render) {
+            Err(e @ TemplateError::Raised { .. }) if self.system.is_some() => {
+                return Err(
+                    format!("{e} (if the template has no system role, leave out --system)").into(),
+                )
+            }
+            r => r?,
+        };
         let tokens = match self.cached.feed(&self.tok, &rendered) {
             Feed::Append(tokens) => tokens,
             Feed::Restart(tokens) => {
