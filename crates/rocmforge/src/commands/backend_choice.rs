@@ -56,19 +56,18 @@ pub fn create_backend(req: BackendRequest) -> Result<Chosen, CliError> {
     })
 }
 
-impl Chosen {
-    /// Records `result`'s failure for `auto`'s next run when it stopped
-    /// the backend for good.
-    pub fn record<T>(
-        auto_cache: &Option<Option<PathBuf>>,
-        backend_name: &str,
-        device: Option<usize>,
-        result: &Result<T, CliError>,
-    ) {
-        if let (Err(e), Some(cache_dir)) = (result, auto_cache) {
-            if let Some(reason) = fatal_reason(e.as_ref()) {
-                auto::record_failure(cache_dir.as_deref(), backend_name, device, &reason);
-            }
+/// Records `result`'s failure for `auto`'s next run when `auto` chose the
+/// backend (`auto_cache` is [`Chosen::auto_cache`]) and the failure stopped
+/// it for good.
+pub fn remember_failure<T>(
+    auto_cache: &Option<Option<PathBuf>>,
+    backend_name: &str,
+    device: Option<usize>,
+    result: &Result<T, CliError>,
+) {
+    if let (Err(e), Some(cache_dir)) = (result, auto_cache) {
+        if let Some(reason) = fatal_reason(e.as_ref()) {
+            auto::record_failure(cache_dir.as_deref(), backend_name, device, &reason);
         }
     }
 }

@@ -13,7 +13,7 @@ use rocmforge_core::sampler::{Sampler, SamplerConfig};
 use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
 
-use super::backend_choice::{create_backend, load_bar, BackendRequest, Chosen};
+use super::backend_choice::{create_backend, load_bar, remember_failure, BackendRequest};
 use super::{check_model_path, note, write_stdout, CliError};
 
 #[derive(clap::Args)]
@@ -135,7 +135,7 @@ pub fn run(a: Args) -> Result<Finished, CliError> {
     })?;
     let backend_name = chosen.backend.info().name;
     let result = generate(&a, &mut sampler, input, chosen.backend);
-    Chosen::record(&chosen.auto_cache, backend_name, a.device, &result);
+    remember_failure(&chosen.auto_cache, backend_name, a.device, &result);
     result
 }
 
