@@ -6,6 +6,7 @@
 //! token → [`sampler`] → [`tokenizer`] (text).
 
 pub mod backend;
+pub mod chat;
 pub mod expert_offload;
 pub mod gguf;
 pub mod gpu;

@@ -1,4 +1,5 @@
-//! The `rocmforge` command line: generate text, tokenize, inspect GGUF files.
+//! The `rocmforge` command line: generate text, chat, tokenize, inspect GGUF
+//! files.
 
 // A closed stdout or stderr pipe makes these macros panic; output goes
 // through `commands::write_stdout` and `commands::note` instead.
@@ -27,6 +28,9 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt.
     Generate(commands::generate::Args),
+    /// Chat with a model in its own chat template (interactive, or one
+    /// message per line from a pipe).
+    Chat(commands::chat::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::Args),
     /// Print a GGUF file's metadata and tensor table.
@@ -56,6 +60,7 @@ fn main() -> ExitCode {
             Ok(commands::generate::Finished::Done) => Ok(()),
             Err(e) => Err(e),
         },
+        Command::Chat(a) => commands::chat::run(a),
         Command::ProbeCase(a) => commands::probe_case::run(a),
         Command::Tokenize(a) => commands::tokenize::run(a),
         Command::Info(a) => commands::info::run(a),

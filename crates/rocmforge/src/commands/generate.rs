@@ -6,16 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
-use rocmforge::auto::{self, AutoOptions};
-use rocmforge::probe::cache;
 use rocmforge::registry::{self, BackendOptions};
-use rocmforge_core::backend::{Backend, BackendError};
+use rocmforge_core::backend::Backend;
 use rocmforge_core::model::Model;
 use rocmforge_core::sampler::{Sampler, SamplerConfig};
-use rocmforge_core::session::{MemoryNeeds, Session, SessionError, SessionOptions};
+use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
 
+use super::backend_choice::{create_backend, load_bar, remember_failure, BackendRequest};
 use super::{check_model_path, note, write_stdout, CliError};
 
 #[derive(clap::Args)]
@@ -88,15 +86,6 @@ pub struct Args {
     n_cpu_moe: usize,
 }
 
-fn load_bar() -> ProgressBar {
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("loading {bar:30} {bytes}/{total_bytes} {msg}")
-            .expect("valid template"),
-    );
-    bar
-}
-
 /// How a generation ended, for the exit code.
 pub enum Finished {
     Done,
@@ -121,37 +110,6 @@ fn install_interrupt_handler() {
     });
 }
 
-struct Chosen {
-    backend: Box<dyn Backend>,
-    /// Set when `auto` chose it: failures are recorded for the next run.
-    auto_cache: Option<Option<PathBuf>>,
-}
-
-fn create_backend(a: &Args, opts: BackendOptions) -> Result<Chosen, CliError> {
-    if a.backend != "auto" {
-        return Ok(Chosen {
-            backend: registry::create(&a.backend, &opts)?,
-            auto_cache: None,
-        });
-    }
-    let cache_dir = cache::cache_dir();
-    let choice = auto::choose(&AutoOptions {
-        backend: opts,
-        reprobe: a.reprobe,
-        probe_timeout: positive_secs("--probe-timeout", a.probe_timeout)?,
-        exe: std::env::current_exe()
-            .map_err(|e| format!("cannot find this program's path to probe backends: {e}"))?,
-        cache_dir: cache_dir.clone(),
-    })?;
-    if let Some(line) = choice.explanation() {
-        note(&line);
-    }
-    Ok(Chosen {
-        backend: choice.backend,
-        auto_cache: Some(cache_dir),
-    })
-}
-
 pub fn run(a: Args) -> Result<Finished, CliError> {
     let sampler_cfg = SamplerConfig {
         temperature: a.temp,
@@ -169,34 +127,21 @@ pub fn run(a: Args) -> Result<Finished, CliError> {
     if let Some(w) = registry::threads_warning(a.threads) {
         note(&w);
     }
-    let chosen = create_backend(
-        &a,
-        BackendOptions {
+    let chosen = create_backend(BackendRequest {
+        name: &a.backend,
+        reprobe: a.reprobe,
+        probe_timeout: a.probe_timeout,
+        options: BackendOptions {
             threads: a.threads,
             device: a.device,
             allow_software_devices: false,
             gpu_timeout: Some(gpu_timeout(a.gpu_timeout)?),
         },
-    )?;
+    })?;
     let backend_name = chosen.backend.info().name;
     let result = generate(&a, &mut sampler, input, chosen.backend);
-    if let (Err(e), Some(cache_dir)) = (&result, &chosen.auto_cache) {
-        if let Some(reason) = fatal_reason(e.as_ref()) {
-            auto::record_failure(cache_dir.as_deref(), backend_name, a.device, &reason);
-        }
-    }
+    remember_failure(&chosen.auto_cache, backend_name, a.device, &result);
     result
-}
-
-/// The message of a backend failure that stops the backend for good.
-fn fatal_reason(e: &(dyn std::error::Error + 'static)) -> Option<String> {
-    match e.downcast_ref::<SessionError>() {
-        Some(SessionError::Backend(b)) if b.is_fatal() => Some(b.to_string()),
-        _ => e
-            .downcast_ref::<BackendError>()
-            .filter(|b| b.is_fatal())
-            .map(ToString::to_string),
-    }
 }
 
 /// The model, its tokenizer and the prompt, checked.
@@ -213,16 +158,7 @@ fn read_input(a: &Args) -> Result<Input, CliError> {
     let t_load = Instant::now();
     let model = Arc::new(Model::load(&a.gguf).map_err(|e| format!("{}: {e}", a.gguf.display()))?);
     let tok = Tokenizer::from_gguf(&model.file)?;
-    let n_ctx_train = model.config.n_ctx_train;
-    let n_ctx = match a.ctx_size {
-        0 => n_ctx_train.min(4096),
-        n => n,
-    };
-    if n_ctx > n_ctx_train {
-        note(&format!(
-            "warning: context size {n_ctx} is longer than the model's training context {n_ctx_train}; output past {n_ctx_train} tokens is likely to degrade"
-        ));
-    }
+    let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
     let prompt = tok.encode(&a.prompt, tok.add_bos_default() && !a.no_bos, true);
     if prompt.is_empty() {
         return Err(
@@ -368,6 +304,21 @@ fn generate(
     } else {
         Finished::Done
     })
+}
+
+/// The context size for `--ctx-size` (0 = the model's training context,
+/// capped at 4096), warning when it is longer than the model was trained on.
+pub fn context_size(requested: usize, n_ctx_train: usize) -> usize {
+    let n_ctx = match requested {
+        0 => n_ctx_train.min(4096),
+        n => n,
+    };
+    if n_ctx > n_ctx_train {
+        note(&format!(
+            "warning: context size {n_ctx} is longer than the model's training context {n_ctx_train}; output past {n_ctx_train} tokens is likely to degrade"
+        ));
+    }
+    n_ctx
 }
 
 /// `--gpu-timeout` as a duration: positive and finite.

@@ -1,6 +1,8 @@
 //! One module per subcommand. Each returns a [`CliError`], printed as one line
 //! by `main`.
 
+pub mod backend_choice;
+pub mod chat;
 pub mod doctor;
 pub mod doctor_probe;
 pub mod generate;

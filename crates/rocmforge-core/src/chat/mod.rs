@@ -1,0 +1,24 @@
+//! Chatting with a model: its conversation format, and when a reply ends.
+//!
+//! - [`template`]: renders a conversation with the model's own chat template
+//!   (`tokenizer.chat_template`, Jinja), as Hugging Face transformers does;
+//!   ChatML for files without one, as llama.cpp does.
+//! - [`tojson`]: the `tojson` filter templates use for tool schemas.
+//! - [`stop`]: user stop strings found in streamed text, held back while
+//!   they may still be forming. (End-of-generation tokens are the
+//!   tokenizer's: [`crate::tokenizer::Tokenizer::is_eog`].)
+//! - [`cached_text`]: which part of a re-rendered conversation the KV cache
+//!   already holds, so a turn evaluates only its new tokens.
+//!
+//! The command line's `chat` and a server share these.
+
+pub mod cached_text;
+pub mod stop;
+pub mod template;
+mod tojson;
+
+pub use cached_text::{prompt_tokens, CachedText, Feed};
+pub use stop::{StopStep, StopStrings};
+pub use template::{
+    ChatTemplate, Clock, Message, RenderOptions, TemplateError, TemplateOrigin, CHAT_TEMPLATE_KEY,
+};

@@ -1,0 +1,230 @@
+//! One conversation: its history, the KV cache and the text it holds, and
+//! the loop that reads a message and streams the reply.
+
+use std::io::BufRead;
+use std::time::Instant;
+
+use rocmforge_core::chat::{
+    CachedText, ChatTemplate, Feed, Message, RenderOptions, StopStrings, TemplateError,
+};
+use rocmforge_core::sampler::Sampler;
+use rocmforge_core::session::Session;
+use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
+
+use super::interrupt;
+use crate::commands::{note, write_stdout, CliError};
+
+/// How a reply ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplyEnd {
+    /// The model ended its turn, or a stop string appeared.
+    Done,
+    TokenLimit,
+    ContextFull,
+    Interrupted,
+}
+
+/// A conversation with the model: `run` fills it in, [`Chat::clear`] then
+/// starts the history.
+pub struct Chat {
+    pub(super) session: Session,
+    pub(super) tok: Tokenizer,
+    pub(super) template: ChatTemplate,
+    pub(super) render: RenderOptions,
+    pub(super) system: Option<String>,
+    pub(super) history: Vec<Message>,
+    /// The text whose tokens the KV cache holds.
+    pub(super) cached: CachedText,
+    pub(super) sampler: Sampler,
+    pub(super) stops: StopStrings,
+    pub(super) n_predict: i64,
+    pub(super) timings: bool,
+}
+
+/// A finished reply.
+struct Reply {
+    /// The text shown (a stop string excluded).
+    text: String,
+    end: ReplyEnd,
+    generated: usize,
+    prompt_s: f64,
+    gen_s: f64,
+}
+
+impl Chat {
+    /// Starts the conversation over: only the system prompt remains.
+    pub fn clear(&mut self) {
+        self.history.clear();
+        self.history.extend(
+            self.system
+                .iter()
+                .map(|s| Message::new("system", s.as_str())),
+        );
+        self.session.reset();
+        self.cached.clear();
+        self.sampler.reset();
+    }
+
+    /// The read-reply loop, until end of input or `/exit`.
+    pub fn converse(&mut self) -> Result<(), CliError> {
+        let interactive = interrupt::is_interactive();
+        interrupt::conversation_started();
+        if interactive {
+            note("chat: /clear starts over, /exit or Ctrl-D leaves, Ctrl-C stops a reply");
+        }
+        let mut input = std::io::stdin().lock();
+        let mut line = String::new();
+        loop {
+            if interactive {
+                write_stdout(&mut std::io::stdout(), b"> ")?;
+            }
+            line.clear();
+            if input.read_line(&mut line)? == 0 {
+                if interactive {
+                    write_stdout(&mut std::io::stdout(), b"\n")?;
+                }
+                return Ok(());
+            }
+            let text = line.trim_end_matches(['\n', '\r']);
+            match text.trim() {
+                "" => continue,
+                "/exit" | "/quit" => return Ok(()),
+                "/clear" => {
+                    self.clear();
+                    if interactive {
+                        note("(conversation cleared)");
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            self.turn(text)?;
+        }
+    }
+
+    /// One user message and the streamed reply.
+    fn turn(&mut self, user: &str) -> Result<(), CliError> {
+        self.history.push(Message::new("user", user));
+        let rendered = match self.template.render(&self.history, &self.render) {
+            Err(e @ TemplateError::Raised { .. }) if self.system.is_some() => {
+                return Err(
+                    format!("{e} (if the template has no system role, leave out --system)").into(),
+                )
+            }
+            r => r?,
+        };
+        let tokens = match self.cached.feed(&self.tok, &rendered) {
+            Feed::Append(tokens) => tokens,
+            Feed::Restart(tokens) => {
+                self.session.reset();
+                self.sampler.reset();
+                tokens
+            }
+        };
+        let n_ctx = self.session.n_ctx();
+        if self.session.n_past() + tokens.len() >= n_ctx {
+            // Nothing was evaluated: the cache no longer matches its text.
+            self.history.pop();
+            self.cached.clear();
+            self.session.reset();
+            note(&format!(
+                "the conversation no longer fits the context of {n_ctx} tokens; /clear starts over (or raise --ctx-size)"
+            ));
+            return Ok(());
+        }
+        let reused = self.session.n_past();
+        interrupt::reply_started();
+        let reply = self.reply(&tokens);
+        interrupt::reply_ended();
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                // The cache may hold part of this turn; start over next time.
+                self.cached.clear();
+                self.session.reset();
+                return Err(e);
+            }
+        };
+        self.history.push(Message::new("assistant", reply.text));
+        let mut out = std::io::stdout();
+        write_stdout(&mut out, b"\n")?;
+        if self.timings {
+            note(&format!(
+                "prompt: {} new tokens after {reused} cached in {:.2} s; reply: {} tokens in {:.2} s ({:.1} t/s)",
+                tokens.len(),
+                reply.prompt_s,
+                reply.generated,
+                reply.gen_s,
+                reply.generated as f64 / reply.gen_s.max(1e-9),
+            ));
+        }
+        match reply.end {
+            ReplyEnd::Done => {}
+            ReplyEnd::TokenLimit => note("(reply cut at the -n token limit)"),
+            ReplyEnd::ContextFull => {
+                note("(context full: /clear starts over, or raise --ctx-size)")
+            }
+            ReplyEnd::Interrupted => note("(interrupted)"),
+        }
+        Ok(())
+    }
+
+    /// Evaluates `prompt` and streams the reply to stdout.
+    fn reply(&mut self, prompt: &[u32]) -> Result<Reply, CliError> {
+        let t_prompt = Instant::now();
+        let mut logits = self.session.eval(prompt)?.to_vec();
+        let prompt_s = t_prompt.elapsed().as_secs_f64();
+        let t_gen = Instant::now();
+        for &t in prompt {
+            self.sampler.accept(t);
+        }
+        let mut out = std::io::stdout().lock();
+        let mut decoder = StreamDecoder::new();
+        self.stops.reset();
+        let mut text = String::new();
+        let mut generated = 0;
+        let end = loop {
+            if interrupt::reply_interrupted() {
+                break ReplyEnd::Interrupted;
+            }
+            if usize::try_from(self.n_predict).is_ok_and(|n| generated >= n) {
+                break ReplyEnd::TokenLimit;
+            }
+            let id = self.sampler.sample(&logits);
+            self.sampler.accept(id);
+            generated += 1;
+            // The end-of-turn token is not evaluated: the next rendering
+            // writes the template's own end-of-turn text after the reply.
+            if self.tok.is_eog(id) {
+                break ReplyEnd::Done;
+            }
+            let step = self.stops.push(&decoder.push(&self.tok, id));
+            write_stdout(&mut out, step.text.as_bytes())?;
+            text.push_str(&step.text);
+            if step.stopped {
+                break ReplyEnd::Done;
+            }
+            if self.session.n_past() >= self.session.n_ctx() {
+                break ReplyEnd::ContextFull;
+            }
+            logits.copy_from_slice(self.session.eval(&[id])?);
+            self.cached.push_token(&self.tok, id);
+        };
+        // Bytes of an unfinished character, and text held back as a
+        // possible stop string, belong to the reply unless it stopped.
+        let tail = self.stops.push(&decoder.finish());
+        let tail = match tail.stopped {
+            true => tail.text,
+            false => tail.text + &self.stops.finish(),
+        };
+        write_stdout(&mut out, tail.as_bytes())?;
+        text.push_str(&tail);
+        Ok(Reply {
+            text,
+            end,
+            generated,
+            prompt_s,
+            gen_s: t_gen.elapsed().as_secs_f64(),
+        })
+    }
+}

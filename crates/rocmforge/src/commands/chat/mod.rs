@@ -1,0 +1,229 @@
+//! `rocmforge chat`: a multi-turn conversation in the model's own chat
+//! template, replies streamed to stdout.
+//!
+//! On a terminal it prompts with `> `; `/clear` starts the conversation over
+//! (keeping `--system`), `/exit` or Ctrl-D leaves, and Ctrl-C stops a reply
+//! without leaving (a second Ctrl-C while the reply is still stopping ends
+//! the program, as in `generate`). When stdin is not a terminal (a script, a
+//! pipe) every line is one user message, each reply is printed followed by a
+//! newline, and the program ends at end of input; Ctrl-C ends it at once
+//! (exit 130), as a script expects.
+//!
+//! Each turn renders the whole conversation with the template and evaluates
+//! only the part the KV cache does not hold yet
+//! ([`rocmforge_core::chat::CachedText`]): earlier turns are not evaluated
+//! again unless the template rewrites them, in which case the conversation
+//! is evaluated from the start.
+
+mod conversation;
+mod interrupt;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rocmforge::registry::{self, BackendOptions};
+use rocmforge_core::backend::Backend;
+use rocmforge_core::chat::{
+    CachedText, ChatTemplate, RenderOptions, StopStrings, TemplateError, TemplateOrigin,
+};
+use rocmforge_core::model::Model;
+use rocmforge_core::sampler::{Sampler, SamplerConfig};
+use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
+use rocmforge_core::tokenizer::Tokenizer;
+
+use super::backend_choice::{create_backend, load_bar, remember_failure, BackendRequest};
+use super::generate::{context_size, gpu_timeout};
+use super::{check_model_path, note, CliError};
+use conversation::Chat;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model file.
+    #[arg(long = "model", short = 'm', alias = "gguf", value_name = "PATH")]
+    model: PathBuf,
+    /// System prompt: the conversation's first message.
+    #[arg(long)]
+    system: Option<String>,
+    /// Tokens per reply at most; -1 = until the model ends its turn or the
+    /// context is full.
+    #[arg(long = "n-predict", short = 'n', default_value_t = -1, allow_negative_numbers = true)]
+    n_predict: i64,
+    /// End a reply where this text appears (not printed); repeatable.
+    #[arg(long = "stop", value_name = "TEXT")]
+    stop: Vec<String>,
+    /// A Jinja chat template to use instead of the model's.
+    #[arg(long, value_name = "PATH")]
+    chat_template_file: Option<PathBuf>,
+    /// After each reply, print to stderr the tokens evaluated (new and
+    /// reused from the cache) and generated, with timings.
+    #[arg(long)]
+    timings: bool,
+    /// Set the template's `enable_thinking` to false (Qwen3 then answers
+    /// without reasoning first).
+    #[arg(long)]
+    no_think: bool,
+    /// Compute backend: auto (rocm, then vulkan, then cpu), rocm, vulkan or cpu.
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    /// With --backend auto: probe the GPU backends again.
+    #[arg(long)]
+    reprobe: bool,
+    /// With --backend auto: seconds a probe may take.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    probe_timeout: f64,
+    /// CPU threads (0 = one per core).
+    #[arg(long, short = 't', default_value_t = 0)]
+    threads: usize,
+    /// GPU device index.
+    #[arg(long)]
+    device: Option<usize>,
+    /// Seconds any wait for the GPU may take.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    gpu_timeout: f64,
+    /// Context size in tokens, the whole conversation's (0 = the model's
+    /// training context, capped at 4096).
+    #[arg(long, short = 'c', default_value_t = 0)]
+    ctx_size: usize,
+    /// Temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    temp: f32,
+    /// Top-k (0 = off).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Top-p (1.0 = off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Min-p (0.0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Repetition penalty (1.0 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Last tokens the repetition penalty considers.
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Sampling seed: the same seed gives the same replies.
+    #[arg(long, short = 's', default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    let sampler = Sampler::new(SamplerConfig {
+        temperature: a.temp,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repeat_penalty: a.repeat_penalty,
+        repeat_last_n: a.repeat_last_n,
+        seed: a.seed,
+    })?;
+    if a.n_predict < -1 {
+        return Err(format!("-n/--n-predict must be -1 or more, got {}", a.n_predict).into());
+    }
+    // Installed first, so that Ctrl-C while the model loads ends the
+    // program (exit 130) whatever the mode.
+    interrupt::install(std::io::stdin().is_terminal());
+    // The user's input is checked before any backend starts.
+    check_model_path(&a.model)?;
+    let model = Arc::new(Model::load(&a.model).map_err(|e| format!("{}: {e}", a.model.display()))?);
+    let tok = Tokenizer::from_gguf(&model.file)?;
+    let template = load_template(&a, &model)?;
+    let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
+    if let Some(w) = registry::threads_warning(a.threads) {
+        note(&w);
+    }
+    let chosen = create_backend(BackendRequest {
+        name: &a.backend,
+        reprobe: a.reprobe,
+        probe_timeout: a.probe_timeout,
+        options: BackendOptions {
+            threads: a.threads,
+            device: a.device,
+            allow_software_devices: false,
+            gpu_timeout: Some(gpu_timeout(a.gpu_timeout)?),
+        },
+    })?;
+    let backend_name = chosen.backend.info().name;
+    let result = start_session(model, chosen.backend, n_ctx).and_then(|session| {
+        let render = RenderOptions {
+            add_generation_prompt: true,
+            bos_token: token_text(&tok, tok.bos()),
+            eos_token: token_text(&tok, tok.eos()),
+            enable_thinking: a.no_think.then_some(false),
+        };
+        let mut chat = Chat {
+            session,
+            tok,
+            template,
+            render,
+            system: a.system.clone(),
+            history: Vec::new(),
+            cached: CachedText::new(),
+            sampler,
+            stops: StopStrings::new(a.stop.clone()),
+            n_predict: a.n_predict,
+            timings: a.timings,
+        };
+        chat.clear();
+        chat.converse()
+    });
+    remember_failure(&chosen.auto_cache, backend_name, a.device, &result);
+    result
+}
+
+/// The template to chat with: `--chat-template-file`, else the model's,
+/// else ChatML. A model template that does not parse falls back to ChatML
+/// with a warning, as llama.cpp does, since the file is not the user's to
+/// fix; a template file given on the command line must parse.
+fn load_template(a: &Args, model: &Model) -> Result<ChatTemplate, CliError> {
+    if let Some(path) = &a.chat_template_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("{}: cannot read the chat template: {e}", path.display()))?;
+        return ChatTemplate::new(&text).map_err(|e| format!("{}: {e}", path.display()).into());
+    }
+    match ChatTemplate::from_gguf(&model.file) {
+        Ok(t) => {
+            if t.origin() == TemplateOrigin::ChatmlFallback {
+                note("warning: the model has no chat template; using ChatML (give one with --chat-template-file)");
+            }
+            Ok(t)
+        }
+        Err(e @ (TemplateError::Syntax(_) | TemplateError::NotAString { .. })) => {
+            note(&format!(
+                "warning: {e}; using ChatML (give a template with --chat-template-file)"
+            ));
+            Ok(ChatTemplate::chatml())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn token_text(tok: &Tokenizer, id: Option<u32>) -> String {
+    id.and_then(|id| tok.token_text(id))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn start_session(
+    model: Arc<Model>,
+    backend: Box<dyn Backend>,
+    n_ctx: usize,
+) -> Result<Session, CliError> {
+    let bar = load_bar();
+    let mut progress = |done: u64, total: u64| {
+        bar.set_length(total);
+        bar.set_position(done);
+    };
+    let opts = SessionOptions {
+        n_ctx,
+        ..SessionOptions::default()
+    };
+    let mut report = |needs: &MemoryNeeds| note(&needs.summary());
+    let session = Session::new_reporting(model, backend, opts, &mut progress, &mut report);
+    bar.finish_and_clear();
+    let session = session?;
+    let info = session.backend().info();
+    note(&format!("backend: {} on {}", info.name, info.device));
+    Ok(session)
+}
