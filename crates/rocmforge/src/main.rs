@@ -27,6 +27,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt.
     Generate(commands::generate::Args),
+    /// Perplexity of a text file, by llama-perplexity's method.
+    Perplexity(commands::perplexity::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::Args),
     /// Print a GGUF file's metadata and tensor table.
@@ -40,7 +42,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // llama.cpp's `-ngl` is a long flag with one dash; clap needs `--`.
+    let args = rocmforge::llama_flags::long_forms(std::env::args_os());
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout with success; usage errors are
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::ProbeCase(a) => commands::probe_case::run(a),
+        Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Tokenize(a) => commands::tokenize::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Doctor(a) => commands::doctor::run(a),

@@ -1,10 +1,13 @@
 //! One module per subcommand. Each returns a [`CliError`], printed as one line
 //! by `main`.
 
+pub mod backend_choice;
+pub mod devices;
 pub mod doctor;
 pub mod doctor_probe;
 pub mod generate;
 pub mod info;
+pub mod perplexity;
 pub mod probe_case;
 pub mod tokenize;
 
