@@ -5,17 +5,27 @@
 //! Tolerance. The values are compared as log-perplexities, i.e. mean
 //! negative log-likelihoods (random-weight models give perplexities in the
 //! millions, so only relative agreement means anything). A token's nll is
-//! `logsumexp(row) - row[token]`; both terms move by at most the row's
-//! largest |Δlogit|, and on average over tokens by the row's mean |Δlogit|,
-//! since which token is scored has nothing to do with where the rounding
-//! differences fall. The fixture tests hold every backend to a mean
-//! |Δlogit| of 0.035σ per row against llama.cpp (`fixtures.rs`), σ being
-//! the row's standard deviation, so a mean nll (and with it ln PPL) may move
-//! by up to 2 · 0.035 · σ̄, σ̄ the mean σ of the scored rows, which the test
-//! measures from our own logits. The ± is `PPL · sd(nll) / sqrt(n - 1)`;
-//! its log moves with ln PPL plus ln sd(nll), and sd(nll) moves by at most
-//! the largest per-token change, 2 · 0.2σ (the fixture tests' max bound),
-//! relative to sd(nll) itself.
+//! `logsumexp(row) - row[token]`; both terms move by about the row's
+//! typical |Δlogit|, which the fixture tests hold to a mean of 0.035σ per
+//! row against llama.cpp on every backend (`fixtures.rs`; σ is the row's
+//! standard deviation, σ̄ its mean over the scored rows, measured here from
+//! our own logits). So one token's nll moves by about e = 2 · 0.035 · σ̄,
+//! of either sign, and a mean over n scored tokens by about e / sqrt(n):
+//! the running estimate `[k]` (n = 63k) must agree within 4 e / sqrt(n) in
+//! ln PPL. The rounding differences are not fully independent from token
+//! to token (a flipped rounding propagates through the KV cache), hence the
+//! margin of 4; measured (2026-11, cpu and vulkan on lavapipe) the worst
+//! |Δ ln PPL| is 0.009, against tolerances of 0.07 to 0.09 at k = 1 and
+//! 0.03 to 0.04 at the end. What the tolerance is for: measured on tiny-llama,
+//! leaving the chunks' first token unreplaced by BOS moves ln PPL by 0.08,
+//! scoring every position instead of the second half by 0.11, scoring the
+//! current instead of the next token by 0.5; all fail. (Moving the scored
+//! window by one position changes one token in 63, 0.014, which is below
+//! what rounding allows.) The ± is `PPL · sd(nll) / sqrt(n - 1)`: its log
+//! moves with ln PPL and with ln sd(nll). Changes ε_i of the nlls x_i move
+//! sd by `mean((x_i - x̄) ε_i) / sd` to first order, about e / sqrt(n) for
+//! independent ε, and by `mean(ε²) / (2 sd)` to second order; so ln sd
+//! moves by (e / sqrt(n)) / sd + (e / sd)² / 2, given the same margin.
 
 use std::sync::Arc;
 
@@ -27,8 +37,8 @@ use rocmforge_core::tokenizer::Tokenizer;
 
 /// Mean |Δlogit| per row against llama.cpp, in row σ (fixtures.rs).
 const MEAN_REL: f64 = 0.035;
-/// Largest |Δlogit| per row against llama.cpp, in row σ (fixtures.rs).
-const MAX_REL: f64 = 0.2;
+/// Standard errors of margin (see above).
+const MARGIN: f64 = 4.0;
 
 const STEMS: &[&str] = &["tiny-llama-Q4_K_M", "tiny-qwen2-Q8_0", "tiny-qwen3-Q8_0"];
 const N_CTX: usize = 128;
@@ -125,26 +135,37 @@ fn perplexity_matches_llama_perplexity() {
             }
             s.reset();
             let sigma = mean_row_sigma(s.eval(&first).unwrap(), model.config.n_vocab);
-            let ln_tol = 2.0 * MEAN_REL * sigma;
+            // One token's typical nll change, and the tolerance of a mean
+            // over n of them.
+            let e = 2.0 * MEAN_REL * sigma;
+            let ln_tol = |n: usize| MARGIN * e / (n as f64).sqrt();
 
             let mut worst = 0f64;
+            assert_eq!(got.running.len(), want.running.len(), "{stem}: chunks");
             for (k, (g, w)) in got.running.iter().zip(&want.running).enumerate() {
                 let d = (g.ln() - w.ln()).abs();
-                worst = worst.max(d);
+                let tol = ln_tol((k + 1) * plan.scored_per_chunk());
+                worst = worst.max(d / tol);
                 assert!(
-                    d <= ln_tol,
-                    "{backend} {stem} [{}]: {g:.4} vs llama.cpp {w:.4} (|Δ ln PPL| {d:.5} > {ln_tol:.5})",
+                    d <= tol,
+                    "{backend} {stem} [{}]: {g:.4} vs llama.cpp {w:.4} (|Δ ln PPL| {d:.5} > {tol:.5})",
                     k + 1
                 );
             }
-            assert_eq!(got.running.len(), want.running.len());
+            let n = got.sums.count;
+            assert_eq!(n, plan.n_chunks * plan.scored_per_chunk());
             let d = (got.estimate().ln() - want.estimate.ln()).abs();
-            assert!(d <= ln_tol, "{backend} {stem}: final {} vs {}", got.estimate(), want.estimate);
+            assert!(
+                d <= ln_tol(n),
+                "{backend} {stem}: final {:.4} vs llama.cpp {:.4} (|Δ ln PPL| {d:.5} > {:.5})",
+                got.estimate(),
+                want.estimate,
+                ln_tol(n)
+            );
 
             let err = got.standard_error().unwrap();
-            let n = got.sums.count as f64;
-            let sd = (err / got.estimate()) * (n - 1.0).sqrt();
-            let err_tol = ln_tol + 2.0 * MAX_REL * sigma / sd;
+            let sd = (err / got.estimate()) * (n as f64 - 1.0).sqrt();
+            let err_tol = ln_tol(n) * (1.0 + 1.0 / sd) + (e / sd).powi(2) / 2.0;
             let d_err = (err.ln() - want.error.ln()).abs();
             assert!(
                 d_err <= err_tol,
@@ -153,10 +174,11 @@ fn perplexity_matches_llama_perplexity() {
             );
             eprintln!(
                 "{backend} {stem}: PPL {:.4} +/- {err:.5} (llama.cpp {:.4} +/- {:.5}); \
-                 worst |Δ ln PPL| {worst:.2e} (tolerance {ln_tol:.3}), |Δ ln ±| {d_err:.2e}",
+                 |Δ ln PPL| {d:.2e} (tolerance {:.3}), worst running |Δ| {worst:.2} of its tolerance, |Δ ln ±| {d_err:.2e} (tolerance {err_tol:.3})",
                 got.estimate(),
                 want.estimate,
-                want.error
+                want.error,
+                ln_tol(n)
             );
         }
     }
