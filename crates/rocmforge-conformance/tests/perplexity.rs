@@ -103,7 +103,11 @@ fn mean_row_sigma(logits: &[f32], n_vocab: usize) -> f64 {
     let sigma = |r: &[f32]| {
         let n = r.len() as f64;
         let mean = r.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-        (r.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n).sqrt()
+        (r.iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / n)
+            .sqrt()
     };
     rows.iter().map(|r| sigma(r)).sum::<f64>() / rows.len() as f64
 }

@@ -44,12 +44,16 @@ mod tests {
     fn ngl_becomes_its_long_form_before_the_separator_only() {
         assert_eq!(
             rewrite(&["rocmforge", "generate", "-ngl", "99", "-m", "x.gguf"]),
-            ["rocmforge", "generate", "--n-gpu-layers", "99", "-m", "x.gguf"]
+            [
+                "rocmforge",
+                "generate",
+                "--n-gpu-layers",
+                "99",
+                "-m",
+                "x.gguf"
+            ]
         );
-        assert_eq!(
-            rewrite(&["bench", "--", "-ngl"]),
-            ["bench", "--", "-ngl"]
-        );
+        assert_eq!(rewrite(&["bench", "--", "-ngl"]), ["bench", "--", "-ngl"]);
         // Flags that merely start the same way are left alone.
         assert_eq!(rewrite(&["-nglx", "-n"]), ["-nglx", "-n"]);
     }

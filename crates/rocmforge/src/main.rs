@@ -46,11 +46,15 @@ fn main() -> ExitCode {
     let args = rocmforge::llama_flags::long_forms(std::env::args_os());
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
-        Err(e) => {
-            // Help and version go to stdout with success; usage errors are
-            // clap's own message and exit code 2.
+        Err(e) if !e.use_stderr() => {
+            // Help and version go to stdout with success.
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // Usage errors are clap's message in one line, exit code 2.
+            commands::note(&one_line(&e.to_string()));
+            return ExitCode::from(2);
         }
     };
     let result = match cli.command {
@@ -76,6 +80,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// clap's message up to its first blank line (dropping the usage and "try
+/// --help" trailer), joined into one line: every failure is one line.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Whether `e` says a GPU stopped answering or was lost.

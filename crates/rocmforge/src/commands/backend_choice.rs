@@ -28,7 +28,7 @@ pub struct BackendArgs {
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     pub probe_timeout: f64,
     /// CPU threads (0 = one per core).
-    #[arg(long, short = 't', default_value_t = 0)]
+    #[arg(long, short = 't', default_value_t = 0, allow_negative_numbers = true)]
     pub threads: usize,
     /// GPU device index (default: the backend's choice, discrete GPUs first).
     #[arg(long)]
@@ -39,7 +39,12 @@ pub struct BackendArgs {
     pub gpu_timeout: f64,
     /// Accepted for llama.cpp habits (`-ngl 99`): the GPU backends always
     /// hold every layer, whatever the value; --backend picks CPU or GPU.
-    #[arg(long = "n-gpu-layers", visible_alias = "gpu-layers", value_name = "N")]
+    #[arg(
+        long = "n-gpu-layers",
+        visible_alias = "gpu-layers",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub n_gpu_layers: Option<i64>,
 }
 

@@ -66,7 +66,10 @@ pub fn list(a: &BackendArgs) -> Result<(), CliError> {
             "cpu" => cpu_device(&opts),
             gpu => gpu_device(gpu, &auto_opts),
         };
-        write_stdout(&mut out, format!("  {}", line(entry.name, verdict)).as_bytes())?;
+        write_stdout(
+            &mut out,
+            format!("  {}", line(entry.name, verdict)).as_bytes(),
+        )?;
     }
     Ok(())
 }
@@ -77,7 +80,10 @@ mod tests {
 
     #[test]
     fn a_line_names_the_device_or_the_reason() {
-        assert_eq!(line("cpu", Ok("EPYC (2 threads)".into())), "cpu      EPYC (2 threads)\n");
+        assert_eq!(
+            line("cpu", Ok("EPYC (2 threads)".into())),
+            "cpu      EPYC (2 threads)\n"
+        );
         assert_eq!(
             line("rocm", Err("no HIP runtime".into())),
             "rocm     unavailable: no HIP runtime\n"

@@ -56,7 +56,7 @@ pub struct Args {
     #[command(flatten)]
     backend: BackendArgs,
     /// Context size in tokens (0 = the model's training context, capped at 4096).
-    #[arg(long, short = 'c', default_value_t = 0)]
+    #[arg(long, short = 'c', default_value_t = 0, allow_negative_numbers = true)]
     ctx_size: usize,
     /// Temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.8)]
@@ -114,7 +114,10 @@ fn parse_seed(s: &str) -> Result<Seed, String> {
     match s.trim() {
         "-1" => Ok(Seed::Random),
         t => t.parse().map(Seed::Fixed).map_err(|_| {
-            format!("expected a seed from 0 to {}, or -1 for a random one", u64::MAX)
+            format!(
+                "expected a seed from 0 to {}, or -1 for a random one",
+                u64::MAX
+            )
         }),
     }
 }
@@ -199,7 +202,9 @@ pub fn run(a: Args) -> Result<Finished, CliError> {
     // Printed once the input is known good, so that a bad path or flag
     // still fails with its one line.
     if a.seed == Seed::Random {
-        note(&format!("seed: {seed} (random; -s {seed} repeats this run)"));
+        note(&format!(
+            "seed: {seed} (random; -s {seed} repeats this run)"
+        ));
     }
     let run = Run {
         max_tokens,
@@ -240,8 +245,8 @@ fn prompt_text(a: &Args) -> Result<String, CliError> {
         std::io::stdin()
             .read_to_end(&mut bytes)
             .map_err(|e| format!("cannot read the prompt from stdin: {e}"))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| "the prompt read from stdin is not UTF-8 text")?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| "the prompt read from stdin is not UTF-8 text")?;
         Ok(without_final_newline(text))
     };
     match (&a.prompt, &a.file) {
@@ -339,7 +344,10 @@ struct Report<'a> {
 enum Sink {
     Text(StreamDecoder),
     Ids,
-    Json { text: String, decoder: StreamDecoder },
+    Json {
+        text: String,
+        decoder: StreamDecoder,
+    },
 }
 
 fn generate(

@@ -33,14 +33,26 @@ pub struct Args {
     #[arg(long, short = 'f', value_name = "PATH")]
     file: PathBuf,
     /// Tokens per chunk; the second half of each chunk is scored.
-    #[arg(long, short = 'c', value_name = "N", default_value_t = 512)]
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "N",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
     ctx_size: usize,
     /// Most tokens evaluated in one step (capped at the chunk size). Only
     /// speed and memory depend on it, not the result.
-    #[arg(long, short = 'b', value_name = "N", default_value_t = 2048)]
+    #[arg(
+        long,
+        short = 'b',
+        value_name = "N",
+        default_value_t = 2048,
+        allow_negative_numbers = true
+    )]
     batch_size: usize,
     /// Score only the first N chunks (default: every whole chunk).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     chunks: Option<usize>,
     #[command(flatten)]
     backend: BackendArgs,
@@ -112,7 +124,12 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 plan.n_ctx,
                 plan.scored_per_chunk()
             ));
-            score(&mut session, &tokens, plan, add_bos.then(|| tok.bos()).flatten())
+            score(
+                &mut session,
+                &tokens,
+                plan,
+                add_bos.then(|| tok.bos()).flatten(),
+            )
         });
     if let Err(e) = &result {
         failures.record_failure(e.as_ref());
