@@ -199,16 +199,12 @@ pub fn run(a: Args) -> Result<Finished, CliError> {
     // takes seconds, a typo in a path should not.
     let input = read_input(&a)?;
     let Chosen { backend, failures } = create_backend(&a.backend)?;
-    // Printed once the input is known good, so that a bad path or flag
-    // still fails with its one line.
-    if a.seed == Seed::Random {
-        note(&format!(
-            "seed: {seed} (random; -s {seed} repeats this run)"
-        ));
-    }
     let run = Run {
         max_tokens,
         seed,
+        // Greedy decoding (--temp 0) draws no random numbers: its seed
+        // would be noise.
+        print_seed: a.seed == Seed::Random && a.temp > 0.0,
         sampler: &mut sampler,
     };
     let result = generate(&a, run, input, backend);
@@ -223,6 +219,8 @@ struct Run<'s> {
     /// None: until the end of generation or a full context.
     max_tokens: Option<usize>,
     seed: u64,
+    /// Say which random seed was picked, so the run can be repeated.
+    print_seed: bool,
     sampler: &'s mut Sampler,
 }
 
@@ -359,6 +357,7 @@ fn generate(
     let Run {
         max_tokens,
         seed,
+        print_seed,
         sampler,
     } = run;
     let Input {
@@ -394,6 +393,13 @@ fn generate(
         "backend: {} on {}; model loaded in {:.2} s",
         info.name, info.device, load_s
     ));
+    // Printed once the model is loaded, so that anything refused before
+    // (a bad path, a model too large) is still one line.
+    if print_seed {
+        note(&format!(
+            "seed: {seed} (random; -s {seed} repeats this run)"
+        ));
+    }
 
     install_interrupt_handler();
     let mut out = std::io::stdout().lock();
