@@ -6,7 +6,11 @@
 use std::ffi::OsString;
 
 /// llama.cpp spelling → our long flag.
-pub const SPELLINGS: &[(&str, &str)] = &[("-ngl", "--n-gpu-layers")];
+pub const SPELLINGS: &[(&str, &str)] = &[
+    ("-ngl", "--n-gpu-layers"),
+    // llama-bench's micro-batch size (`cargo xtask bench`).
+    ("-ub", "--ubatch-size"),
+];
 
 /// `args` with every llama.cpp spelling in [`SPELLINGS`] replaced by its
 /// long form. Nothing after `--` is touched: it is positional data.
