@@ -193,6 +193,8 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
         None
     };
     let thread_counts: Vec<usize> = args.threads.iter().map(|&t| resolve_threads(t)).collect();
+    // clap gives at least one count (the default is 0).
+    let first_threads = thread_counts.first().copied().unwrap_or(1);
     let opts = |threads: usize| BackendOptions {
         threads,
         device: args.device,
@@ -202,11 +204,11 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
 
     // Every backend is started first, so the report opens with what each
     // runs on (or why it cannot) and the table below it streams.
-    let mut started: Vec<(Target, Result<(Box<dyn Backend>, String), String>)> = targets
+    let mut started: Vec<(Target, Started)> = targets
         .iter()
         .map(|&target| {
             let result = match target.backend {
-                Resolved::Registry(name) => registry::create(name, &opts(thread_counts[0]))
+                Resolved::Registry(name) => registry::create(name, &opts(first_threads))
                     .map(|b| {
                         let device = b.info().device;
                         (b, device)
@@ -245,40 +247,24 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
 
     let mut failed_by_name = Vec::new();
     for ((target, start), result) in started.iter_mut().zip(&mut results) {
-        let mut first = match std::mem::replace(start, Err(String::new())) {
-            Ok((backend, _)) => Some(backend),
-            Err(_) => None,
-        };
-        match (&first, loaded.as_ref()) {
-            (Some(_), Some((model, _))) => {
-                for &threads in &thread_counts {
-                    let backend = match first.take() {
-                        Some(b) => Ok(b),
-                        None => registry::create(result.backend.as_str(), &opts(threads))
-                            .map_err(|e| e.to_string()),
-                    };
-                    let outcome = backend.and_then(|b| {
-                        eprintln!(
-                            "bench: {}: loading model and warming up ({threads} threads)",
-                            result.backend
-                        );
-                        let mut runner =
-                            measure::Runner::start(b, Arc::clone(model), &plan, threads)?;
-                        for &test in &tests {
-                            let t = runner.run(test)?;
-                            printer.row(&result.backend, &runner.device(), &t);
-                            result.tests.push(t);
-                        }
-                        Ok(())
-                    });
-                    if let Err(reason) = outcome {
-                        result.reason = Some(reason);
-                        break;
-                    }
+        match (
+            std::mem::replace(start, Err(String::new())),
+            loaded.as_ref(),
+        ) {
+            (Ok((backend, _)), Some((model, _))) => {
+                let run = BackendRun {
+                    model,
+                    plan: &plan,
+                    tests: &tests,
+                    thread_counts: &thread_counts,
+                    opts: &opts,
+                };
+                if let Err(reason) = run.measure(backend, result, &mut printer) {
+                    result.reason = Some(reason);
                 }
             }
-            (Some(_), None) => result.reason = Some("no model loaded".to_string()),
-            (None, _) => printer.failed(result),
+            (Ok(_), None) => result.reason = Some("no model loaded".to_string()),
+            (Err(_), _) => printer.failed(result),
         }
         if let (Some(reason), true) = (&result.reason, target.by_name) {
             failed_by_name.push(format!("backend {}: {reason}", result.backend));
@@ -305,6 +291,52 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
         // the failure is one line there too.
         Some(first) => Err(BenchError::Unavailable(first.clone())),
         None => Ok(()),
+    }
+}
+
+/// A backend started for the first thread count, with its device; or the
+/// one-line reason it cannot run.
+type Started = Result<(Box<dyn Backend>, String), String>;
+
+/// What measuring one backend needs.
+struct BackendRun<'a> {
+    model: &'a Arc<Model>,
+    plan: &'a measure::Plan,
+    tests: &'a [measure::Test],
+    thread_counts: &'a [usize],
+    opts: &'a dyn Fn(usize) -> BackendOptions,
+}
+
+impl BackendRun<'_> {
+    /// Every test with every thread count, each row printed as it finishes
+    /// and kept in `result`. `first` is the backend already started for the
+    /// first count; the others are started here.
+    fn measure(
+        &self,
+        first: Box<dyn Backend>,
+        result: &mut BackendResult,
+        printer: &mut Printer<std::io::Stdout>,
+    ) -> Result<(), String> {
+        let mut first = Some(first);
+        for &threads in self.thread_counts {
+            let backend = match first.take() {
+                Some(b) => b,
+                None => registry::create(&result.backend, &(self.opts)(threads))
+                    .map_err(|e| e.to_string())?,
+            };
+            eprintln!(
+                "bench: {}: loading model and warming up ({threads} threads)",
+                result.backend
+            );
+            let mut runner =
+                measure::Runner::start(backend, Arc::clone(self.model), self.plan, threads)?;
+            for &test in self.tests {
+                let t = runner.run(test)?;
+                printer.row(&result.backend, &runner.device(), &t);
+                result.tests.push(t);
+            }
+        }
+        Ok(())
     }
 }
 

@@ -277,7 +277,7 @@ impl<W: std::io::Write> Printer<W> {
             OutputFormat::Csv => self.buf.push_str(
                 "model,size_bytes,n_params,backend,device,n_threads,test,n_prompt,n_gen,mean_ts,sd_ts,reason\n",
             ),
-            OutputFormat::Json => self.buf.push_str("["),
+            OutputFormat::Json => self.buf.push('['),
             OutputFormat::Jsonl => {}
         }
     }
