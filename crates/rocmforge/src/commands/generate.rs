@@ -2,8 +2,8 @@
 //! (or print one JSON object with both, `--json`). Flags follow llama.cpp's
 //! `llama-cli` where they overlap (`-m -p -f -n -c -t -s --temp -ngl`).
 
-use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
 
 use super::backend_choice::{create_backend, BackendArgs, Chosen};
+use super::text_input::read_text;
 use super::{check_model_path, note, write_stdout, CliError};
 
 #[derive(clap::Args)]
@@ -77,7 +78,8 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     repeat_last_n: usize,
     /// Sampling seed: the same seed gives the same output. -1 (the default)
-    /// picks a random one and prints it to stderr.
+    /// picks a random one and prints it to stderr (where sampling draws
+    /// on it: --temp above 0).
     #[arg(
         long,
         short = 's',
@@ -238,42 +240,17 @@ struct Input {
 /// The prompt's text from `-p` or `-f`, either of which may be `-` for
 /// stdin.
 fn prompt_text(a: &Args) -> Result<String, CliError> {
-    let from_stdin = || -> Result<String, CliError> {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read the prompt from stdin: {e}"))?;
-        let text =
-            String::from_utf8(bytes).map_err(|_| "the prompt read from stdin is not UTF-8 text")?;
-        Ok(without_final_newline(text))
-    };
     match (&a.prompt, &a.file) {
-        (Some(p), _) if p == "-" => from_stdin(),
+        (Some(p), _) if p == "-" => read_text(Path::new("-"), "the prompt"),
         (Some(p), _) => Ok(p.clone()),
-        (None, Some(f)) if f.as_os_str() == "-" => from_stdin(),
-        (None, Some(f)) => {
-            let bytes = std::fs::read(f).map_err(|e| format!("{}: {e}", f.display()))?;
-            let text = String::from_utf8(bytes)
-                .map_err(|_| format!("{}: the prompt file is not UTF-8 text", f.display()))?;
-            Ok(without_final_newline(text))
-        }
+        (None, Some(f)) => read_text(f, "the prompt"),
         // clap requires one of them unless --list-devices is given.
         (None, None) => Err("give a prompt with -p TEXT or -f FILE".into()),
     }
 }
 
-/// A file's text without its last line's newline: the newline an editor
-/// or `echo` adds would otherwise be the prompt's last token (llama.cpp's
-/// `-f` drops it too).
-pub fn without_final_newline(mut text: String) -> String {
-    if text.ends_with('\n') {
-        text.pop();
-    }
-    text
-}
-
 /// The model path, which clap requires unless --list-devices is given.
-pub fn model_path(path: &Option<PathBuf>) -> Result<&PathBuf, CliError> {
+fn model_path(path: &Option<PathBuf>) -> Result<&PathBuf, CliError> {
     path.as_ref()
         .ok_or_else(|| "give the model file with -m PATH".into())
 }

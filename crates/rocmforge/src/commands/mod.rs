@@ -9,6 +9,7 @@ pub mod generate;
 pub mod info;
 pub mod perplexity;
 pub mod probe_case;
+pub mod text_input;
 pub mod tokenize;
 
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! then `Final estimate: PPL = X +/- Y`), by its method
 //! ([`rocmforge_core::perplexity`]).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +14,7 @@ use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
 use rocmforge_core::tokenizer::Tokenizer;
 
 use super::backend_choice::{create_backend, BackendArgs, Chosen};
-use super::generate::{model_path, without_final_newline};
+use super::text_input::read_text;
 use super::{check_model_path, note, write_stdout, CliError};
 
 #[derive(clap::Args)]
@@ -24,10 +24,9 @@ pub struct Args {
         long = "model",
         short = 'm',
         visible_alias = "gguf",
-        value_name = "PATH",
-        required = true
+        value_name = "PATH"
     )]
-    model: Option<PathBuf>,
+    model: PathBuf,
     /// The text to score, or `-` for stdin. One trailing newline is
     /// dropped, as llama.cpp's `-f` does.
     #[arg(long, short = 'f', value_name = "PATH")]
@@ -41,8 +40,8 @@ pub struct Args {
         allow_negative_numbers = true
     )]
     ctx_size: usize,
-    /// Most tokens evaluated in one step (capped at the chunk size). Only
-    /// speed and memory depend on it, not the result.
+    /// Most tokens evaluated in one step (capped at the chunk size). Speed
+    /// and memory depend on it; the result only through rounding.
     #[arg(
         long,
         short = 'b',
@@ -58,21 +57,6 @@ pub struct Args {
     backend: BackendArgs,
 }
 
-fn read_text(path: &PathBuf) -> Result<String, CliError> {
-    let bytes = if path.as_os_str() == "-" {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read the text from stdin: {e}"))?;
-        bytes
-    } else {
-        std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?
-    };
-    let text = String::from_utf8(bytes)
-        .map_err(|_| format!("{}: the text is not UTF-8", path.display()))?;
-    Ok(without_final_newline(text))
-}
-
 pub fn run(a: Args) -> Result<(), CliError> {
     if a.batch_size == 0 {
         return Err("-b/--batch-size must be at least 1".into());
@@ -80,9 +64,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
     if a.chunks == Some(0) {
         return Err("--chunks must be at least 1".into());
     }
-    let path = model_path(&a.model)?;
+    let path = &a.model;
     check_model_path(path)?;
-    let text = read_text(&a.file)?;
+    let text = read_text(&a.file, "the text")?;
     let t_load = Instant::now();
     let model = Arc::new(Model::load(path).map_err(|e| format!("{}: {e}", path.display()))?);
     let tok = Tokenizer::from_gguf(&model.file)?;
