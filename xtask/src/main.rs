@@ -24,7 +24,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // llama-bench's `-ngl` and `-ub` are long flags with one dash.
+    let args = rocmforge::llama_flags::long_forms(std::env::args_os());
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help and --version: not an error.

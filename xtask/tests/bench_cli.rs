@@ -92,27 +92,96 @@ fn all_reports_unavailable_backends_and_runs_cpu() {
     assert!(text.contains("backend cpu: "), "{text}");
     let cpu_rows: Vec<&str> = text.lines().filter(|l| l.contains("| cpu |")).collect();
     assert_eq!(cpu_rows.len(), 2, "{text}");
+    // The model is labelled by its file type; its path prints clean.
+    assert!(
+        cpu_rows[0].starts_with("| qwen2 ") && cpu_rows[0].contains(" Q8_0 |"),
+        "{text}"
+    );
+    assert!(!stderr(&out).contains(".."), "{}", stderr(&out));
     assert!(cpu_rows[0].contains("| pp8 |") && cpu_rows[1].contains("| tg4 |"));
     assert!(cpu_rows[0].contains(" ± "), "{text}");
 }
 
 #[test]
-fn json_has_every_sample() {
+fn json_rows_follow_llama_bench_with_every_sample() {
     let out = bench(&["--backend", "cpu", "-r", "3", "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert!(v["model"]["n_params"].as_u64().unwrap() > 0);
-    let tests = v["backends"][0]["tests"].as_array().unwrap();
-    assert_eq!(tests.len(), 2);
-    for t in tests {
-        let samples = t["samples"].as_array().unwrap();
-        assert_eq!(samples.len(), 3, "{t}");
-        let mean = samples.iter().map(|s| s.as_f64().unwrap()).sum::<f64>() / 3.0;
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert!(row["model_n_params"].as_u64().unwrap() > 0);
+        assert_eq!(row["backends"], "CPU");
+        // The reference model is a Q8_0 file.
         assert!(
-            (t["mean"].as_f64().unwrap() - mean).abs() < 1e-6 * mean,
-            "{t}"
+            row["model_type"].as_str().unwrap().ends_with(" Q8_0"),
+            "{row}"
+        );
+        let filename = row["model_filename"].as_str().unwrap();
+        assert!(filename.ends_with("tiny-qwen2-Q8_0.gguf") && !filename.contains(".."));
+        let ts = row["samples_ts"].as_array().unwrap();
+        assert_eq!(ts.len(), 3, "{row}");
+        assert_eq!(row["samples_ns"].as_array().unwrap().len(), 3, "{row}");
+        let mean = ts.iter().map(|s| s.as_f64().unwrap()).sum::<f64>() / 3.0;
+        assert!(
+            (row["avg_ts"].as_f64().unwrap() - mean).abs() < 1e-6 * mean,
+            "{row}"
         );
     }
+    assert_eq!(
+        (rows[0]["n_prompt"].as_u64(), rows[0]["n_gen"].as_u64()),
+        (Some(8), Some(0))
+    );
+    assert_eq!(
+        (rows[1]["n_prompt"].as_u64(), rows[1]["n_gen"].as_u64()),
+        (Some(0), Some(4))
+    );
+}
+
+#[test]
+fn lists_of_sizes_and_threads_as_llama_bench_takes_them() {
+    let out = bench(&[
+        "--backend",
+        "cpu",
+        "-p",
+        "4,8",
+        "-n",
+        "2",
+        "-t",
+        "1,2",
+        "-r",
+        "1",
+        "-ngl",
+        "99",
+        "-o",
+        "jsonl",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let got: Vec<(u64, u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["n_threads"].as_u64().unwrap(),
+                r["n_prompt"].as_u64().unwrap(),
+                r["n_gen"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, 4, 0),
+            (1, 8, 0),
+            (1, 0, 2),
+            (2, 4, 0),
+            (2, 8, 0),
+            (2, 0, 2)
+        ]
+    );
+    assert!(rows.iter().all(|r| r["n_gpu_layers"] == 99));
 }
 
 #[test]
@@ -121,7 +190,7 @@ fn csv_header_and_rows() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("model,size_bytes,n_params,backend,device,test,"));
+    assert!(lines[0].starts_with("model,size_bytes,n_params,backend,device,n_threads,test,"));
     assert_eq!(lines.len(), 3, "{text}");
 }
 
@@ -150,8 +219,8 @@ fn fake_llama_bench(tag: &str, body: &str) -> PathBuf {
 #[cfg(unix)]
 #[test]
 fn compares_with_llama_bench() {
-    let json = r#"[{"n_prompt":8,"n_gen":0,"avg_ts":1.0e9,"stddev_ts":1.0,"samples_ts":[1.0e9,1.0e9]},
-{"n_prompt":0,"n_gen":4,"avg_ts":2.0e9,"stddev_ts":1.0,"samples_ts":[2.0e9,2.0e9]}]"#;
+    let json = r#"[{"n_prompt":8,"n_gen":0,"n_threads":2,"avg_ts":1.0e9,"stddev_ts":1.0,"samples_ts":[1.0e9,1.0e9]},
+{"n_prompt":0,"n_gen":4,"n_threads":2,"avg_ts":2.0e9,"stddev_ts":1.0,"samples_ts":[2.0e9,2.0e9]}]"#;
     let fake = fake_llama_bench("ok", &format!("cat <<'EOF'\n{json}\nEOF"));
     let out = bench(&[
         "--backend",
@@ -163,7 +232,7 @@ fn compares_with_llama_bench() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        text.contains("| llama.cpp | llama-bench | pp8 | 1000000000.00 ± 1.00 |"),
+        text.contains("| llama.cpp | llama-bench | 2 | pp8 | 1000000000.00 ± 1.00 |"),
         "{text}"
     );
     // No real engine is a billion times faster than this tiny model's

@@ -12,6 +12,7 @@ pub mod gguf;
 pub mod gpu;
 pub mod graph;
 pub mod model;
+pub mod perplexity;
 pub mod plan;
 pub mod quant;
 pub mod sampler;

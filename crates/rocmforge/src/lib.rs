@@ -13,5 +13,6 @@
 pub mod auto;
 pub mod doctor;
 pub mod fault;
+pub mod llama_flags;
 pub mod probe;
 pub mod registry;

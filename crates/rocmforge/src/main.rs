@@ -31,6 +31,8 @@ enum Command {
     /// Chat with a model in its own chat template (interactive, or one
     /// message per line from a pipe).
     Chat(commands::chat::Args),
+    /// Perplexity of a text file, by llama-perplexity's method.
+    Perplexity(commands::perplexity::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::Args),
     /// Print a GGUF file's metadata and tensor table.
@@ -44,13 +46,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // llama.cpp's `-ngl` is a long flag with one dash; clap needs `--`.
+    let args = rocmforge::llama_flags::long_forms(std::env::args_os());
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
-        Err(e) => {
-            // Help and version go to stdout with success; usage errors are
-            // clap's own message and exit code 2.
+        Err(e) if !e.use_stderr() => {
+            // Help and version go to stdout with success.
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // Usage errors are clap's message in one line, exit code 2.
+            commands::note(&one_line(&e.to_string()));
+            return ExitCode::from(2);
         }
     };
     let result = match cli.command {
@@ -62,6 +70,7 @@ fn main() -> ExitCode {
         },
         Command::Chat(a) => commands::chat::run(a),
         Command::ProbeCase(a) => commands::probe_case::run(a),
+        Command::Perplexity(a) => commands::perplexity::run(a),
         Command::Tokenize(a) => commands::tokenize::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Doctor(a) => commands::doctor::run(a),
@@ -76,6 +85,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// clap's message up to its first blank line (dropping the usage and "try
+/// --help" trailer), joined into one line: every failure is one line.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Whether `e` says a GPU stopped answering or was lost.

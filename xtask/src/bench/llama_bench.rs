@@ -35,6 +35,8 @@ pub enum LlamaBenchError {
 struct Row {
     n_prompt: usize,
     n_gen: usize,
+    #[serde(default)]
+    n_threads: usize,
     avg_ts: f64,
     stddev_ts: f64,
     #[serde(default)]
@@ -49,20 +51,29 @@ struct Row {
 
 pub struct Settings<'a> {
     pub model: &'a Path,
-    pub n_prompt: usize,
-    pub n_gen: usize,
+    pub n_prompt: &'a [usize],
+    pub n_gen: &'a [usize],
     pub repetitions: u32,
-    pub threads: usize,
+    pub threads: &'a [usize],
+}
+
+/// A list as llama-bench takes it: `128,512`.
+fn list(values: &[usize]) -> String {
+    values
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 pub fn run(binary: &Path, s: &Settings) -> Result<BackendResult, LlamaBenchError> {
     let output = Command::new(binary)
         .arg("-m")
         .arg(s.model)
-        .args(["-p", &s.n_prompt.to_string()])
-        .args(["-n", &s.n_gen.to_string()])
+        .args(["-p", &list(s.n_prompt)])
+        .args(["-n", &list(s.n_gen)])
         .args(["-r", &s.repetitions.to_string()])
-        .args(["-t", &s.threads.to_string()])
+        .args(["-t", &list(s.threads)])
         .args(["-o", "json"])
         .output()
         .map_err(|source| LlamaBenchError::Spawn {
@@ -101,12 +112,15 @@ pub fn parse(json: &str) -> Result<BackendResult, LlamaBenchError> {
     let tests = rows
         .into_iter()
         .map(|r| TestResult {
-            test: test_name(r.n_prompt, r.n_gen),
-            n_prompt: r.n_prompt,
-            n_gen: r.n_gen,
             mean: r.avg_ts,
             sd: r.stddev_ts,
-            samples: r.samples_ts,
+            ..TestResult::from_samples(
+                test_name(r.n_prompt, r.n_gen),
+                r.n_prompt,
+                r.n_gen,
+                r.n_threads,
+                r.samples_ts,
+            )
         })
         .collect();
     Ok(BackendResult {

@@ -9,11 +9,15 @@ use super::BenchError;
 use crate::gen_model::{self, GenModelArgs, DEFAULT_SEED};
 use rocmforge_genmodel::presets::Preset;
 
-/// `$CARGO_TARGET_DIR`, or the workspace's `target/`.
+/// `$CARGO_TARGET_DIR`, or the workspace's `target/` (named from the
+/// workspace root, not as `xtask/../target`, so it prints clean).
 pub fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        _ => {
+            let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+            xtask.parent().unwrap_or(xtask).join("target")
+        }
     }
 }
 
@@ -37,7 +41,7 @@ pub fn generated_model(preset: &'static Preset, ty: QuantType) -> Result<PathBuf
             source,
         })?;
     }
-    eprintln!("bench: generating {}", path.display());
+    eprintln!("bench: generating {}", super::report::clean_path(&path));
     gen_model::run(&GenModelArgs {
         preset,
         ty,

@@ -2,9 +2,11 @@ use std::path::Path;
 
 use super::backends::{self, BackendChoice, Resolved};
 use super::llama_bench::{self, LlamaBenchError};
+use super::llama_schema::{self, RunInfo};
 use super::measure::TokenStream;
+use super::measure::{Plan, Test};
 use super::model_source;
-use super::report::{self, BackendResult, ModelInfo, OutputFormat, Report, TestResult};
+use super::report::{self, BackendResult, ModelInfo, OutputFormat, Printer, TestResult};
 use rocmforge_genmodel::presets;
 
 /// A llama-bench `-o json` result as it prints it (fields trimmed to a
@@ -108,44 +110,89 @@ fn all_expands_without_repeats() {
 }
 
 fn result(backend: &str, pp: f64, tg: f64) -> BackendResult {
+    // pp8 takes 8 tokens, tg4 4: nanoseconds for the given rates.
+    let ns = |tokens: f64, rate: f64| (1e9 * tokens / rate).round() as u64;
     BackendResult {
         backend: backend.to_string(),
         device: Some(format!("{backend} device, rev 2")),
         reason: None,
         tests: vec![
-            TestResult::from_samples("pp8".into(), 8, 0, vec![pp - 1.0, pp, pp + 1.0]),
-            TestResult::from_samples("tg4".into(), 0, 4, vec![tg, tg]),
+            TestResult::from_ns(
+                "pp8".into(),
+                8,
+                0,
+                2,
+                vec![ns(8.0, pp - 1.0), ns(8.0, pp), ns(8.0, pp + 1.0)],
+            ),
+            TestResult::from_ns("tg4".into(), 0, 4, 2, vec![ns(4.0, tg), ns(4.0, tg)]),
         ],
     }
 }
 
-fn sample_report() -> Report {
-    Report {
-        model: Some(ModelInfo {
-            path: "m.gguf".into(),
-            desc: "qwen2 494M Q4_0".into(),
-            size_bytes: 3 << 19,
-            n_params: 494_030_000,
-        }),
-        backends: vec![
-            result("cpu", 100.0, 10.0),
-            BackendResult::unavailable("vulkan", "not built into this binary".into()),
-            result("rocm", 400.0, 25.0),
-            result("llama.cpp", 50.0, 20.0),
-        ],
+fn sample_model() -> ModelInfo {
+    ModelInfo {
+        path: "m.gguf".into(),
+        desc: "qwen2 494M Q4_0".into(),
+        llama_type: "qwen2 494M Q4_0".into(),
+        size_bytes: 3 << 19,
+        n_params: 494_030_000,
     }
+}
+
+fn sample_backends() -> Vec<BackendResult> {
+    vec![
+        result("cpu", 100.0, 10.0),
+        BackendResult::unavailable("vulkan", "not built into this binary".into()),
+        result("rocm", 400.0, 25.0),
+        result("llama.cpp", 50.0, 20.0),
+    ]
+}
+
+fn run_info() -> RunInfo {
+    RunInfo {
+        build_commit: "abc1234".into(),
+        build_number: 42,
+        cpu_info: "AMD EPYC 7B13".into(),
+        n_batch: 2048,
+        n_ubatch: 512,
+        n_gpu_layers: -1,
+        main_gpu: 0,
+        n_cpu_moe: 0,
+    }
+}
+
+/// What the bench prints for `backends`, driven through the [`Printer`]
+/// as a run drives it: the preamble, then each backend's rows (or its
+/// failure), then the end.
+fn render(format: OutputFormat, backends: &[BackendResult]) -> String {
+    let mut out = Vec::new();
+    let mut p = Printer::new(format, Some(sample_model()), run_info(), &mut out);
+    p.preamble(backends);
+    p.begin();
+    for b in backends {
+        match &b.reason {
+            Some(_) => p.failed(b),
+            None => {
+                for t in &b.tests {
+                    p.row(&b.backend, b.device.as_deref().unwrap_or(""), t);
+                }
+            }
+        }
+    }
+    p.end(backends);
+    String::from_utf8(out).unwrap()
 }
 
 #[test]
 fn markdown_layout() {
-    let md = sample_report().render(OutputFormat::Md);
+    let md = render(OutputFormat::Md, &sample_backends());
     let lines: Vec<&str> = md.lines().collect();
     assert_eq!(lines[0], "backend cpu: cpu device, rev 2");
     assert_eq!(lines[1], "backend vulkan: not built into this binary");
     assert_eq!(lines[4], "");
     assert_eq!(
         lines[5],
-        "| model | size | params | backend | device | test | t/s |"
+        "| model | size | params | backend | device | threads | test | t/s |"
     );
     let rows: Vec<&str> = lines[7..]
         .iter()
@@ -154,11 +201,11 @@ fn markdown_layout() {
         .collect();
     assert_eq!(rows.len(), 6, "{md}");
     for row in &rows {
-        assert_eq!(row.matches('|').count(), 8, "{row}");
+        assert_eq!(row.matches('|').count(), 9, "{row}");
     }
     assert_eq!(
         rows[0],
-        "| qwen2 494M Q4_0 | 1.50 MiB | 494.03 M | cpu | cpu device, rev 2 | pp8 | 100.00 ± 1.00 |"
+        "| qwen2 494M Q4_0 | 1.50 MiB | 494.03 M | cpu | cpu device, rev 2 | 2 | pp8 | 100.00 ± 1.00 |"
     );
     // rocm ÷ cpu: 400/100 and 25/10; rocmforge ÷ llama.cpp: 100/50, 10/20.
     assert!(md.contains("| rocm | 4.00 | 2.50 |"), "{md}");
@@ -167,40 +214,188 @@ fn markdown_layout() {
 }
 
 #[test]
+fn a_backend_failing_after_it_started_is_named_after_the_table() {
+    let mut backends = sample_backends();
+    backends[2].tests.clear();
+    let mut out = Vec::new();
+    let mut p = Printer::new(OutputFormat::Md, Some(sample_model()), run_info(), &mut out);
+    p.preamble(&backends);
+    p.begin();
+    backends[2].reason = Some("device lost".into());
+    p.end(&backends);
+    let md = String::from_utf8(out).unwrap();
+    assert!(md.starts_with("backend cpu:"), "{md}");
+    assert!(md.contains("\nbackend rocm: failed: device lost\n"), "{md}");
+}
+
+#[test]
 fn no_ratio_table_for_one_backend() {
-    let mut r = sample_report();
-    r.backends.truncate(2);
-    let md = r.render(OutputFormat::Md);
+    let mut backends = sample_backends();
+    backends.truncate(2);
+    let md = render(OutputFormat::Md, &backends);
     assert!(!md.contains("relative") && !md.contains("÷"), "{md}");
 }
 
 #[test]
+fn ratios_pair_equal_thread_counts() {
+    let mut cpu = result("cpu", 100.0, 10.0);
+    let mut four = result("cpu", 300.0, 20.0);
+    for t in &mut four.tests {
+        t.n_threads = 4;
+    }
+    cpu.tests.append(&mut four.tests);
+    let mut rocm = result("rocm", 400.0, 40.0);
+    rocm.tests[0].n_threads = 4;
+    let md = render(OutputFormat::Md, &[cpu, rocm]);
+    assert!(
+        md.contains("| backend | pp8 t2 | tg4 t2 | pp8 t4 | tg4 t4 |"),
+        "{md}"
+    );
+    // rocm's pp8 ran with 4 threads: 400/300; its tg4 with 2: 40/10.
+    assert!(md.contains("| rocm | - | 4.00 | 1.33 | - |"), "{md}");
+}
+
+#[test]
 fn csv_rows() {
-    let csv = sample_report().render(OutputFormat::Csv);
+    let csv = render(OutputFormat::Csv, &sample_backends());
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "model,size_bytes,n_params,backend,device,test,n_prompt,n_gen,mean_ts,sd_ts,reason"
+        "model,size_bytes,n_params,backend,device,n_threads,test,n_prompt,n_gen,mean_ts,sd_ts,reason"
     );
     // 3 backends × 2 tests, plus vulkan's reason row.
     assert_eq!(lines.len(), 1 + 7);
     assert_eq!(
         lines[1],
-        "qwen2 494M Q4_0,1572864,494030000,cpu,\"cpu device, rev 2\",pp8,8,0,100.0000,1.0000,"
+        "qwen2 494M Q4_0,1572864,494030000,cpu,\"cpu device, rev 2\",2,pp8,8,0,100.0000,1.0000,"
     );
     assert!(lines[3].starts_with("qwen2 494M Q4_0,1572864,494030000,vulkan,,,"));
 }
 
+/// The keys compare-llama-bench.py requires of every row
+/// (`LLAMA_BENCH_KEY_PROPERTIES` plus build_commit, test_time, avg_ts), and
+/// its other database fields, from llama.cpp's scripts/compare-llama-bench.py.
+const LLAMA_BENCH_REQUIRED: &[&str] = &[
+    "cpu_info",
+    "gpu_info",
+    "backends",
+    "n_gpu_layers",
+    "n_cpu_moe",
+    "tensor_buft_overrides",
+    "model_filename",
+    "model_type",
+    "n_batch",
+    "n_ubatch",
+    "embeddings",
+    "cpu_mask",
+    "cpu_strict",
+    "poll",
+    "n_threads",
+    "type_k",
+    "type_v",
+    "load_mode",
+    "no_kv_offload",
+    "split_mode",
+    "main_gpu",
+    "tensor_split",
+    "flash_attn",
+    "n_prompt",
+    "n_gen",
+    "n_depth",
+    "fit_target",
+    "fit_min_ctx",
+    "build_commit",
+    "test_time",
+    "avg_ts",
+    "build_number",
+    "model_size",
+    "model_n_params",
+    "no_op_offload",
+    "avg_ns",
+    "stddev_ns",
+    "stddev_ts",
+];
+
 #[test]
-fn json_round_trip_keeps_every_sample() {
-    let report = sample_report();
-    let json = report.render(OutputFormat::Json);
-    let back: Report = serde_json::from_str(&json).unwrap();
-    assert_eq!(back, report);
-    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let samples = &value["backends"][0]["tests"][0]["samples"];
-    assert_eq!(samples.as_array().unwrap().len(), 3);
-    assert_eq!(value["backends"][1]["reason"], "not built into this binary");
+fn json_rows_use_llama_bench_schema() {
+    let json = render(OutputFormat::Json, &sample_backends());
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    // cpu and rocm, two tests each; llama.cpp's own rows and vulkan's
+    // reason are not llama-bench rows.
+    assert_eq!(rows.len(), 4, "{json}");
+    for row in &rows {
+        for key in LLAMA_BENCH_REQUIRED {
+            assert!(row.get(key).is_some(), "{key} missing: {row}");
+        }
+    }
+    let pp = &rows[0];
+    assert_eq!(pp["backends"], "CPU");
+    assert_eq!(pp["gpu_info"], "");
+    assert_eq!(pp["model_filename"], "m.gguf");
+    assert_eq!(
+        (pp["n_prompt"].as_u64(), pp["n_gen"].as_u64()),
+        (Some(8), Some(0))
+    );
+    assert_eq!(pp["n_threads"], 2);
+    assert_eq!(pp["samples_ns"].as_array().unwrap().len(), 3);
+    let ts: Vec<f64> = serde_json::from_value(pp["samples_ts"].clone()).unwrap();
+    assert!((ts[1] - 100.0).abs() < 1e-6, "{ts:?}");
+    assert!((pp["avg_ts"].as_f64().unwrap() - 100.0).abs() < 1e-6);
+    // avg_ns is the mean of the nanoseconds: 8 tokens at 99, 100, 101 t/s.
+    let want_ns = (8e9 / 99.0 + 8e9 / 100.0 + 8e9 / 101.0) / 3.0;
+    assert!(
+        (pp["avg_ns"].as_f64().unwrap() - want_ns).abs() <= 1.0,
+        "{pp}"
+    );
+    assert_eq!(rows[2]["backends"], "ROCm");
+    assert_eq!(rows[2]["gpu_info"], "rocm device, rev 2");
+
+    let jsonl = render(OutputFormat::Jsonl, &sample_backends());
+    let lines: Vec<serde_json::Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines, rows);
+}
+
+#[test]
+fn test_time_is_rfc3339_utc() {
+    assert_eq!(llama_schema::rfc3339(0), "1970-01-01T00:00:00Z");
+    // 2024-02-29 12:34:56 UTC, a leap day.
+    assert_eq!(llama_schema::rfc3339(1_709_210_096), "2024-02-29T12:34:56Z");
+    assert_eq!(llama_schema::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+}
+
+#[test]
+fn tests_run_in_llama_bench_order() {
+    let plan = Plan {
+        n_prompts: vec![128, 0, 512],
+        n_gens: vec![16, 32],
+        repetitions: 1,
+        n_batch: 2048,
+        n_ubatch: 512,
+        n_cpu_moe: 0,
+    };
+    assert_eq!(
+        plan.tests(),
+        [
+            Test::Prompt(128),
+            Test::Prompt(512),
+            Test::Generate(16),
+            Test::Generate(32)
+        ]
+    );
+}
+
+#[test]
+fn paths_print_clean() {
+    assert_eq!(
+        report::clean_path(Path::new("/src/rocmforge/xtask/../target/./models/m.gguf")),
+        "/src/rocmforge/target/models/m.gguf"
+    );
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(report::clean_path(&cwd.join("a/../b/m.gguf")), "b/m.gguf");
+    assert_eq!(report::clean_path(Path::new("../m.gguf")), "../m.gguf");
 }
 
 #[test]
@@ -244,6 +439,26 @@ fn model_info_of_reference_fixture() {
         "{}",
         info.desc
     );
+}
+
+#[test]
+fn model_label_is_the_file_type_not_the_majority_tensor_type() {
+    // tiny-llama is a Q4_K_M file: mostly Q4_K tensors, some Q6_K.
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/reference/tiny-llama-Q4_K_M.gguf");
+    let model = rocmforge_core::model::Model::load(&path).unwrap();
+    let info = ModelInfo::of(&model, &path);
+    assert!(
+        info.desc.starts_with("llama ") && info.desc.ends_with(" Q4_K_M"),
+        "{}",
+        info.desc
+    );
+    assert!(
+        info.llama_type.ends_with(" Q4_K - Medium"),
+        "{}",
+        info.llama_type
+    );
+    assert!(!info.path.contains(".."), "{}", info.path);
 }
 
 #[test]

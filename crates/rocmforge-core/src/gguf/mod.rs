@@ -14,6 +14,7 @@
 mod cursor;
 mod error;
 mod file;
+mod file_type;
 mod parse;
 mod tensor;
 mod value;
@@ -21,6 +22,7 @@ mod writer;
 
 pub use error::GgufError;
 pub use file::GgufFile;
+pub use file_type::{FileType, FILE_TYPE_KEY};
 pub use tensor::TensorInfo;
 pub use value::GgufValue;
 pub use writer::{GgufStream, GgufWriter};

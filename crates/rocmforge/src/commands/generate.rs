@@ -1,7 +1,9 @@
-//! `rocmforge generate`: stream a completion to stdout, timings to stderr.
+//! `rocmforge generate`: stream a completion to stdout, timings to stderr
+//! (or print one JSON object with both, `--json`). Flags follow llama.cpp's
+//! `llama-cli` where they overlap (`-m -p -f -n -c -t -s --temp -ngl`).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,44 +15,49 @@ use rocmforge_core::sampler::{Sampler, SamplerConfig};
 use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
 
-use super::backend_choice::{create_backend, load_bar, remember_failure, BackendRequest};
+use super::backend_choice::{create_backend, load_bar, BackendArgs, Chosen};
+use super::text_input::read_text;
 use super::{check_model_path, note, write_stdout, CliError};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Model file.
-    #[arg(long)]
-    gguf: PathBuf,
-    /// Prompt text (special tokens such as `<|im_start|>` are recognised).
-    #[arg(long)]
-    prompt: String,
-    /// Tokens to generate at most.
-    #[arg(long, short = 'n', default_value_t = 128)]
-    max_tokens: usize,
-    /// Compute backend: auto (rocm, then vulkan, then cpu; GPU backends are
-    /// probed in a child process first), rocm, vulkan or cpu.
-    #[arg(long, default_value = "auto")]
-    backend: String,
-    /// With --backend auto: probe the GPU backends again instead of using
-    /// the verdicts cached for this device, driver and build.
-    #[arg(long)]
-    reprobe: bool,
-    /// With --backend auto: seconds a probe may take before its backend is
-    /// declared hung and passed over.
-    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
-    probe_timeout: f64,
-    /// CPU threads (0 = one per core).
-    #[arg(long, short = 't', default_value_t = 0)]
-    threads: usize,
-    /// GPU device index (default: the backend's choice, discrete GPUs first).
-    #[arg(long)]
-    device: Option<usize>,
-    /// Seconds any wait for the GPU may take before the run stops with an
-    /// error naming the work in flight.
-    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
-    gpu_timeout: f64,
+    #[arg(
+        long = "gguf",
+        short = 'm',
+        visible_alias = "model",
+        value_name = "PATH",
+        required_unless_present = "list_devices"
+    )]
+    gguf: Option<PathBuf>,
+    /// Prompt text, or `-` to read it from stdin (special tokens such as
+    /// `<|im_start|>` are recognised).
+    #[arg(
+        long,
+        short = 'p',
+        conflicts_with = "file",
+        required_unless_present_any = ["file", "list_devices"]
+    )]
+    prompt: Option<String>,
+    /// File holding the prompt, or `-` for stdin. One trailing newline is
+    /// dropped, as llama.cpp's `-f` does.
+    #[arg(long, short = 'f', value_name = "PATH")]
+    file: Option<PathBuf>,
+    /// Tokens to generate at most; -1 generates until the end-of-generation
+    /// token or a full context.
+    #[arg(
+        long = "n-predict",
+        short = 'n',
+        visible_alias = "max-tokens",
+        value_name = "N",
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
+    n_predict: i64,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Context size in tokens (0 = the model's training context, capped at 4096).
-    #[arg(long, short = 'c', default_value_t = 0)]
+    #[arg(long, short = 'c', default_value_t = 0, allow_negative_numbers = true)]
     ctx_size: usize,
     /// Temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.8)]
@@ -70,12 +77,29 @@ pub struct Args {
     /// Last tokens the repetition penalty considers.
     #[arg(long, default_value_t = 64)]
     repeat_last_n: usize,
-    /// Sampling seed: the same seed gives the same output.
-    #[arg(long, short = 's', default_value_t = 0)]
-    seed: u64,
+    /// Sampling seed: the same seed gives the same output. -1 (the default)
+    /// picks a random one and prints it to stderr (where sampling draws
+    /// on it: --temp above 0).
+    #[arg(
+        long,
+        short = 's',
+        value_name = "N",
+        default_value = "-1",
+        allow_negative_numbers = true,
+        value_parser = parse_seed
+    )]
+    seed: Seed,
     /// Print generated token ids, one per line, instead of text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "json")]
     ids: bool,
+    /// Print one JSON object at the end instead of streaming text: token
+    /// counts, timings, seed, backend and the generated text.
+    #[arg(long)]
+    json: bool,
+    /// List every backend of this build with its device, or why it cannot
+    /// run here, and exit.
+    #[arg(long)]
+    list_devices: bool,
     /// Do not add the BOS token even if the model asks for it.
     #[arg(long)]
     no_bos: bool,
@@ -84,6 +108,41 @@ pub struct Args {
     /// --n-cpu-moe, for mixture-of-experts models larger than the card).
     #[arg(long, value_name = "N", default_value_t = 0)]
     n_cpu_moe: usize,
+}
+
+/// `-s`: a fixed seed, or a random one (`-1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seed {
+    Fixed(u64),
+    Random,
+}
+
+fn parse_seed(s: &str) -> Result<Seed, String> {
+    match s.trim() {
+        "-1" => Ok(Seed::Random),
+        t => t.parse().map(Seed::Fixed).map_err(|_| {
+            format!(
+                "expected a seed from 0 to {}, or -1 for a random one",
+                u64::MAX
+            )
+        }),
+    }
+}
+
+impl Seed {
+    /// The seed to use; a random one differs between runs (the hash
+    /// keys of std's `RandomState` are drawn from the OS once per process,
+    /// and the time and process id are mixed in on top).
+    pub fn resolve(self) -> u64 {
+        match self {
+            Seed::Fixed(s) => s,
+            Seed::Random => {
+                use std::hash::BuildHasher;
+                std::collections::hash_map::RandomState::new()
+                    .hash_one((std::time::SystemTime::now(), std::process::id()))
+            }
+        }
+    }
 }
 
 /// How a generation ended, for the exit code.
@@ -111,6 +170,19 @@ fn install_interrupt_handler() {
 }
 
 pub fn run(a: Args) -> Result<Finished, CliError> {
+    if a.list_devices {
+        super::devices::list(&a.backend)?;
+        return Ok(Finished::Done);
+    }
+    let max_tokens = match a.n_predict {
+        -1 => None,
+        n => Some(usize::try_from(n).map_err(|_| {
+            format!(
+                "-n/--n-predict takes a token count or -1 (until the end of generation), got {n}"
+            )
+        })?),
+    };
+    let seed = a.seed.resolve();
     let sampler_cfg = SamplerConfig {
         temperature: a.temp,
         top_k: a.top_k,
@@ -118,51 +190,79 @@ pub fn run(a: Args) -> Result<Finished, CliError> {
         min_p: a.min_p,
         repeat_penalty: a.repeat_penalty,
         repeat_last_n: a.repeat_last_n,
-        seed: a.seed,
+        seed,
     };
     let mut sampler = Sampler::new(sampler_cfg)?;
     // The user's input is checked before any backend starts: probing one
     // takes seconds, a typo in a path should not.
     let input = read_input(&a)?;
-    if let Some(w) = registry::threads_warning(a.threads) {
-        note(&w);
+    let Chosen { backend, failures } = create_backend(&a.backend)?;
+    let run = Run {
+        max_tokens,
+        seed,
+        // Greedy decoding (--temp 0) draws no random numbers: its seed
+        // would be noise.
+        print_seed: a.seed == Seed::Random && a.temp > 0.0,
+        sampler: &mut sampler,
+    };
+    let result = generate(&a, run, input, backend);
+    if let Err(e) = &result {
+        failures.record_failure(e.as_ref());
     }
-    let chosen = create_backend(BackendRequest {
-        name: &a.backend,
-        reprobe: a.reprobe,
-        probe_timeout: a.probe_timeout,
-        options: BackendOptions {
-            threads: a.threads,
-            device: a.device,
-            allow_software_devices: false,
-            gpu_timeout: Some(gpu_timeout(a.gpu_timeout)?),
-        },
-    })?;
-    let backend_name = chosen.backend.info().name;
-    let result = generate(&a, &mut sampler, input, chosen.backend);
-    remember_failure(&chosen.auto_cache, backend_name, a.device, &result);
     result
+}
+
+/// What `run` worked out from the flags for the generation loop.
+struct Run<'s> {
+    /// None: until the end of generation or a full context.
+    max_tokens: Option<usize>,
+    seed: u64,
+    /// Say which random seed was picked, so the run can be repeated.
+    print_seed: bool,
+    sampler: &'s mut Sampler,
 }
 
 /// The model, its tokenizer and the prompt, checked.
 struct Input {
     model: Arc<Model>,
     tok: Tokenizer,
+    /// The prompt as given, echoed before the completion.
+    text: String,
     prompt: Vec<u32>,
     n_ctx: usize,
     t_load: Instant,
 }
 
+/// The prompt's text from `-p` or `-f`, either of which may be `-` for
+/// stdin.
+fn prompt_text(a: &Args) -> Result<String, CliError> {
+    match (&a.prompt, &a.file) {
+        (Some(p), _) if p == "-" => read_text(Path::new("-"), "the prompt"),
+        (Some(p), _) => Ok(p.clone()),
+        (None, Some(f)) => read_text(f, "the prompt"),
+        // clap requires one of them unless --list-devices is given.
+        (None, None) => Err("give a prompt with -p TEXT or -f FILE".into()),
+    }
+}
+
+/// The model path, which clap requires unless --list-devices is given.
+fn model_path(path: &Option<PathBuf>) -> Result<&PathBuf, CliError> {
+    path.as_ref()
+        .ok_or_else(|| "give the model file with -m PATH".into())
+}
+
 fn read_input(a: &Args) -> Result<Input, CliError> {
-    check_model_path(&a.gguf)?;
+    let path = model_path(&a.gguf)?;
+    check_model_path(path)?;
+    let text = prompt_text(a)?;
     let t_load = Instant::now();
-    let model = Arc::new(Model::load(&a.gguf).map_err(|e| format!("{}: {e}", a.gguf.display()))?);
+    let model = Arc::new(Model::load(path).map_err(|e| format!("{}: {e}", path.display()))?);
     let tok = Tokenizer::from_gguf(&model.file)?;
     let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
-    let prompt = tok.encode(&a.prompt, tok.add_bos_default() && !a.no_bos, true);
+    let prompt = tok.encode(&text, tok.add_bos_default() && !a.no_bos, true);
     if prompt.is_empty() {
         return Err(
-            "the prompt is empty and the model adds no BOS token: give some text with --prompt"
+            "the prompt is empty and the model adds no BOS token: give some text with -p or -f"
                 .into(),
         );
     }
@@ -176,21 +276,58 @@ fn read_input(a: &Args) -> Result<Input, CliError> {
     Ok(Input {
         model,
         tok,
+        text,
         prompt,
         n_ctx,
         t_load,
     })
 }
 
+/// `generate --json`'s object. Field names follow llama.cpp's server
+/// `timings` where one exists (`prompt_n`, `prompt_ms`, ...).
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    backend: &'a str,
+    device: &'a str,
+    seed: u64,
+    prompt_n: usize,
+    prompt_ms: f64,
+    prompt_per_second: f64,
+    predicted_n: usize,
+    predicted_ms: f64,
+    predicted_per_second: f64,
+    stop_reason: &'a str,
+    text: &'a str,
+    tokens: &'a [u32],
+}
+
+/// Where generated tokens go: streamed as text or ids, or kept for the
+/// JSON report.
+enum Sink {
+    Text(StreamDecoder),
+    Ids,
+    Json {
+        text: String,
+        decoder: StreamDecoder,
+    },
+}
+
 fn generate(
     a: &Args,
-    sampler: &mut Sampler,
+    run: Run<'_>,
     input: Input,
     backend: Box<dyn Backend>,
 ) -> Result<Finished, CliError> {
+    let Run {
+        max_tokens,
+        seed,
+        print_seed,
+        sampler,
+    } = run;
     let Input {
         model,
         tok,
+        text,
         prompt,
         n_ctx,
         t_load,
@@ -205,7 +342,7 @@ fn generate(
         ..SessionOptions::default()
     };
     let host_opts = BackendOptions {
-        threads: a.threads,
+        threads: a.backend.threads,
         ..BackendOptions::default()
     };
     let backend = registry::with_cpu_experts(backend, &model, a.n_cpu_moe, &host_opts)?;
@@ -225,12 +362,27 @@ fn generate(
         "backend: {} on {}; model loaded in {:.2} s",
         info.name, info.device, load_s
     ));
+    // Printed once the model is loaded, so that anything refused before
+    // (a bad path, a model too large) is still one line.
+    if print_seed {
+        note(&format!(
+            "seed: {seed} (random; -s {seed} repeats this run)"
+        ));
+    }
 
     install_interrupt_handler();
     let mut out = std::io::stdout().lock();
-    if !a.ids {
-        write_stdout(&mut out, a.prompt.as_bytes())?;
-    }
+    let mut sink = if a.json {
+        Sink::Json {
+            text: String::new(),
+            decoder: StreamDecoder::new(),
+        }
+    } else if a.ids {
+        Sink::Ids
+    } else {
+        write_stdout(&mut out, text.as_bytes())?;
+        Sink::Text(StreamDecoder::new())
+    };
     let t_prompt = Instant::now();
     let mut logits = session.eval(&prompt)?.to_vec();
     let prompt_s = t_prompt.elapsed().as_secs_f64();
@@ -239,22 +391,26 @@ fn generate(
     }
 
     let t_gen = Instant::now();
-    let mut decoder = StreamDecoder::new();
-    let mut generated = 0;
+    let mut tokens = Vec::new();
     let mut stop_reason = "max tokens";
     let mut failure = None;
-    while generated < a.max_tokens {
+    while max_tokens.is_none_or(|m| tokens.len() < m) {
         if INTERRUPTED.load(Ordering::SeqCst) {
             stop_reason = "interrupted";
             break;
         }
         let id = sampler.sample(&logits);
         sampler.accept(id);
-        generated += 1;
-        if a.ids {
-            write_stdout(&mut out, format!("{id}\n").as_bytes())?;
-        } else if !tok.is_eog(id) {
-            write_stdout(&mut out, decoder.push(&tok, id).as_bytes())?;
+        tokens.push(id);
+        match &mut sink {
+            Sink::Ids => write_stdout(&mut out, format!("{id}\n").as_bytes())?,
+            Sink::Text(decoder) if !tok.is_eog(id) => {
+                write_stdout(&mut out, decoder.push(&tok, id).as_bytes())?
+            }
+            Sink::Json { text, decoder } if !tok.is_eog(id) => {
+                text.push_str(&decoder.push(&tok, id))
+            }
+            _ => {}
         }
         if tok.is_eog(id) {
             stop_reason = "end of generation";
@@ -264,7 +420,7 @@ fn generate(
             stop_reason = "context full";
             break;
         }
-        if generated < a.max_tokens {
+        if max_tokens.is_none_or(|m| tokens.len() < m) {
             match session.eval(&[id]) {
                 Ok(l) => logits.copy_from_slice(l),
                 Err(e) => {
@@ -278,22 +434,48 @@ fn generate(
     if INTERRUPTED.load(Ordering::SeqCst) {
         stop_reason = "interrupted";
     }
+    let gen_s = t_gen.elapsed().as_secs_f64();
+    let per_second = |n: usize, s: f64| n as f64 / s.max(1e-9);
     // What was generated stays on stdout, ended by a newline, before any
     // error: a failure mid-run loses nothing already streamed.
-    if !a.ids {
-        let rest = decoder.finish();
-        write_stdout(&mut out, format!("{rest}\n").as_bytes())?;
+    match sink {
+        Sink::Text(mut decoder) => {
+            let rest = decoder.finish();
+            write_stdout(&mut out, format!("{rest}\n").as_bytes())?;
+        }
+        Sink::Ids => {}
+        Sink::Json {
+            mut text,
+            mut decoder,
+        } => {
+            text.push_str(&decoder.finish());
+            let report = Report {
+                backend: info.name,
+                device: &info.device,
+                seed,
+                prompt_n: prompt.len(),
+                prompt_ms: prompt_s * 1e3,
+                prompt_per_second: per_second(prompt.len(), prompt_s),
+                predicted_n: tokens.len(),
+                predicted_ms: gen_s * 1e3,
+                predicted_per_second: per_second(tokens.len(), gen_s),
+                stop_reason,
+                text: &text,
+                tokens: &tokens,
+            };
+            let json = serde_json::to_string(&report)?;
+            write_stdout(&mut out, format!("{json}\n").as_bytes())?;
+        }
     }
     out.flush()?;
-    let gen_s = t_gen.elapsed().as_secs_f64();
     note(&format!(
         "prompt: {} tokens in {:.2} s ({:.1} t/s); generated: {} tokens in {:.2} s ({:.1} t/s); stopped: {}",
         prompt.len(),
         prompt_s,
-        prompt.len() as f64 / prompt_s.max(1e-9),
-        generated,
+        per_second(prompt.len(), prompt_s),
+        tokens.len(),
         gen_s,
-        generated as f64 / gen_s.max(1e-9),
+        per_second(tokens.len(), gen_s),
         stop_reason
     ));
     if let Some(e) = failure {
@@ -304,21 +486,6 @@ fn generate(
     } else {
         Finished::Done
     })
-}
-
-/// The context size for `--ctx-size` (0 = the model's training context,
-/// capped at 4096), warning when it is longer than the model was trained on.
-pub fn context_size(requested: usize, n_ctx_train: usize) -> usize {
-    let n_ctx = match requested {
-        0 => n_ctx_train.min(4096),
-        n => n,
-    };
-    if n_ctx > n_ctx_train {
-        note(&format!(
-            "warning: context size {n_ctx} is longer than the model's training context {n_ctx_train}; output past {n_ctx_train} tokens is likely to degrade"
-        ));
-    }
-    n_ctx
 }
 
 /// `--gpu-timeout` as a duration: positive and finite.
@@ -335,4 +502,19 @@ pub fn positive_secs(flag: &str, secs: f64) -> Result<Duration, String> {
             "{flag} must be a positive number of seconds, got {secs}"
         ))
     }
+}
+
+/// The context a run uses: `requested`, or with 0 the model's training
+/// context capped at 4096; a warning when it exceeds the training context.
+pub fn context_size(requested: usize, n_ctx_train: usize) -> usize {
+    let n_ctx = match requested {
+        0 => n_ctx_train.min(4096),
+        n => n,
+    };
+    if n_ctx > n_ctx_train {
+        note(&format!(
+            "warning: context size {n_ctx} is longer than the model's training context {n_ctx_train}; output past {n_ctx_train} tokens is likely to degrade"
+        ));
+    }
+    n_ctx
 }

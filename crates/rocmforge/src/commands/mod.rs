@@ -3,11 +3,14 @@
 
 pub mod backend_choice;
 pub mod chat;
+pub mod devices;
 pub mod doctor;
 pub mod doctor_probe;
 pub mod generate;
 pub mod info;
+pub mod perplexity;
 pub mod probe_case;
+pub mod text_input;
 pub mod tokenize;
 
 use std::path::Path;

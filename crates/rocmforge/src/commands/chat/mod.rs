@@ -22,7 +22,6 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rocmforge::registry::{self, BackendOptions};
 use rocmforge_core::backend::Backend;
 use rocmforge_core::chat::{
     CachedText, ChatTemplate, RenderOptions, StopStrings, TemplateError, TemplateOrigin,
@@ -32,8 +31,8 @@ use rocmforge_core::sampler::{Sampler, SamplerConfig};
 use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
 use rocmforge_core::tokenizer::Tokenizer;
 
-use super::backend_choice::{create_backend, load_bar, remember_failure, BackendRequest};
-use super::generate::{context_size, gpu_timeout};
+use super::backend_choice::{create_backend, load_bar, BackendArgs};
+use super::generate::context_size;
 use super::{check_model_path, note, CliError};
 use conversation::Chat;
 
@@ -63,24 +62,8 @@ pub struct Args {
     /// without reasoning first).
     #[arg(long)]
     no_think: bool,
-    /// Compute backend: auto (rocm, then vulkan, then cpu), rocm, vulkan or cpu.
-    #[arg(long, default_value = "auto")]
-    backend: String,
-    /// With --backend auto: probe the GPU backends again.
-    #[arg(long)]
-    reprobe: bool,
-    /// With --backend auto: seconds a probe may take.
-    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
-    probe_timeout: f64,
-    /// CPU threads (0 = one per core).
-    #[arg(long, short = 't', default_value_t = 0)]
-    threads: usize,
-    /// GPU device index.
-    #[arg(long)]
-    device: Option<usize>,
-    /// Seconds any wait for the GPU may take.
-    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
-    gpu_timeout: f64,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Context size in tokens, the whole conversation's (0 = the model's
     /// training context, capped at 4096).
     #[arg(long, short = 'c', default_value_t = 0)]
@@ -130,21 +113,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let tok = Tokenizer::from_gguf(&model.file)?;
     let template = load_template(&a, &model)?;
     let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
-    if let Some(w) = registry::threads_warning(a.threads) {
-        note(&w);
-    }
-    let chosen = create_backend(BackendRequest {
-        name: &a.backend,
-        reprobe: a.reprobe,
-        probe_timeout: a.probe_timeout,
-        options: BackendOptions {
-            threads: a.threads,
-            device: a.device,
-            allow_software_devices: false,
-            gpu_timeout: Some(gpu_timeout(a.gpu_timeout)?),
-        },
-    })?;
-    let backend_name = chosen.backend.info().name;
+    let chosen = create_backend(&a.backend)?;
     let result = start_session(model, chosen.backend, n_ctx).and_then(|session| {
         let render = RenderOptions {
             add_generation_prompt: true,
@@ -168,7 +137,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
         chat.clear();
         chat.converse()
     });
-    remember_failure(&chosen.auto_cache, backend_name, a.device, &result);
+    if let Err(e) = &result {
+        chosen.failures.record_failure(e.as_ref());
+    }
     result
 }
 
