@@ -117,7 +117,7 @@ pub enum Seed {
     Random,
 }
 
-fn parse_seed(s: &str) -> Result<Seed, String> {
+pub fn parse_seed(s: &str) -> Result<Seed, String> {
     match s.trim() {
         "-1" => Ok(Seed::Random),
         t => t.parse().map(Seed::Fixed).map_err(|_| {

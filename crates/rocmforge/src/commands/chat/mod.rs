@@ -32,7 +32,7 @@ use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
 use rocmforge_core::tokenizer::Tokenizer;
 
 use super::backend_choice::{create_backend, load_bar, BackendArgs};
-use super::generate::context_size;
+use super::generate::{context_size, parse_seed, Seed};
 use super::{check_model_path, note, CliError};
 use conversation::Chat;
 
@@ -86,12 +86,22 @@ pub struct Args {
     /// Last tokens the repetition penalty considers.
     #[arg(long, default_value_t = 64)]
     repeat_last_n: usize,
-    /// Sampling seed: the same seed gives the same replies.
-    #[arg(long, short = 's', default_value_t = 0)]
-    seed: u64,
+    /// Sampling seed: the same seed gives the same replies. -1 (the
+    /// default) picks a random one and prints it (where sampling draws on
+    /// it: --temp above 0).
+    #[arg(
+        long,
+        short = 's',
+        value_name = "N",
+        default_value = "-1",
+        allow_negative_numbers = true,
+        value_parser = parse_seed
+    )]
+    seed: Seed,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
+    let seed = a.seed.resolve();
     let sampler = Sampler::new(SamplerConfig {
         temperature: a.temp,
         top_k: a.top_k,
@@ -99,7 +109,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         min_p: a.min_p,
         repeat_penalty: a.repeat_penalty,
         repeat_last_n: a.repeat_last_n,
-        seed: a.seed,
+        seed,
     })?;
     if a.n_predict < -1 {
         return Err(format!("-n/--n-predict must be -1 or more, got {}", a.n_predict).into());
@@ -114,7 +124,14 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let template = load_template(&a, &model)?;
     let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
     let chosen = create_backend(&a.backend)?;
+    let print_seed = a.seed == Seed::Random && a.temp > 0.0;
     let result = start_session(model, chosen.backend, n_ctx).and_then(|session| {
+        // After the load, so anything refused before stays one line.
+        if print_seed {
+            note(&format!(
+                "seed: {seed} (random; -s {seed} repeats this chat)"
+            ));
+        }
         let render = RenderOptions {
             add_generation_prompt: true,
             bos_token: token_text(&tok, tok.bos()),
