@@ -40,7 +40,11 @@ for chunk in stream:
         if choice.finish_reason:
             finish_reason = choice.finish_reason
     if getattr(chunk, "usage", None):
-        usage = chunk.usage.model_dump()
+        usage = {
+            "prompt_tokens": chunk.usage.prompt_tokens,
+            "completion_tokens": chunk.usage.completion_tokens,
+            "total_tokens": chunk.usage.total_tokens,
+        }
 print(
     json.dumps(
         {

@@ -103,7 +103,10 @@ impl ApiError {
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError {
                 status,
-                message: format!("Request body too large (the limit is {} bytes)", super::routes::BODY_LIMIT),
+                message: format!(
+                    "Request body too large (the limit is {} bytes)",
+                    super::routes::BODY_LIMIT
+                ),
                 kind: "invalid_request_error",
                 param: None,
                 code: Some("request_too_large"),
@@ -111,7 +114,10 @@ impl ApiError {
         } else {
             ApiError {
                 status,
-                ..ApiError::invalid(format!("Cannot read the request body: {}", r.body_text()), None)
+                ..ApiError::invalid(
+                    format!("Cannot read the request body: {}", r.body_text()),
+                    None,
+                )
             }
         }
     }

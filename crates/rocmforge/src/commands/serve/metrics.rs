@@ -43,7 +43,10 @@ impl Metrics {
             "Generation requests received, by endpoint.",
             &[
                 (r#"{endpoint="chat_completions"}"#, get(&self.chat_requests)),
-                (r#"{endpoint="completions"}"#, get(&self.completion_requests)),
+                (
+                    r#"{endpoint="completions"}"#,
+                    get(&self.completion_requests),
+                ),
             ],
         );
         family(

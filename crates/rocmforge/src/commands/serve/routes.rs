@@ -183,7 +183,9 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
                             ("text", Some(t)) => text.push_str(&t),
                             (kind, _) => {
                                 return Err(ApiError::invalid(
-                                    format!("message content of type `{kind}` is not supported (text only)"),
+                                    format!(
+                                    "message content of type `{kind}` is not supported (text only)"
+                                ),
                                     Some("messages"),
                                 ))
                             }
@@ -196,7 +198,10 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
         })
         .collect::<Result<Vec<_>, _>>()?;
     if messages.is_empty() {
-        return Err(ApiError::invalid("messages must not be empty", Some("messages")));
+        return Err(ApiError::invalid(
+            "messages must not be empty",
+            Some("messages"),
+        ));
     }
     let mut sampling = req.sampling;
     sampling.max_tokens = sampling.max_tokens.or(req.max_completion_tokens);
@@ -430,7 +435,11 @@ fn generation(
 fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     h.finish()
 }
 
@@ -469,7 +478,9 @@ async fn started(events: &mut UnboundedReceiver<Event>) -> Result<usize, ApiErro
         Some(Event::Started { prompt_tokens }) => Ok(prompt_tokens),
         Some(Event::Rejected(e)) => Err(e),
         Some(Event::Failed(m)) => Err(ApiError::server(m)),
-        _ => Err(ApiError::server("the model worker ended the request without an answer")),
+        _ => Err(ApiError::server(
+            "the model worker ended the request without an answer",
+        )),
     }
 }
 
@@ -517,7 +528,9 @@ async fn collect(
             Event::Started { .. } => {}
         }
     }
-    Err(ApiError::server("the model worker ended the request without an answer"))
+    Err(ApiError::server(
+        "the model worker ended the request without an answer",
+    ))
 }
 
 fn sse_json(value: &impl serde::Serialize) -> Result<SseEvent, Infallible> {

@@ -117,10 +117,9 @@ impl Worker {
     fn prompt(&self, input: &Input) -> Result<Vec<u32>, ApiError> {
         match input {
             Input::Chat(messages) => {
-                let rendered = self
-                    .template
-                    .render(messages, &self.render)
-                    .map_err(|e| ApiError::invalid(format!("chat template: {e}"), Some("messages")))?;
+                let rendered = self.template.render(messages, &self.render).map_err(|e| {
+                    ApiError::invalid(format!("chat template: {e}"), Some("messages"))
+                })?;
                 Ok(prompt_tokens(&self.tok, &rendered))
             }
             Input::Text(text) => Ok(self.tok.encode(text, self.tok.add_bos_default(), true)),
@@ -133,7 +132,10 @@ impl Worker {
             generation: g,
             events,
         } = job;
-        let prompt = match self.prompt(&input).and_then(|p| self.check_fits(&p, g.max_tokens).map(|()| p)) {
+        let prompt = match self
+            .prompt(&input)
+            .and_then(|p| self.check_fits(&p, g.max_tokens).map(|()| p))
+        {
             Ok(p) => p,
             Err(e) => {
                 let _ = events.send(Event::Rejected(e));
@@ -201,7 +203,11 @@ impl Worker {
         // between clients.
         self.session.reset();
         let mut sampler = Sampler::new(g.sampler.clone()).map_err(|e| e.to_string())?;
-        let mut logits = self.session.eval(prompt).map_err(|e| e.to_string())?.to_vec();
+        let mut logits = self
+            .session
+            .eval(prompt)
+            .map_err(|e| e.to_string())?
+            .to_vec();
         for &t in prompt {
             sampler.accept(t);
         }
@@ -221,7 +227,9 @@ impl Worker {
             if self.tok.is_eog(id) {
                 break FinishReason::Stop;
             }
-            let logprob = g.top_logprobs.map(|k| token_logprob(&self.tok, &logits, id, k));
+            let logprob = g
+                .top_logprobs
+                .map(|k| token_logprob(&self.tok, &logits, id, k));
             let step = stops.push(&decoder.push(&self.tok, id));
             if events
                 .send(Event::Token {
@@ -267,7 +275,11 @@ impl Worker {
 pub fn token_logprob(tok: &Tokenizer, logits: &[f32], id: u32, k: usize) -> TokenLogprob {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let log_sum = logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln() + max;
-    let lp = |i: u32| logits.get(i as usize).map_or(f32::NEG_INFINITY, |&l| l - log_sum);
+    let lp = |i: u32| {
+        logits
+            .get(i as usize)
+            .map_or(f32::NEG_INFINITY, |&l| l - log_sum)
+    };
     let mut order: Vec<u32> = (0..logits.len() as u32).collect();
     let k = k.min(order.len());
     if k > 0 {
@@ -278,7 +290,11 @@ pub fn token_logprob(tok: &Tokenizer, logits: &[f32], id: u32, k: usize) -> Toke
         });
     }
     order.truncate(k);
-    order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
     let entry = |i: u32| {
         let bytes = tok.token_to_piece_special(i);
         (String::from_utf8_lossy(&bytes).into_owned(), bytes)
