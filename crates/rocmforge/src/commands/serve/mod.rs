@@ -60,6 +60,11 @@ pub fn run(a: Args) -> Result<(), CliError> {
     if a.api_key.as_deref().is_some_and(str::is_empty) {
         return Err("--api-key must not be empty".into());
     }
+    // Bound before the model loads: a port in use fails at once, not after
+    // a load that may take minutes.
+    let listener = std::net::TcpListener::bind((a.host.as_str(), a.port))
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", a.host, a.port))?;
     let model_id = model_id(&a.model);
     let metrics = Arc::new(Metrics::default());
     let (jobs, queue) = mpsc::channel::<Job>();
@@ -104,9 +109,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind((a.host.as_str(), a.port))
-            .await
-            .map_err(|e| format!("cannot listen on {}:{}: {e}", a.host, a.port))?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
         let addr = listener.local_addr()?;
         note(&format!(
             "serving {model_id} (context {} tokens)",
