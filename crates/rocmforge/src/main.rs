@@ -33,6 +33,9 @@ enum Command {
     Chat(commands::chat::Args),
     /// Perplexity of a text file, by llama-perplexity's method.
     Perplexity(commands::perplexity::Args),
+    /// Serve the model over HTTP with OpenAI's API (chat and text
+    /// completions, streamed or whole).
+    Serve(commands::serve::Args),
     /// Print the token ids of a text.
     Tokenize(commands::tokenize::Args),
     /// Print a GGUF file's metadata and tensor table.
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Chat(a) => commands::chat::run(a),
         Command::ProbeCase(a) => commands::probe_case::run(a),
         Command::Perplexity(a) => commands::perplexity::run(a),
+        Command::Serve(a) => commands::serve::run(a),
         Command::Tokenize(a) => commands::tokenize::run(a),
         Command::Info(a) => commands::info::run(a),
         Command::Doctor(a) => commands::doctor::run(a),

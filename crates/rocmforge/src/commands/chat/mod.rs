@@ -121,7 +121,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     check_model_path(&a.model)?;
     let model = Arc::new(Model::load(&a.model).map_err(|e| format!("{}: {e}", a.model.display()))?);
     let tok = Tokenizer::from_gguf(&model.file)?;
-    let template = load_template(&a, &model)?;
+    let template = load_template(a.chat_template_file.as_deref(), &model)?;
     let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
     let chosen = create_backend(&a.backend)?;
     let print_seed = a.seed == Seed::Random && a.temp > 0.0;
@@ -164,8 +164,11 @@ pub fn run(a: Args) -> Result<(), CliError> {
 /// else ChatML. A model template that does not parse falls back to ChatML
 /// with a warning, as llama.cpp does, since the file is not the user's to
 /// fix; a template file given on the command line must parse.
-fn load_template(a: &Args, model: &Model) -> Result<ChatTemplate, CliError> {
-    if let Some(path) = &a.chat_template_file {
+pub(crate) fn load_template(
+    file: Option<&std::path::Path>,
+    model: &Model,
+) -> Result<ChatTemplate, CliError> {
+    if let Some(path) = file {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("{}: cannot read the chat template: {e}", path.display()))?;
         return ChatTemplate::new(&text).map_err(|e| format!("{}: {e}", path.display()).into());
@@ -187,13 +190,13 @@ fn load_template(a: &Args, model: &Model) -> Result<ChatTemplate, CliError> {
     }
 }
 
-fn token_text(tok: &Tokenizer, id: Option<u32>) -> String {
+pub(crate) fn token_text(tok: &Tokenizer, id: Option<u32>) -> String {
     id.and_then(|id| tok.token_text(id))
         .unwrap_or_default()
         .to_owned()
 }
 
-fn start_session(
+pub(crate) fn start_session(
     model: Arc<Model>,
     backend: Box<dyn Backend>,
     n_ctx: usize,

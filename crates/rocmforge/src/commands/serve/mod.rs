@@ -1,0 +1,174 @@
+//! `rocmforge serve`: an OpenAI-compatible HTTP server (axum on tokio).
+//!
+//! One model, one session, on one worker thread ([`worker`]) fed by a FIFO
+//! queue: requests are answered one at a time in arrival order. The HTTP
+//! side ([`routes`]) checks requests, queues them, and streams each job's
+//! tokens back. docs/server.md has the endpoints and how batched decoding
+//! of several sequences would extend this.
+
+mod errors;
+mod metrics;
+mod openai;
+mod routes;
+mod worker;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{mpsc, Arc};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rocmforge_core::chat::RenderOptions;
+use rocmforge_core::model::Model;
+use rocmforge_core::tokenizer::Tokenizer;
+
+use super::backend_choice::{create_backend, BackendArgs};
+use super::chat::{load_template, start_session, token_text};
+use super::generate::context_size;
+use super::{check_model_path, note, CliError};
+use metrics::Metrics;
+use routes::AppState;
+use worker::{Job, ModelInfo, Worker};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model file.
+    #[arg(long = "model", short = 'm', alias = "gguf", value_name = "PATH")]
+    model: PathBuf,
+    /// Address to listen on; the default takes connections from this
+    /// machine only.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0 = any free port; the address is printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on the /v1 routes.
+    #[arg(long, value_name = "KEY")]
+    api_key: Option<String>,
+    /// A Jinja chat template to use instead of the model's.
+    #[arg(long, value_name = "PATH")]
+    chat_template_file: Option<PathBuf>,
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// Context size in tokens, each request's prompt and reply together (0
+    /// = the model's training context, capped at 4096).
+    #[arg(long, short = 'c', default_value_t = 0)]
+    ctx_size: usize,
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    check_model_path(&a.model)?;
+    if a.api_key.as_deref().is_some_and(str::is_empty) {
+        return Err("--api-key must not be empty".into());
+    }
+    // Bound before the model loads: a port in use fails at once, not after
+    // a load that may take minutes.
+    let listener = std::net::TcpListener::bind((a.host.as_str(), a.port))
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", a.host, a.port))?;
+    let model_id = model_id(&a.model);
+    let metrics = Arc::new(Metrics::default());
+    let (jobs, queue) = mpsc::channel::<Job>();
+    let (ready, started) = mpsc::channel::<Result<ModelInfo, String>>();
+    let load = Load {
+        model: a.model.clone(),
+        chat_template_file: a.chat_template_file.clone(),
+        backend: a.backend,
+        ctx_size: a.ctx_size,
+        metrics: metrics.clone(),
+    };
+    // The backend is not `Send`: it is created on the thread that keeps it.
+    std::thread::Builder::new()
+        .name("rocmforge-model".into())
+        .spawn(move || match load.start() {
+            Ok(worker) => {
+                let info = ModelInfo {
+                    n_ctx: worker.session.n_ctx(),
+                };
+                let _ = ready.send(Ok(info));
+                worker.serve(queue);
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+            }
+        })?;
+    let info = started
+        .recv()
+        .map_err(|_| "the model thread ended while loading")??;
+    let state = Arc::new(AppState {
+        jobs,
+        model_id: model_id.clone(),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        metrics,
+        api_key: a.api_key,
+        next_id: AtomicU64::new(1),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let addr = listener.local_addr()?;
+        note(&format!(
+            "serving {model_id} (context {} tokens)",
+            info.n_ctx
+        ));
+        // Tests and scripts read the address from this line (port 0).
+        note(&format!("listening on http://{addr}"));
+        axum::serve(listener, routes::router(state))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok::<(), CliError>(())
+    })
+}
+
+/// The id clients name the model by: the file name without `.gguf`.
+fn model_id(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
+}
+
+/// What the model thread needs to start.
+struct Load {
+    model: PathBuf,
+    chat_template_file: Option<PathBuf>,
+    backend: BackendArgs,
+    ctx_size: usize,
+    metrics: Arc<Metrics>,
+}
+
+impl Load {
+    /// Loads the model and starts its session, as `chat` does. Errors are
+    /// text: the CLI's error type is not `Send`.
+    fn start(self) -> Result<Worker, String> {
+        let path = &self.model;
+        let model = Arc::new(Model::load(path).map_err(|e| format!("{}: {e}", path.display()))?);
+        let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
+        let template =
+            load_template(self.chat_template_file.as_deref(), &model).map_err(|e| e.to_string())?;
+        let n_ctx = context_size(self.ctx_size, model.config.n_ctx_train);
+        let chosen = create_backend(&self.backend).map_err(|e| e.to_string())?;
+        let session = start_session(model, chosen.backend, n_ctx).map_err(|e| {
+            chosen.failures.record_failure(e.as_ref());
+            e.to_string()
+        })?;
+        let render = RenderOptions {
+            add_generation_prompt: true,
+            bos_token: token_text(&tok, tok.bos()),
+            eos_token: token_text(&tok, tok.eos()),
+            enable_thinking: None,
+        };
+        Ok(Worker {
+            session,
+            tok,
+            template,
+            render,
+            metrics: self.metrics,
+        })
+    }
+}

@@ -1,0 +1,722 @@
+//! `rocmforge serve` end to end: the binary on a free port with the CPU
+//! backend and the tiny Qwen3 fixture (random weights: replies are
+//! gibberish, so the tests compare replies with each other, greedy, rather
+//! than with words).
+//!
+//! - Chat and text completions, whole and streamed (SSE), logprobs, stop
+//!   strings, `/v1/models`, `/health`, `/metrics`.
+//! - Every bad request gets OpenAI's error shape and status, and the server
+//!   answers `/health` afterwards.
+//! - A client that disconnects mid-stream stops its generation.
+//! - The official `openai` Python client streams a chat completion. Without
+//!   python3 or the package the test is skipped, unless `CI` is set or
+//!   `ROCMFORGE_REQUIRE_OPENAI=1` (.ci/run installs it), where it fails.
+//! - 32 concurrent streaming clients: none lost, none mixed; throughput and
+//!   latency percentiles are printed (docs/server.md records them).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{command, fixture};
+use serde_json::{json, Value};
+
+const MODEL_ID: &str = "tiny-qwen3-Q8_0";
+
+/// A running server, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// The server on a context of 512 tokens, unless `extra` gives `-c`.
+    fn start(extra: &[&str]) -> Server {
+        let model = fixture("tiny-qwen3-Q8_0.gguf");
+        let mut child = command("serve")
+            .arg("serve")
+            .arg("-m")
+            .arg(&model)
+            .args(["--backend", "cpu", "--port", "0"])
+            .args(if extra.contains(&"-c") {
+                &[][..]
+            } else {
+                &["-c", "512"][..]
+            })
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut base = None;
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            stderr.lock().unwrap().push_str(&format!("{line}\n"));
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                base = Some(addr.trim().to_owned());
+                break;
+            }
+        }
+        let Some(base) = base else {
+            let status = child.wait().unwrap();
+            panic!(
+                "server exited ({status}) before listening: {}",
+                stderr.lock().unwrap()
+            );
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        Server {
+            child,
+            base,
+            stderr,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Fails the test if the server process has exited.
+    fn assert_alive(&mut self) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!("server exited ({status}): {}", self.stderr.lock().unwrap());
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(120))
+        .build()
+}
+
+/// Status and body of a request; error statuses are answers, not failures.
+fn send(req: ureq::Request, body: Option<&str>) -> (u16, String) {
+    let result = match body {
+        Some(b) => req.set("Content-Type", "application/json").send_string(b),
+        None => req.call(),
+    };
+    match result {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("request failed: {e}"),
+    }
+}
+
+fn post(s: &Server, path: &str, body: &str) -> (u16, String) {
+    send(agent().post(&s.url(path)), Some(body))
+}
+
+fn get(s: &Server, path: &str) -> (u16, String) {
+    send(agent().get(&s.url(path)), None)
+}
+
+fn post_json(s: &Server, path: &str, body: &Value) -> Value {
+    let (status, text) = post(s, path, &body.to_string());
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The `data:` payloads of an SSE response, `[DONE]` included.
+fn stream(s: &Server, path: &str, body: &Value) -> Vec<String> {
+    let r = agent()
+        .post(&s.url(path))
+        .set("Content-Type", "application/json")
+        .send_string(&body.to_string())
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.content_type(), "text/event-stream");
+    sse_data(r.into_reader())
+}
+
+fn sse_data(body: impl Read) -> Vec<String> {
+    BufReader::new(body)
+        .lines()
+        .map(Result::unwrap)
+        .filter_map(|l| l.strip_prefix("data: ").map(str::to_owned))
+        .collect()
+}
+
+/// The JSON chunks of a stream, checking that it ends with `[DONE]`.
+fn chunks(data: &[String]) -> Vec<Value> {
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+fn chat_body(content: &str, extra: Value) -> Value {
+    let mut body = json!({
+        "model": MODEL_ID,
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        "max_tokens": 12,
+    });
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    body
+}
+
+fn assert_usage(usage: &Value, completion_max: u64) -> (u64, u64) {
+    let p = usage["prompt_tokens"].as_u64().unwrap();
+    let c = usage["completion_tokens"].as_u64().unwrap();
+    assert!(p > 0 && c > 0 && c <= completion_max, "{usage}");
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), p + c, "{usage}");
+    (p, c)
+}
+
+/// The text of a streamed chat, chunk shapes checked on the way.
+fn chat_stream_text(data: &[String]) -> (String, Value, Value) {
+    let chunks = chunks(data);
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let mut text = String::new();
+    for c in &chunks {
+        assert_eq!(c["object"], "chat.completion.chunk", "{c}");
+        assert_eq!(c["model"], MODEL_ID);
+        assert_eq!(c["id"], chunks[0]["id"], "one id per stream");
+        text.push_str(c["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+    }
+    let last = chunks.last().unwrap();
+    (
+        text,
+        last["choices"][0]["finish_reason"].clone(),
+        last["usage"].clone(),
+    )
+}
+
+#[test]
+fn chat_whole_and_streamed_agree() {
+    let s = Server::start(&[]);
+    let body = chat_body("Tell me a story.", json!({}));
+    let whole = post_json(&s, "/v1/chat/completions", &body);
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["model"], MODEL_ID);
+    let choice = &whole["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    let text = choice["message"]["content"].as_str().unwrap();
+    let (_, completion) = assert_usage(&whole["usage"], 12);
+    let finish = choice["finish_reason"].as_str().unwrap();
+    assert!(finish == "stop" || finish == "length", "{finish}");
+    if finish == "length" {
+        assert_eq!(completion, 12);
+    }
+    assert!(choice["logprobs"].is_null());
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (stream_text, stream_finish, stream_usage) =
+        chat_stream_text(&stream(&s, "/v1/chat/completions", &streamed));
+    assert_eq!(stream_text, text, "greedy: the stream repeats the reply");
+    assert_eq!(stream_finish, choice["finish_reason"]);
+    assert_eq!(stream_usage, whole["usage"]);
+
+    // A request without `model` is served by the one model.
+    let mut anonymous = body.clone();
+    anonymous.as_object_mut().unwrap().remove("model");
+    let again = post_json(&s, "/v1/chat/completions", &anonymous);
+    assert_eq!(again["choices"][0]["message"]["content"], text);
+}
+
+#[test]
+fn chat_logprobs_are_the_log_softmax_ranking() {
+    let s = Server::start(&[]);
+    let body = chat_body(
+        "Count to ten.",
+        json!({"logprobs": true, "top_logprobs": 3, "max_tokens": 6}),
+    );
+    let whole = post_json(&s, "/v1/chat/completions", &body);
+    let content = whole["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    let (_, completion) = assert_usage(&whole["usage"], 6);
+    // An end-of-generation token is counted but not part of the reply.
+    assert!(
+        content.len() as u64 == completion || content.len() as u64 + 1 == completion,
+        "{} logprobs for {completion} tokens",
+        content.len()
+    );
+    let mut text = String::new();
+    for entry in content {
+        let lp = entry["logprob"].as_f64().unwrap();
+        assert!(lp <= 0.0, "{entry}");
+        let top = entry["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3, "{entry}");
+        let tops: Vec<f64> = top.iter().map(|t| t["logprob"].as_f64().unwrap()).collect();
+        assert!(tops.windows(2).all(|w| w[0] >= w[1]), "{tops:?}");
+        assert!(tops.iter().map(|l| l.exp()).sum::<f64>() <= 1.0 + 1e-4);
+        // Greedy: the chosen token is the most likely one.
+        assert_eq!(top[0]["token"], entry["token"], "{entry}");
+        assert!((tops[0] - lp).abs() < 1e-6, "{entry}");
+        let bytes: Vec<u8> = entry["bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap() as u8)
+            .collect();
+        text.push_str(&String::from_utf8_lossy(&bytes));
+    }
+    assert_eq!(text, whole["choices"][0]["message"]["content"]);
+
+    // Streamed: one logprob entry per token chunk, the same values.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let chunks = chunks(&stream(&s, "/v1/chat/completions", &streamed));
+    let streamed_lps: Vec<Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(&streamed_lps, content);
+}
+
+#[test]
+fn completions_whole_streamed_and_stopped() {
+    let s = Server::start(&[]);
+    let body = json!({"prompt": "Once upon a time", "temperature": 0, "max_tokens": 16});
+    let whole = post_json(&s, "/v1/completions", &body);
+    assert_eq!(whole["object"], "text_completion");
+    let text = whole["choices"][0]["text"].as_str().unwrap().to_owned();
+    assert_usage(&whole["usage"], 16);
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let chunks = chunks(&stream(&s, "/v1/completions", &streamed));
+    let mut stream_text = String::new();
+    for c in &chunks {
+        assert_eq!(c["object"], "text_completion", "{c}");
+        stream_text.push_str(c["choices"][0]["text"].as_str().unwrap());
+    }
+    assert_eq!(stream_text, text);
+    let last = chunks.last().unwrap();
+    assert_eq!(last["usage"], whole["usage"]);
+    assert_eq!(
+        last["choices"][0]["finish_reason"],
+        whole["choices"][0]["finish_reason"]
+    );
+
+    // A stop string from the middle of the greedy reply ends it there.
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() >= 6, "reply too short to cut: {text:?}");
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
+    let before = &text[..text.find(&stop).unwrap()];
+    for stop_field in [json!(stop), json!(["never-appears", stop])] {
+        let mut stopped = body.clone();
+        stopped["stop"] = stop_field;
+        let r = post_json(&s, "/v1/completions", &stopped);
+        assert_eq!(r["choices"][0]["text"], before, "stop {stop:?}");
+        assert_eq!(r["choices"][0]["finish_reason"], "stop");
+    }
+
+    // Legacy logprobs: parallel lists.
+    let mut with_lp = body.clone();
+    with_lp["logprobs"] = json!(2);
+    let r = post_json(&s, "/v1/completions", &with_lp);
+    let lp = &r["choices"][0]["logprobs"];
+    let n = lp["tokens"].as_array().unwrap().len();
+    assert!(n > 0);
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), n);
+    assert_eq!(lp["text_offset"][0], 0);
+    assert!(lp["top_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m.as_object().unwrap().len() <= 2));
+}
+
+#[test]
+fn models_health_and_metrics() {
+    let s = Server::start(&[]);
+    let (status, body) = get(&s, "/health");
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+    let (status, body) = get(&s, "/v1/models");
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], MODEL_ID);
+
+    let r = post_json(&s, "/v1/chat/completions", &chat_body("Hi", json!({})));
+    let (prompt, completion) = assert_usage(&r["usage"], 12);
+    let (status, metrics) = get(&s, "/metrics");
+    assert_eq!(status, 200);
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
+    };
+    assert_eq!(
+        value(r#"rocmforge_requests_total{endpoint="chat_completions"}"#),
+        1
+    );
+    assert_eq!(
+        value(r#"rocmforge_requests_total{endpoint="completions"}"#),
+        0
+    );
+    assert_eq!(value("rocmforge_prompt_tokens_total"), prompt);
+    assert_eq!(value("rocmforge_generated_tokens_total"), completion);
+    assert_eq!(value("rocmforge_queue_length"), 0);
+    assert!(metrics.contains("# TYPE rocmforge_queue_length gauge"));
+}
+
+/// Asserts OpenAI's error shape and returns the error object.
+fn assert_error(status: u16, body: &str, want_status: u16) -> Value {
+    assert_eq!(status, want_status, "{body}");
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let err = v["error"].as_object().unwrap_or_else(|| panic!("{body}"));
+    assert!(!err["message"].as_str().unwrap().is_empty(), "{body}");
+    assert!(err["type"].is_string(), "{body}");
+    assert!(
+        err.contains_key("param") && err.contains_key("code"),
+        "{body}"
+    );
+    v["error"].clone()
+}
+
+#[test]
+fn bad_requests_get_openai_errors_and_the_server_stays_up() {
+    let mut s = Server::start(&[]);
+    let chat = "/v1/chat/completions";
+    let cases: Vec<(&str, String, u16, Option<&str>)> = vec![
+        ("malformed JSON", r#"{"messages": [ "#.into(), 400, None),
+        ("not JSON at all", "hello".into(), 400, None),
+        (
+            "wrong type",
+            chat_body("x", json!({"temperature": "hot"})).to_string(),
+            400,
+            None,
+        ),
+        ("missing messages", r#"{"model": "x"}"#.into(), 400, None),
+        (
+            "empty messages",
+            json!({"messages": []}).to_string(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "unknown model",
+            chat_body("x", json!({"model": "gpt-4"})).to_string(),
+            404,
+            Some("model"),
+        ),
+        (
+            "n = 2",
+            chat_body("x", json!({"n": 2})).to_string(),
+            400,
+            Some("n"),
+        ),
+        (
+            "negative temperature",
+            chat_body("x", json!({"temperature": -1})).to_string(),
+            400,
+            Some("temperature"),
+        ),
+        (
+            "top_p 0",
+            chat_body("x", json!({"top_p": 0})).to_string(),
+            400,
+            Some("top_p"),
+        ),
+        (
+            "too many top_logprobs",
+            chat_body("x", json!({"logprobs": true, "top_logprobs": 50})).to_string(),
+            400,
+            Some("top_logprobs"),
+        ),
+        (
+            "context overflow by max_tokens",
+            chat_body("x", json!({"max_tokens": 100000})).to_string(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "context overflow by the prompt",
+            chat_body(&"word ".repeat(2000), json!({"max_tokens": 1})).to_string(),
+            400,
+            Some("messages"),
+        ),
+    ];
+    for (what, body, status, param) in &cases {
+        let (got, text) = post(&s, chat, body);
+        let err = assert_error(got, &text, *status);
+        if let Some(p) = param {
+            assert_eq!(err["param"], *p, "{what}: {text}");
+        }
+        s.assert_alive();
+    }
+    let (got, text) = post(
+        &s,
+        chat,
+        &chat_body("x", json!({"model": "gpt-4"})).to_string(),
+    );
+    assert_eq!(assert_error(got, &text, 404)["code"], "model_not_found");
+    let (got, text) = post(
+        &s,
+        chat,
+        &chat_body("x", json!({"max_tokens": 100000})).to_string(),
+    );
+    assert_eq!(
+        assert_error(got, &text, 400)["code"],
+        "context_length_exceeded"
+    );
+    // Streamed requests are refused with a status too, not inside a stream.
+    let (got, text) = post(
+        &s,
+        chat,
+        &chat_body("x", json!({"max_tokens": 100000, "stream": true})).to_string(),
+    );
+    assert_error(got, &text, 400);
+    let (got, text) = post(&s, "/v1/completions", r#"{"prompt": ["a", "b"]}"#);
+    assert_error(got, &text, 400);
+    let (got, text) = post(&s, "/v1/completions", r#"{"prompt": 5}"#);
+    assert_error(got, &text, 400);
+
+    // A body over the limit: 413, whatever it holds.
+    let huge = format!(
+        r#"{{"messages": [{{"role": "user", "content": "{}"}}]}}"#,
+        "a".repeat(2 << 20)
+    );
+    let (got, text) = post(&s, chat, &huge);
+    assert_eq!(assert_error(got, &text, 413)["code"], "request_too_large");
+
+    let (got, text) = get(&s, "/v1/nothing-here");
+    assert_error(got, &text, 404);
+    let (got, text) = get(&s, chat);
+    assert_error(got, &text, 405);
+
+    s.assert_alive();
+    assert_eq!(get(&s, "/health").0, 200);
+    // And it still generates.
+    post_json(&s, chat, &chat_body("still there?", json!({})));
+    // Every refused generation request counted once; the routing errors
+    // (404, 405) never reached a generation endpoint.
+    assert_eq!(
+        metric(&s, "rocmforge_requests_failed_total"),
+        cases.len() as u64 + 6
+    );
+}
+
+#[test]
+fn api_key_guards_the_api() {
+    let s = Server::start(&["--api-key", "sesame"]);
+    let body = chat_body("hi", json!({"max_tokens": 2})).to_string();
+    let url = s.url("/v1/chat/completions");
+    let (status, text) = send(agent().post(&url), Some(&body));
+    assert_eq!(
+        assert_error(status, &text, 401)["type"],
+        "authentication_error"
+    );
+    let (status, text) = send(
+        agent().post(&url).set("Authorization", "Bearer open"),
+        Some(&body),
+    );
+    assert_error(status, &text, 401);
+    let (status, text) = send(agent().get(&s.url("/v1/models")), None);
+    assert_error(status, &text, 401);
+    let (status, text) = send(
+        agent().post(&url).set("Authorization", "Bearer sesame"),
+        Some(&body),
+    );
+    assert_eq!(status, 200, "{text}");
+    // Health checks and scrapes need no key.
+    assert_eq!(get(&s, "/health").0, 200);
+    assert_eq!(get(&s, "/metrics").0, 200);
+}
+
+fn metric(s: &Server, name: &str) -> u64 {
+    let (_, m) = get(s, "/metrics");
+    m.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn disconnecting_client_stops_its_generation() {
+    let s = Server::start(&["-c", "2048"]);
+    // No max_tokens: the reply runs until the model stops or the context
+    // is full. Undisturbed, greedy, it is this long:
+    let body = json!({"prompt": "The", "temperature": 0});
+    let full = post_json(&s, "/v1/completions", &body);
+    let full = full["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(full >= 500, "a reply of {full} tokens is too short to cut");
+    assert_eq!(metric(&s, "rocmforge_generated_tokens_total"), full);
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let r = agent()
+        .post(&s.url("/v1/completions"))
+        .send_string(&streamed.to_string())
+        .unwrap();
+    let mut lines = BufReader::new(r.into_reader()).lines();
+    let mut data = 0;
+    while data < 3 {
+        let line = lines.next().unwrap().unwrap();
+        data += line.starts_with("data: ") as usize;
+    }
+    drop(lines);
+    // The worker notices at its next send; then nothing more is generated.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(&s, "rocmforge_requests_running") != 0 {
+        assert!(Instant::now() < deadline, "generation did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cut = metric(&s, "rocmforge_generated_tokens_total") - full;
+    assert!(
+        cut < full / 2,
+        "{cut} of {full} tokens generated after the client left"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(metric(&s, "rocmforge_generated_tokens_total"), full + cut);
+    // The model is free for the next client.
+    post_json(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "The", "max_tokens": 3}),
+    );
+}
+
+/// Whether a missing tool fails the test: in CI, or when asked.
+fn openai_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty())
+        || std::env::var("ROCMFORGE_REQUIRE_OPENAI").as_deref() == Ok("1")
+}
+
+#[test]
+fn official_openai_client_streams_a_chat() {
+    let s = Server::start(&[]);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/server/openai_stream.py");
+    let out = match std::process::Command::new("python3")
+        .arg(&script)
+        .args([&s.base, MODEL_ID])
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            assert!(!openai_required(), "python3 cannot run: {e}");
+            eprintln!("skipped: python3 cannot run: {e}");
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(3) {
+        assert!(
+            !openai_required(),
+            "the openai package is not installed (CI or ROCMFORGE_REQUIRE_OPENAI=1): {err}"
+        );
+        eprintln!("skipped: the openai Python package is not installed");
+        return;
+    }
+    assert!(out.status.success(), "openai client failed: {err}");
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let whole = post_json(
+        &s,
+        "/v1/chat/completions",
+        &json!({"model": MODEL_ID, "messages": [{"role": "user", "content": "Say hello."}],
+                "max_tokens": 12, "temperature": 0}),
+    );
+    assert_eq!(
+        got["text"], whole["choices"][0]["message"]["content"],
+        "{got}"
+    );
+    assert_eq!(got["roles"], json!(["assistant"]));
+    assert_eq!(got["finish_reason"], whole["choices"][0]["finish_reason"]);
+    assert_eq!(got["usage"], whole["usage"], "{got}");
+    assert!(got["chunks"].as_u64().unwrap() >= 3, "{got}");
+    eprintln!("openai {} streamed {}", got["version"], got["chunks"]);
+}
+
+/// One streamed chat: its text and how long the whole reply took.
+fn timed_stream(base: &str, content: &str, max_tokens: u64) -> (String, u64, Duration) {
+    let t = Instant::now();
+    let r = agent()
+        .post(&format!("{base}/v1/chat/completions"))
+        .send_string(
+            &chat_body(content, json!({"max_tokens": max_tokens, "stream": true})).to_string(),
+        )
+        .unwrap();
+    let data = sse_data(r.into_reader());
+    let (text, _, usage) = chat_stream_text(&data);
+    let (_, completion) = assert_usage(&usage, max_tokens);
+    (text, completion, t.elapsed())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+#[test]
+fn thirty_two_concurrent_streams_lose_and_mix_nothing() {
+    const CLIENTS: usize = 32;
+    const MAX_TOKENS: u64 = 24;
+    let s = Server::start(&[]);
+    let prompts: Vec<String> = (0..4)
+        .map(|i| format!("Prompt number {i}: write about topic {}.", i * 7))
+        .collect();
+    // Each prompt's reply alone, one request at a time.
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|p| timed_stream(&s.base, p, MAX_TOKENS).0)
+        .collect();
+    assert!(
+        alone.windows(2).any(|w| w[0] != w[1]),
+        "the prompts must give different replies for mixing to show"
+    );
+
+    for same_prompt in [true, false] {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                let base = s.base.clone();
+                let which = if same_prompt { 0 } else { i % prompts.len() };
+                let prompt = prompts[which].clone();
+                std::thread::spawn(move || (which, timed_stream(&base, &prompt, MAX_TOKENS)))
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let wall = start.elapsed();
+        assert_eq!(results.len(), CLIENTS);
+        let mut latencies = Vec::new();
+        let mut tokens = 0;
+        for (which, (text, completion, latency)) in &results {
+            assert_eq!(
+                text, &alone[*which],
+                "client of prompt {which} got another reply"
+            );
+            tokens += completion;
+            latencies.push(*latency);
+        }
+        latencies.sort();
+        eprintln!(
+            "load ({}): {CLIENTS} clients, {tokens} tokens in {:.2} s = {:.1} tokens/s, {:.2} requests/s; latency p50 {:.2} s, p99 {:.2} s",
+            if same_prompt { "same prompt" } else { "4 prompts" },
+            wall.as_secs_f64(),
+            tokens as f64 / wall.as_secs_f64(),
+            CLIENTS as f64 / wall.as_secs_f64(),
+            percentile(&latencies, 0.5).as_secs_f64(),
+            percentile(&latencies, 0.99).as_secs_f64(),
+        );
+    }
+    assert_eq!(metric(&s, "rocmforge_queue_length"), 0);
+}
