@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 use rocmforge::registry::{self, BackendOptions};
 use rocmforge_core::backend::Backend;
 use rocmforge_core::model::Model;
-use rocmforge_core::sampler::{Sampler, SamplerConfig};
+use rocmforge_core::sampler::Sampler;
 use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
 
 use super::backend_choice::{create_backend, load_bar, BackendArgs, Chosen};
+use super::sampling_args::SamplingArgs;
 use super::text_input::read_text;
 use super::{check_model_path, note, write_stdout, CliError};
 
@@ -59,36 +60,8 @@ pub struct Args {
     /// Context size in tokens (0 = the model's training context, capped at 4096).
     #[arg(long, short = 'c', default_value_t = 0, allow_negative_numbers = true)]
     ctx_size: usize,
-    /// Temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.8)]
-    temp: f32,
-    /// Top-k (0 = off).
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// Top-p (1.0 = off).
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    /// Min-p (0.0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    /// Repetition penalty (1.0 = off).
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    /// Last tokens the repetition penalty considers.
-    #[arg(long, default_value_t = 64)]
-    repeat_last_n: usize,
-    /// Sampling seed: the same seed gives the same output. -1 (the default)
-    /// picks a random one and prints it to stderr (where sampling draws
-    /// on it: --temp above 0).
-    #[arg(
-        long,
-        short = 's',
-        value_name = "N",
-        default_value = "-1",
-        allow_negative_numbers = true,
-        value_parser = parse_seed
-    )]
-    seed: Seed,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Print generated token ids, one per line, instead of text.
     #[arg(long, conflicts_with = "json")]
     ids: bool,
@@ -108,41 +81,6 @@ pub struct Args {
     /// --n-cpu-moe, for mixture-of-experts models larger than the card).
     #[arg(long, value_name = "N", default_value_t = 0)]
     n_cpu_moe: usize,
-}
-
-/// `-s`: a fixed seed, or a random one (`-1`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Seed {
-    Fixed(u64),
-    Random,
-}
-
-pub fn parse_seed(s: &str) -> Result<Seed, String> {
-    match s.trim() {
-        "-1" => Ok(Seed::Random),
-        t => t.parse().map(Seed::Fixed).map_err(|_| {
-            format!(
-                "expected a seed from 0 to {}, or -1 for a random one",
-                u64::MAX
-            )
-        }),
-    }
-}
-
-impl Seed {
-    /// The seed to use; a random one differs between runs (the hash
-    /// keys of std's `RandomState` are drawn from the OS once per process,
-    /// and the time and process id are mixed in on top).
-    pub fn resolve(self) -> u64 {
-        match self {
-            Seed::Fixed(s) => s,
-            Seed::Random => {
-                use std::hash::BuildHasher;
-                std::collections::hash_map::RandomState::new()
-                    .hash_one((std::time::SystemTime::now(), std::process::id()))
-            }
-        }
-    }
 }
 
 /// How a generation ended, for the exit code.
@@ -182,17 +120,8 @@ pub fn run(a: Args) -> Result<Finished, CliError> {
             )
         })?),
     };
-    let seed = a.seed.resolve();
-    let sampler_cfg = SamplerConfig {
-        temperature: a.temp,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        repeat_penalty: a.repeat_penalty,
-        repeat_last_n: a.repeat_last_n,
-        seed,
-    };
-    let mut sampler = Sampler::new(sampler_cfg)?;
+    let seed = a.sampling.seed.resolve();
+    let mut sampler = Sampler::new(a.sampling.config(seed))?;
     // The user's input is checked before any backend starts: probing one
     // takes seconds, a typo in a path should not.
     let input = read_input(&a)?;
@@ -202,7 +131,7 @@ pub fn run(a: Args) -> Result<Finished, CliError> {
         seed,
         // Greedy decoding (--temp 0) draws no random numbers: its seed
         // would be noise.
-        print_seed: a.seed == Seed::Random && a.temp > 0.0,
+        print_seed: a.sampling.prints_seed(),
         sampler: &mut sampler,
     };
     let result = generate(&a, run, input, backend);

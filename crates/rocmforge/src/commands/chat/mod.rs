@@ -27,12 +27,13 @@ use rocmforge_core::chat::{
     CachedText, ChatTemplate, RenderOptions, StopStrings, TemplateError, TemplateOrigin,
 };
 use rocmforge_core::model::Model;
-use rocmforge_core::sampler::{Sampler, SamplerConfig};
+use rocmforge_core::sampler::Sampler;
 use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
 use rocmforge_core::tokenizer::Tokenizer;
 
 use super::backend_choice::{create_backend, load_bar, BackendArgs};
-use super::generate::{context_size, parse_seed, Seed};
+use super::generate::context_size;
+use super::sampling_args::SamplingArgs;
 use super::{check_model_path, note, CliError};
 use conversation::Chat;
 
@@ -68,49 +69,13 @@ pub struct Args {
     /// training context, capped at 4096).
     #[arg(long, short = 'c', default_value_t = 0)]
     ctx_size: usize,
-    /// Temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.8)]
-    temp: f32,
-    /// Top-k (0 = off).
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// Top-p (1.0 = off).
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    /// Min-p (0.0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    /// Repetition penalty (1.0 = off).
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    /// Last tokens the repetition penalty considers.
-    #[arg(long, default_value_t = 64)]
-    repeat_last_n: usize,
-    /// Sampling seed: the same seed gives the same replies. -1 (the
-    /// default) picks a random one and prints it (where sampling draws on
-    /// it: --temp above 0).
-    #[arg(
-        long,
-        short = 's',
-        value_name = "N",
-        default_value = "-1",
-        allow_negative_numbers = true,
-        value_parser = parse_seed
-    )]
-    seed: Seed,
+    #[command(flatten)]
+    sampling: SamplingArgs,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let seed = a.seed.resolve();
-    let sampler = Sampler::new(SamplerConfig {
-        temperature: a.temp,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        repeat_penalty: a.repeat_penalty,
-        repeat_last_n: a.repeat_last_n,
-        seed,
-    })?;
+    let seed = a.sampling.seed.resolve();
+    let sampler = Sampler::new(a.sampling.config(seed))?;
     if a.n_predict < -1 {
         return Err(format!("-n/--n-predict must be -1 or more, got {}", a.n_predict).into());
     }
@@ -124,7 +89,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let template = load_template(a.chat_template_file.as_deref(), &model)?;
     let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
     let chosen = create_backend(&a.backend)?;
-    let print_seed = a.seed == Seed::Random && a.temp > 0.0;
+    let print_seed = a.sampling.prints_seed();
     let result = start_session(model, chosen.backend, n_ctx).and_then(|session| {
         // After the load, so anything refused before stays one line.
         if print_seed {
