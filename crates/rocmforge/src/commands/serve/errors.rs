@@ -97,20 +97,25 @@ impl ApiError {
         })
     }
 
+    /// A body over [`super::routes::BODY_LIMIT`]: 413.
+    pub fn too_large() -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!(
+                "Request body too large (the limit is {} bytes)",
+                super::routes::BODY_LIMIT
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_too_large"),
+        }
+    }
+
     /// A body that could not be read: over the size limit (413) or cut off.
     pub fn from_body_rejection(r: &BytesRejection) -> ApiError {
         let status = r.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError {
-                status,
-                message: format!(
-                    "Request body too large (the limit is {} bytes)",
-                    super::routes::BODY_LIMIT
-                ),
-                kind: "invalid_request_error",
-                param: None,
-                code: Some("request_too_large"),
-            }
+            ApiError::too_large()
         } else {
             ApiError {
                 status,

@@ -36,6 +36,13 @@ use super::worker::{Event, Generation, Input, Job};
 /// anyone could take.
 pub const BODY_LIMIT: usize = 1 << 20;
 
+/// Bodies are read up to this before the 413: a server that answers while
+/// the client is still sending closes on it, and the client, its write cut
+/// off (EPIPE), never reads the answer. Reading a moderately oversized body
+/// to its end lets the error reach the client; beyond this the connection is
+/// cut as it arrives.
+const READ_LIMIT: usize = 16 << 20;
+
 /// OpenAI's own limits on alternatives per token.
 const MAX_TOP_LOGPROBS: u64 = 20;
 const MAX_LEGACY_LOGPROBS: u64 = 5;
@@ -72,7 +79,7 @@ pub fn router(state: Shared) -> Router {
                 ..ApiError::invalid("Method not allowed on this route", None)
             }
         })
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(DefaultBodyLimit::max(READ_LIMIT))
         .with_state(state)
 }
 
@@ -148,6 +155,9 @@ fn answer(st: &AppState, r: Result<Response, ApiError>) -> Response {
 /// that a client that sends no JSON content type is still served.
 fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let body = body.map_err(|r| ApiError::from_body_rejection(&r))?;
+    if body.len() > BODY_LIMIT {
+        return Err(ApiError::too_large());
+    }
     serde_json::from_slice(&body).map_err(|e| ApiError::from_json(&e))
 }
 
