@@ -748,9 +748,9 @@ impl HipBackend {
             rocmforge_core::gpu::staging::write_f32s(dst, src);
         }
         self.run_part(id, part, inputs)?;
-        let exports = self.part(id, part)?.exports.clone();
-        for s in &exports {
-            self.read_staged(s, exchange.tensor_mut(s.tensor))?;
+        for k in 0..self.part(id, part)?.exports.len() {
+            let s = self.part(id, part)?.exports[k];
+            self.read_staged(&s, exchange.tensor_mut(s.tensor))?;
         }
         Ok(())
     }

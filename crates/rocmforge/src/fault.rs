@@ -16,8 +16,9 @@
 use rocmforge_core::backend::{
     AllocationStats, Backend, BackendError, BackendInfo, FreeMemory, GraphId, StepInputs,
 };
+use rocmforge_core::graph::split::{Exchange, GraphPart};
 use rocmforge_core::graph::Graph;
-use rocmforge_core::model::Model;
+use rocmforge_core::model::{Model, WeightId};
 use rocmforge_core::plan::{ArenaPlan, KvLayout};
 
 pub const FAULT_ENV: &str = "ROCMFORGE_INJECT_FAULT";
@@ -89,6 +90,22 @@ impl FaultyBackend {
         })
     }
 
+    fn load_fault(&self) -> Result<(), BackendError> {
+        match self.spec.when {
+            When::Load => Err(self.trigger("load")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a graph execution and fails the one the spec names.
+    fn step_fault(&mut self) -> Result<(), BackendError> {
+        self.steps += 1;
+        match self.spec.when {
+            When::Step(n) if n == self.steps => Err(self.trigger(&format!("step {}", self.steps))),
+            _ => Ok(()),
+        }
+    }
+
     fn trigger(&self, at: &str) -> BackendError {
         match self.spec.fault {
             Fault::Lost => {
@@ -114,10 +131,19 @@ impl Backend for FaultyBackend {
         kv: &KvLayout,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
-        if self.spec.when == When::Load {
-            return Err(self.trigger("load"));
-        }
+        self.load_fault()?;
         self.inner.load(model, kv, progress)
+    }
+
+    fn load_except(
+        &mut self,
+        model: &Model,
+        kv: &KvLayout,
+        kept_out: &[WeightId],
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), BackendError> {
+        self.load_fault()?;
+        self.inner.load_except(model, kv, kept_out, progress)
     }
 
     fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
@@ -134,11 +160,41 @@ impl Backend for FaultyBackend {
         inputs: &StepInputs,
         logits: &mut [f32],
     ) -> Result<(), BackendError> {
-        self.steps += 1;
-        if self.spec.when == When::Step(self.steps) {
-            return Err(self.trigger(&format!("step {}", self.steps)));
-        }
+        self.step_fault()?;
         self.inner.execute(graph, inputs, logits)
+    }
+
+    fn reserve_parts(
+        &mut self,
+        largest: &Graph,
+        arena_bytes: usize,
+        exchange_bytes: usize,
+    ) -> Result<(), BackendError> {
+        self.inner
+            .reserve_parts(largest, arena_bytes, exchange_bytes)
+    }
+
+    fn prepare_parts(
+        &mut self,
+        graph: &Graph,
+        plan: &ArenaPlan,
+        parts: &[GraphPart],
+    ) -> Result<GraphId, BackendError> {
+        self.inner.prepare_parts(graph, plan, parts)
+    }
+
+    fn execute_part(
+        &mut self,
+        graph: GraphId,
+        part: usize,
+        inputs: &StepInputs,
+        exchange: &mut Exchange,
+    ) -> Result<(), BackendError> {
+        // A step of a split graph starts with its first part.
+        if part == 0 {
+            self.step_fault()?;
+        }
+        self.inner.execute_part(graph, part, inputs, exchange)
     }
 
     fn allocations(&self) -> AllocationStats {

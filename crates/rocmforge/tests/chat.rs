@@ -10,11 +10,12 @@
 
 mod common;
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_one_line_error, command, fixture, scratch_dir, stderr, stdout};
+use common::{
+    assert_one_line_error, command, fixture, run_with_stdin, scratch_dir, stderr, stdout,
+};
 
 fn model() -> String {
     fixture("tiny-qwen3-Q8_0.gguf").to_str().unwrap().to_owned()
@@ -22,22 +23,11 @@ fn model() -> String {
 
 /// `chat` with `input` piped to stdin.
 fn chat(args: &[&str], input: &str) -> Output {
-    let mut child = command("chat")
-        .arg("chat")
+    let mut cmd = command("chat");
+    cmd.arg("chat")
         .args(["-m", &model(), "--backend", "cpu", "--temp", "0"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+        .args(args);
+    run_with_stdin(cmd, input)
 }
 
 /// The `--timings` lines: (new tokens, cached tokens, generated tokens).

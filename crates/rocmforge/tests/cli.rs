@@ -208,22 +208,9 @@ fn unknown_flag_is_a_usage_error() {
 
 /// `generate` with `args` on the CPU, `input` on stdin.
 fn generate_with_stdin(args: &[&str], input: &str) -> std::process::Output {
-    use std::io::Write;
-    let mut child = common::command("cli")
-        .arg("generate")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    let mut cmd = common::command("cli");
+    cmd.arg("generate").args(args);
+    common::run_with_stdin(cmd, input)
 }
 
 #[test]

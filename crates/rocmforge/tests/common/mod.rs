@@ -25,6 +25,26 @@ pub fn run(args: &[&str]) -> Output {
     command("cli").args(args).output().unwrap()
 }
 
+/// Runs `cmd` with `input` on its stdin, then closed, and collects its
+/// output.
+pub fn run_with_stdin(mut cmd: Command, input: &str) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// A directory of this test process's own under the system temp dir.
 pub fn scratch_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("rocmforge-test-{}-{name}", std::process::id()));
