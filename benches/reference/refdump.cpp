@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 #include <algorithm>
+#include <cmath>
 
 int main(int argc, char ** argv) {
     if (argc != 3) { fprintf(stderr, "usage: refdump MODEL OUT_PREFIX\n"); return 2; }
@@ -44,6 +45,7 @@ int main(int argc, char ** argv) {
     for (int i = 0; i < n; i++) fwrite(llama_get_logits_ith(ctx, i), sizeof(float), n_vocab, fl);
     fclose(fl);
     FILE * fg = fopen((pre + ".greedy").c_str(), "w");
+    FILE * fd = fopen((pre + ".decode").c_str(), "w");
     const float * last = llama_get_logits_ith(ctx, n - 1);
     int pos = n;
     for (int step = 0; step < 24; step++) {
@@ -53,12 +55,24 @@ int main(int argc, char ** argv) {
             else if (second < 0 || last[v] > last[second]) second = v;
         }
         fprintf(fg, "%d %.4f\n", best, last[best] - last[second]);
+        double mean = 0, var = 0;
+        for (int v = 0; v < n_vocab; v++) mean += last[v];
+        mean /= n_vocab;
+        for (int v = 0; v < n_vocab; v++) var += (last[v] - mean) * (last[v] - mean);
+        std::vector<int> ids(n_vocab);
+        for (int v = 0; v < n_vocab; v++) ids[v] = v;
+        std::partial_sort(ids.begin(), ids.begin() + 16, ids.end(),
+                          [&](int a, int b) { return last[a] > last[b] || (last[a] == last[b] && a < b); });
+        fprintf(fd, "%.6g", std::sqrt(var / n_vocab));
+        for (int i = 0; i < 16; i++) fprintf(fd, " %d:%.6g", ids[i], last[ids[i]]);
+        fprintf(fd, "\n");
         llama_batch one = llama_batch_get_one(&best, 1);
         (void) pos; pos++;
         if (llama_decode(ctx, one)) { fprintf(stderr, "decode failed\n"); return 1; }
         last = llama_get_logits_ith(ctx, -1);
     }
     fclose(fg);
+    fclose(fd);
     llama_batch_free(batch);
     llama_free(ctx);
     llama_model_free(model);

@@ -104,6 +104,14 @@ pub fn generated_model(preset: &str, ty: QuantType) -> Arc<Model> {
     Arc::new(Model::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
 }
 
+/// The storage type of every weight of `model`, in table order: two models
+/// of one preset with the same list run the same kernels on the same
+/// shapes, whatever type was asked for (a K-quant that fell back to Q5_0
+/// everywhere is a Q5_0 model), so a sweep over types checks each list once.
+pub fn weight_types_of(model: &Model) -> Vec<QuantType> {
+    model.weights.table.iter().map(|w| w.ty).collect()
+}
+
 /// Error of a logits row relative to the reference row's standard
 /// deviation: (max |Δ|/σ, mean |Δ|/σ).
 pub fn row_error(ours: &[f32], reference: &[f32]) -> (f32, f32) {

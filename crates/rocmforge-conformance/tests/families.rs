@@ -19,6 +19,8 @@ use rocmforge_core::tokenizer::Tokenizer;
 /// (preset, weight type) of each family's tiny model.
 const FAMILIES: &[(&str, QuantType)] = &[
     ("tiny-qwen3moe", QuantType::Q8_0),
+    // Issue 26: expert rows of 2 and 3 blocks, fewer than a subgroup's lanes.
+    ("tiny-qwen3moe-ragged", QuantType::Q8_0),
     ("tiny-mixtral", QuantType::Q4K),
     ("tiny-phi3", QuantType::Q8_0),
     ("tiny-gemma3", QuantType::Q8_0),

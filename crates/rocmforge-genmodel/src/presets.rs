@@ -366,6 +366,38 @@ pub const PRESETS: &[Preset] = &[
         sliding_window: None,
         yarn: None,
     },
+    // Issue 26's shape: tiny-qwen3moe with 3 layers and experts of 96, so
+    // the expert rows hold 2 (gate/up, 64 values) and 3 (down, 96 values)
+    // blocks of 32: fewer blocks than a subgroup has lanes, and a count
+    // that is not a power of two. Every non-K type applies to the experts;
+    // the K-quants fall back (64 and 96 are not multiples of 256).
+    Preset {
+        name: "tiny-qwen3moe-ragged",
+        model: "tiny-qwen3moe-ragged",
+        arch: Arch::Qwen3Moe,
+        n_layer: 3,
+        n_embd: 64,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 32,
+        explicit_head_dim: true,
+        n_ff: 192,
+        n_vocab: 151936,
+        n_ctx: 4096,
+        rope_base: 1e6,
+        rms_eps: 1e-6,
+        tied_embeddings: true,
+        vocab: Vocab::Qwen2,
+        rope_scaling: None,
+        moe: Some(MoeShape {
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 96,
+            n_ff_shared: None,
+        }),
+        sliding_window: None,
+        yarn: None,
+    },
     // A Mixtral-style llama with experts (Mixtral and its descendants are
     // `llama` files with `expert_count` set): rows of 256 everywhere, so
     // every weight type applies to the experts without fallback.
