@@ -71,6 +71,18 @@ typedef half half16 __attribute__((ext_vector_type(16)));
 
 #define WAVE_SIZE 32u
 
+// Every wave-level helper below (the butterflies from distance 16, lane_id
+// from mbcnt_lo, wave_id = tid / 32) and every kernel's per-wave shared
+// slots assume 32 lanes. build.rs passes -mno-wavefrontsize64, but GCN/CDNA
+// (gfx6-gfx9, e.g. gfx90a, gfx942 via ROCMFORGE_GPU_TARGETS) only run wave64
+// and clang ignores the flag there silently (the code object says
+// .wavefront_size 64): the reductions would then be wrong, not slow. Refuse
+// those targets at build time. (By family: __AMDGCN_WAVEFRONT_SIZE__ is
+// deprecated from clang 20, where -Werror would reject its use.)
+#if RF_AMDGPU && (defined(__GFX6__) || defined(__GFX7__) || defined(__GFX8__) || defined(__GFX9__))
+#error "rocmforge's HIP kernels are written for 32-lane waves; gfx6-gfx9 (GCN, CDNA) run wave64 only"
+#endif
+
 // ---- Ids ---------------------------------------------------------------
 
 #if RF_AMDGPU
