@@ -19,7 +19,7 @@ use rocmforge_core::plan::{split_regions, ArenaPlan, KvLayout, StepInputLayout};
 use rocmforge_core::quant::QuantType;
 
 use crate::commands::{in_flight, Commands, Crumbs, Recorder, WaitError};
-use crate::device::{DeviceChoice, Gpu};
+use crate::device::{DeviceChoice, Gpu, SubgroupSize};
 use crate::error::Check;
 use crate::memory::{allocate, Allocation, Placement};
 use crate::pipelines::Pipelines;
@@ -46,6 +46,9 @@ pub struct VulkanOptions {
     pub force_staging: bool,
     /// Cap on one weight region, below the device's own (tests splitting).
     pub max_region: Option<u64>,
+    /// The subgroup size pipelines are created with: by default 32 where
+    /// the device lets pipelines require a size, else the driver's.
+    pub subgroup_size: SubgroupSize,
 }
 
 impl Default for VulkanOptions {
@@ -56,6 +59,7 @@ impl Default for VulkanOptions {
             timeout: DEFAULT_TIMEOUT,
             force_staging: false,
             max_region: None,
+            subgroup_size: SubgroupSize::Auto,
         }
     }
 }
@@ -63,7 +67,9 @@ impl Default for VulkanOptions {
 impl VulkanOptions {
     /// Defaults, then the environment: `ROCMFORGE_VULKAN_ALLOW_CPU=1`,
     /// `ROCMFORGE_GPU_TIMEOUT` (seconds), `ROCMFORGE_VULKAN_STAGING=1`,
-    /// `ROCMFORGE_VULKAN_MAX_REGION` (bytes).
+    /// `ROCMFORGE_VULKAN_MAX_REGION` (bytes),
+    /// `ROCMFORGE_VULKAN_SUBGROUP_SIZE` (a size to pin, e.g. 64 for wave64
+    /// on RADV; 0 for the driver's default).
     pub fn from_env() -> VulkanOptions {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let flag = |k: &str| var(k).is_some_and(|v| v != "0");
@@ -77,6 +83,8 @@ impl VulkanOptions {
             timeout,
             force_staging: flag("ROCMFORGE_VULKAN_STAGING"),
             max_region: var("ROCMFORGE_VULKAN_MAX_REGION").and_then(|v| v.parse().ok()),
+            subgroup_size: var("ROCMFORGE_VULKAN_SUBGROUP_SIZE")
+                .map_or(SubgroupSize::Auto, |v| SubgroupSize::parse(&v)),
         }
     }
 }
@@ -166,14 +174,18 @@ pub struct VulkanBackend {
 
 impl VulkanBackend {
     pub fn new(opts: VulkanOptions) -> Result<VulkanBackend, BackendError> {
-        let mut gpu = Gpu::open(DeviceChoice {
-            index: opts.device,
-            allow_cpu: opts.allow_cpu,
-        })?;
+        let mut gpu = Gpu::open(
+            DeviceChoice {
+                index: opts.device,
+                allow_cpu: opts.allow_cpu,
+            },
+            &opts.subgroup_size,
+        )?;
         let pipes = match Pipelines::new(&gpu.device) {
             Ok(mut p) => {
                 p.coopmat = gpu.props.coopmat;
                 p.int_dot = gpu.props.int_dot;
+                p.subgroup = gpu.props.subgroup;
                 p
             }
             Err(e) => {
@@ -212,6 +224,13 @@ impl VulkanBackend {
     /// The one-line device summary.
     pub fn device_summary(&self) -> &str {
         &self.gpu.props.summary
+    }
+
+    /// The subgroup size every kernel runs with, and whether it is required
+    /// of the driver (`VkPipelineShaderStageRequiredSubgroupSizeCreateInfo`)
+    /// rather than the driver's default or the device's only size.
+    pub fn subgroup_size(&self) -> (u32, bool) {
+        (self.gpu.props.subgroup.size, self.gpu.props.subgroup.pinned)
     }
 
     fn usable(&self) -> Result<(), BackendError> {

@@ -22,6 +22,141 @@ pub struct DeviceChoice {
     pub allow_cpu: bool,
 }
 
+/// Which subgroup size compute pipelines are created with
+/// (`VulkanOptions::subgroup_size`, env `ROCMFORGE_VULKAN_SUBGROUP_SIZE`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SubgroupSize {
+    /// 32 where the device lets a pipeline require it (NVIDIA, AMD wave32,
+    /// Intel): the size every kernel was tested with. Elsewhere the
+    /// driver's default.
+    #[default]
+    Auto,
+    /// The driver's default, nothing required (env value `0`).
+    Driver,
+    /// Exactly this size: opening the backend fails where the device cannot
+    /// run pipelines with it.
+    Pin(u32),
+    /// An environment value that is not a number: opening the backend fails
+    /// naming it.
+    Invalid(String),
+}
+
+impl SubgroupSize {
+    /// `ROCMFORGE_VULKAN_SUBGROUP_SIZE`'s value: `0` for the driver's
+    /// default, else a size to pin.
+    pub fn parse(v: &str) -> SubgroupSize {
+        match v.trim().parse::<u32>() {
+            Ok(0) => SubgroupSize::Driver,
+            Ok(n) => SubgroupSize::Pin(n),
+            Err(_) => SubgroupSize::Invalid(v.to_string()),
+        }
+    }
+}
+
+/// What the device offers for subgroup sizes
+/// (`VK_EXT_subgroup_size_control`, core in Vulkan 1.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubgroupCaps {
+    /// The size pipelines get when none is required (`subgroupSize`).
+    pub default: u32,
+    pub min: u32,
+    pub max: u32,
+    /// The extension with `subgroupSizeControl` and compute in
+    /// `requiredSubgroupSizeStages`: a pipeline may require any power of
+    /// two in `min..=max`.
+    pub control: bool,
+    /// `computeFullSubgroups`.
+    pub full: bool,
+    /// `maxComputeWorkgroupSubgroups`: a required size must fit every
+    /// workgroup in this many subgroups.
+    pub max_workgroup_subgroups: u32,
+}
+
+/// The subgroup size compute pipelines are created with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Subgroup {
+    /// The size every kernel runs with.
+    pub size: u32,
+    /// `VkPipelineShaderStageRequiredSubgroupSizeCreateInfo` with `size` is
+    /// chained into every pipeline.
+    pub pinned: bool,
+    /// Pinned and `computeFullSubgroups`: kernels whose `local_size_x` is a
+    /// multiple of `size` are created with `REQUIRE_FULL_SUBGROUPS`.
+    pub full: bool,
+}
+
+/// The size to use on a device with `caps`, or why `want` cannot be had
+/// there. `largest_workgroup`: invocations of the largest kernel
+/// workgroup, which a required size must fit in
+/// `maxComputeWorkgroupSubgroups` subgroups.
+pub fn choose_subgroup(
+    caps: &SubgroupCaps,
+    want: &SubgroupSize,
+    largest_workgroup: u32,
+) -> Result<Subgroup, String> {
+    let driver = Subgroup {
+        size: caps.default,
+        pinned: false,
+        full: false,
+    };
+    let in_range = |n: u32| n.is_power_of_two() && (caps.min..=caps.max).contains(&n);
+    let fits = |n: u32| {
+        u64::from(caps.max_workgroup_subgroups) * u64::from(n) >= u64::from(largest_workgroup)
+    };
+    let pinnable = |n: u32| caps.control && in_range(n) && fits(n);
+    let pin = |n: u32| Subgroup {
+        size: n,
+        pinned: true,
+        full: caps.full,
+    };
+    const VAR: &str = "ROCMFORGE_VULKAN_SUBGROUP_SIZE";
+    let allowed = if caps.min == caps.max {
+        format!("runs subgroups of {} only (use {0}", caps.min)
+    } else {
+        format!(
+            "allows subgroups of {} to {} (use a power of two in that range",
+            caps.min, caps.max
+        )
+    };
+    match *want {
+        SubgroupSize::Auto if pinnable(32) => Ok(pin(32)),
+        SubgroupSize::Auto | SubgroupSize::Driver => Ok(driver),
+        SubgroupSize::Pin(n) if pinnable(n) => Ok(pin(n)),
+        // Nothing to require: the driver runs this size anyway (modules
+        // are SPIR-V 1.5, created without ALLOW_VARYING_SUBGROUP_SIZE).
+        SubgroupSize::Pin(n) if n == caps.default => Ok(driver),
+        SubgroupSize::Pin(n) if !in_range(n) => Err(format!(
+            "{VAR}={n}: the device {allowed}, or 0 for the driver's default)"
+        )),
+        SubgroupSize::Pin(n) if !caps.control => Err(format!(
+            "{VAR}={n}: the device cannot require a subgroup size in compute shaders (no subgroupSizeControl); it runs {} (unset it, or 0)",
+            caps.default
+        )),
+        SubgroupSize::Pin(n) => Err(format!(
+            "{VAR}={n}: a workgroup of {largest_workgroup} invocations needs more than the device's {} subgroups of {n}",
+            caps.max_workgroup_subgroups
+        )),
+        SubgroupSize::Invalid(ref v) => Err(format!(
+            "{VAR}={v:?} is not a number (use a power of two the device runs, or 0 for the driver's default)"
+        )),
+    }
+}
+
+/// The device line's subgroup entry, e.g. `subgroup: 32 (pinned, device
+/// allows 32-64)` or `subgroup: 8 (fixed)`.
+fn subgroup_summary(caps: &SubgroupCaps, used: &Subgroup) -> String {
+    let how = if caps.min == caps.max && used.size == caps.min {
+        "fixed".to_string()
+    } else if used.pinned {
+        format!("pinned, device allows {}-{}", caps.min, caps.max)
+    } else if caps.control {
+        format!("driver default, device allows {}-{}", caps.min, caps.max)
+    } else {
+        "driver default, no size control".to_string()
+    };
+    format!("subgroup: {} ({how})", used.size)
+}
+
 /// What the kernels and the memory code need to know about the device.
 #[derive(Clone, Debug)]
 pub struct DeviceProps {
@@ -32,10 +167,14 @@ pub struct DeviceProps {
     pub uma: bool,
     pub fp16: bool,
     /// `VK_KHR_cooperative_matrix` with 16x16x16 f16 x f16 -> f32 subgroup
-    /// matrices on 32-wide subgroups, f16 arithmetic and the Vulkan memory
-    /// model: the prefill matmul runs on matrix cores
-    /// (`matmul_coopmat.comp`). Off with `ROCMFORGE_VULKAN_COOPMAT=0`.
+    /// matrices, pipelines running 32-wide subgroups (`subgroup.size`),
+    /// f16 arithmetic and the Vulkan memory model: the prefill matmul runs
+    /// on matrix cores (`matmul_coopmat.comp`). Off with
+    /// `ROCMFORGE_VULKAN_COOPMAT=0`.
     pub coopmat: bool,
+    /// The subgroup size pipelines are created with (matrix-core prefill
+    /// needs 32).
+    pub subgroup: Subgroup,
     /// `VK_KHR_shader_integer_dot_product` with its feature: the integer
     /// decode mat-vec uses `dotPacked4x8EXT` (`matvec_int_dot_*` kernels).
     /// Off with `ROCMFORGE_VULKAN_INT_DOT=0`.
@@ -75,8 +214,46 @@ pub struct Gpu {
 struct Candidate {
     physical: vk::PhysicalDevice,
     index: usize,
+    /// `subgroup`, `coopmat` and `summary` are filled in by `settle` once
+    /// the device is chosen.
     props: DeviceProps,
     queue_family: u32,
+    subgroups: SubgroupCaps,
+    /// `VK_EXT_subgroup_size_control` is offered (enabled where a size is
+    /// pinned).
+    size_control_ext: bool,
+    /// Everything matrix-core prefill needs but 32-wide subgroups.
+    coopmat_ok: bool,
+    /// `VK_KHR_cooperative_matrix` is offered at all.
+    coopmat_ext: bool,
+    /// The summary's text before and after the subgroup entry.
+    summary_head: String,
+    summary_tail: String,
+}
+
+impl Candidate {
+    /// Picks the subgroup size (which matrix-core prefill depends on) and
+    /// writes the device line.
+    fn settle(&mut self, want: &SubgroupSize) -> Result<(), String> {
+        let used = choose_subgroup(&self.subgroups, want, crate::pipelines::largest_workgroup())
+            .map_err(|e| format!("{}: {e}", self.props.name))?;
+        let coopmat = self.coopmat_ok && used.size == 32;
+        self.props.subgroup = used;
+        self.props.coopmat = coopmat;
+        self.props.summary = format!(
+            "{} | {} | {} | matrix cores: {} | markers: {}",
+            self.summary_head,
+            subgroup_summary(&self.subgroups, &used),
+            self.summary_tail,
+            match (self.coopmat_ext, coopmat) {
+                (true, true) => "KHR_coopmat",
+                (true, false) => "KHR_coopmat (unused)",
+                _ => "none",
+            },
+            u8::from(self.props.buffer_marker),
+        );
+        Ok(())
+    }
 }
 
 fn rank(t: vk::PhysicalDeviceType) -> u32 {
@@ -152,9 +329,10 @@ fn shared_instance() -> Result<(ash::Entry, ash::Instance), BackendError> {
 }
 
 impl Gpu {
-    pub fn open(choice: DeviceChoice) -> Result<Gpu, BackendError> {
+    pub fn open(choice: DeviceChoice, subgroup: &SubgroupSize) -> Result<Gpu, BackendError> {
         let (entry, instance) = shared_instance()?;
-        let c = Self::pick(&entry, &instance, choice)?;
+        let mut c = Self::pick(&entry, &instance, choice)?;
+        c.settle(subgroup).map_err(BackendError::Unavailable)?;
         Self::create(entry, instance, c)
     }
 
@@ -215,7 +393,16 @@ impl Gpu {
             vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut int_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
             .shader_integer_dot_product(true);
+        // Through the extension: the instance asks for API 1.2, where the
+        // 1.3 feature struct may not be used.
+        let pinned = c.props.subgroup.pinned && c.size_control_ext;
+        let mut size_control = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
+            .subgroup_size_control(true)
+            .compute_full_subgroups(c.props.subgroup.full);
         let mut extensions = Vec::new();
+        if pinned {
+            extensions.push(ash::ext::subgroup_size_control::NAME.as_ptr());
+        }
         if c.props.coopmat {
             extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
         }
@@ -242,8 +429,12 @@ impl Gpu {
         if c.props.int_dot {
             ci = ci.push_next(&mut int_dot);
         }
+        if pinned {
+            ci = ci.push_next(&mut size_control);
+        }
         // SAFETY: the physical device came from this instance and supports
-        // every feature enabled here (checked in `candidate`).
+        // every feature and extension enabled here (checked in `candidate`
+        // and `subgroup_caps`).
         let device = match unsafe { instance.create_device(c.physical, &ci, None) } {
             Ok(d) => d,
             Err(e) => {
@@ -378,12 +569,15 @@ fn candidate(
         int_dot && std::env::var("ROCMFORGE_VULKAN_INT_DOT").map_or(true, |v| v != "0");
     let coopmat = has_ext(ash::khr::cooperative_matrix::NAME);
     let fp16 = f12.shader_float16 == vk::TRUE;
-    let use_coopmat = coopmat
+    // Matrix-core prefill also needs 32-wide subgroups: `settle` checks
+    // the size once it is chosen.
+    let coopmat_ok = coopmat
         && fp16
         && f12.vulkan_memory_model == vk::TRUE
-        && subgroup.subgroup_size == 32
         && std::env::var("ROCMFORGE_VULKAN_COOPMAT").map_or(true, |v| v != "0")
         && coopmat_f16_16x16(entry, instance, pd);
+    let size_control_ext = has_ext(ash::ext::subgroup_size_control::NAME);
+    let subgroups = subgroup_caps(instance, pd, subgroup.subgroup_size, size_control_ext);
     // SAFETY: plain query.
     let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
     let host_local = vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE;
@@ -396,40 +590,88 @@ fn candidate(
             vk::PhysicalDeviceType::INTEGRATED_GPU | vk::PhysicalDeviceType::CPU
         );
     let max_region = maint3.max_memory_allocation_size;
-    let summary = format!(
-        "{name} ({}: {}) | uma: {} | fp16: {} | warp size: {} | shared memory: {} | int dot: {} | matrix cores: {} | markers: {}",
+    let summary_head = format!(
+        "{name} ({}: {}) | uma: {} | fp16: {}",
         cstr(&driver.driver_name),
         cstr(&driver.driver_info),
         u8::from(uma),
         u8::from(fp16),
-        subgroup.subgroup_size,
+    );
+    let summary_tail = format!(
+        "shared memory: {} | int dot: {}",
         p.limits.max_compute_shared_memory_size,
         u8::from(use_int_dot),
-        match (coopmat, use_coopmat) {
-            (true, true) => "KHR_coopmat",
-            (true, false) => "KHR_coopmat (unused)",
-            _ => "none",
-        },
-        u8::from(buffer_marker),
     );
     Ok(Candidate {
         physical: pd,
         index,
         queue_family,
+        subgroups,
+        size_control_ext,
+        coopmat_ok,
+        coopmat_ext: coopmat,
+        summary_head,
+        summary_tail,
         props: DeviceProps {
             name,
             device_type: p.device_type,
             uma,
             fp16,
-            coopmat: use_coopmat,
+            coopmat: false,
+            subgroup: Subgroup::default(),
             int_dot: use_int_dot,
             buffer_marker,
             max_region,
             memory_budget: has_ext(ash::ext::memory_budget::NAME),
             max_workgroups: p.limits.max_compute_work_group_count,
-            summary,
+            summary: String::new(),
         },
     })
+}
+
+/// The device's subgroup sizes: `VK_EXT_subgroup_size_control`'s range and
+/// features where it is offered, else only `default`.
+fn subgroup_caps(
+    instance: &ash::Instance,
+    pd: vk::PhysicalDevice,
+    default: u32,
+    has_ext: bool,
+) -> SubgroupCaps {
+    let fixed = SubgroupCaps {
+        default,
+        min: default,
+        max: default,
+        control: false,
+        full: false,
+        max_workgroup_subgroups: u32::MAX,
+    };
+    if !has_ext {
+        return fixed;
+    }
+    let mut props = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
+    let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut props);
+    // SAFETY: `pd` came from this instance and offers
+    // VK_EXT_subgroup_size_control, whose property struct may be chained.
+    unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
+    let mut features = vk::PhysicalDeviceSubgroupSizeControlFeatures::default();
+    let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut features);
+    // SAFETY: as above, for the feature struct.
+    unsafe { instance.get_physical_device_features2(pd, &mut f2) };
+    if props.min_subgroup_size == 0 || props.min_subgroup_size > props.max_subgroup_size {
+        return fixed;
+    }
+    let control = features.subgroup_size_control == vk::TRUE
+        && props
+            .required_subgroup_size_stages
+            .contains(vk::ShaderStageFlags::COMPUTE);
+    SubgroupCaps {
+        default,
+        min: props.min_subgroup_size,
+        max: props.max_subgroup_size,
+        control,
+        full: control && features.compute_full_subgroups == vk::TRUE,
+        max_workgroup_subgroups: props.max_compute_workgroup_subgroups,
+    }
 }
 
 /// Whether the device offers 16x16x16 f16 x f16 + f32 -> f32 subgroup
@@ -488,4 +730,145 @@ fn device_local_free(
         .map(|i| heaps[i].size)
         .max()
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(default: u32, min: u32, max: u32) -> SubgroupCaps {
+        SubgroupCaps {
+            default,
+            min,
+            max,
+            control: true,
+            full: true,
+            max_workgroup_subgroups: 32,
+        }
+    }
+
+    fn pinned(size: u32) -> Subgroup {
+        Subgroup {
+            size,
+            pinned: true,
+            full: true,
+        }
+    }
+
+    fn driver(size: u32) -> Subgroup {
+        Subgroup {
+            size,
+            pinned: false,
+            full: false,
+        }
+    }
+
+    #[test]
+    fn auto_pins_32_where_the_device_allows_it() {
+        // RADV (wave64 default), NVIDIA, Intel.
+        for c in [caps(64, 32, 64), caps(32, 32, 32), caps(16, 8, 32)] {
+            let used = choose_subgroup(&c, &SubgroupSize::Auto, 512).unwrap();
+            assert_eq!(used, pinned(32), "{c:?}");
+        }
+        let radv = caps(64, 32, 64);
+        assert_eq!(
+            subgroup_summary(&radv, &pinned(32)),
+            "subgroup: 32 (pinned, device allows 32-64)"
+        );
+        assert_eq!(
+            subgroup_summary(&caps(32, 32, 32), &pinned(32)),
+            "subgroup: 32 (fixed)"
+        );
+    }
+
+    #[test]
+    fn auto_keeps_the_driver_size_where_32_is_not_allowed() {
+        // lavapipe: 8 only, and 512 invocations do not fit 32 subgroups of 8.
+        let lavapipe = caps(8, 8, 8);
+        for want in [
+            SubgroupSize::Auto,
+            SubgroupSize::Driver,
+            SubgroupSize::Pin(8),
+        ] {
+            let used = choose_subgroup(&lavapipe, &want, 512).unwrap();
+            assert_eq!(used, driver(8), "{want:?}");
+            assert_eq!(subgroup_summary(&lavapipe, &used), "subgroup: 8 (fixed)");
+        }
+        let wave64_only = caps(64, 64, 64);
+        assert_eq!(
+            choose_subgroup(&wave64_only, &SubgroupSize::Auto, 512).unwrap(),
+            driver(64)
+        );
+        let no_control = SubgroupCaps {
+            control: false,
+            full: false,
+            ..caps(64, 32, 64)
+        };
+        let used = choose_subgroup(&no_control, &SubgroupSize::Auto, 512).unwrap();
+        assert_eq!(used, driver(64));
+        assert_eq!(
+            subgroup_summary(&no_control, &used),
+            "subgroup: 64 (driver default, no size control)"
+        );
+    }
+
+    #[test]
+    fn the_override_pins_or_says_why_not() {
+        let radv = caps(64, 32, 64);
+        assert_eq!(
+            choose_subgroup(&radv, &SubgroupSize::Pin(64), 512).unwrap(),
+            pinned(64)
+        );
+        let used = choose_subgroup(&radv, &SubgroupSize::Driver, 512).unwrap();
+        assert_eq!(used, driver(64));
+        assert_eq!(
+            subgroup_summary(&radv, &used),
+            "subgroup: 64 (driver default, device allows 32-64)"
+        );
+        for (want, says) in [
+            (
+                SubgroupSize::Pin(3),
+                "=3: the device allows subgroups of 32 to 64",
+            ),
+            (
+                SubgroupSize::Pin(48),
+                "=48: the device allows subgroups of 32 to 64",
+            ),
+            (
+                SubgroupSize::Pin(128),
+                "=128: the device allows subgroups of 32 to 64",
+            ),
+            (
+                SubgroupSize::Invalid("wave64".into()),
+                "=\"wave64\" is not a number",
+            ),
+        ] {
+            let e = choose_subgroup(&radv, &want, 512).unwrap_err();
+            assert!(e.contains(says), "{e}");
+            assert!(e.starts_with("ROCMFORGE_VULKAN_SUBGROUP_SIZE="), "{e}");
+        }
+        let e = choose_subgroup(&caps(8, 8, 8), &SubgroupSize::Pin(32), 512).unwrap_err();
+        assert!(e.contains("runs subgroups of 8 only (use 8, or 0"), "{e}");
+        // 1024 invocations in at most 16 subgroups of 32: too many.
+        let small = SubgroupCaps {
+            max_workgroup_subgroups: 16,
+            ..caps(64, 32, 64)
+        };
+        let e = choose_subgroup(&small, &SubgroupSize::Pin(32), 1024).unwrap_err();
+        assert!(e.contains("16 subgroups of 32"), "{e}");
+        assert_eq!(
+            choose_subgroup(&small, &SubgroupSize::Auto, 1024).unwrap(),
+            driver(64)
+        );
+    }
+
+    #[test]
+    fn the_environment_value_parses() {
+        assert_eq!(SubgroupSize::parse("0"), SubgroupSize::Driver);
+        assert_eq!(SubgroupSize::parse(" 64"), SubgroupSize::Pin(64));
+        assert_eq!(
+            SubgroupSize::parse("-1"),
+            SubgroupSize::Invalid("-1".into())
+        );
+    }
 }

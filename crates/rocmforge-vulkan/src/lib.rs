@@ -43,4 +43,5 @@ mod memory;
 mod pipelines;
 
 pub use backend::{VulkanBackend, VulkanOptions, DEFAULT_TIMEOUT};
+pub use device::SubgroupSize;
 pub use error::VkError;

@@ -1,0 +1,80 @@
+//! The subgroup size pipelines use: reported in the device line, and an
+//! impossible `ROCMFORGE_VULKAN_SUBGROUP_SIZE` (here through
+//! `VulkanOptions::subgroup_size`, which `from_env` fills from it) is a
+//! one-line `Unavailable` error naming the value, not a panic.
+//!
+//! Skips (printing why) when no Vulkan device is present, unless
+//! `ROCMFORGE_REQUIRE_BACKENDS` names `vulkan`: then it fails.
+
+use rocmforge_core::backend::BackendError;
+use rocmforge_vulkan::{SubgroupSize, VulkanBackend, VulkanOptions};
+
+fn required() -> bool {
+    std::env::var("ROCMFORGE_REQUIRE_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .any(|s| s.trim().eq_ignore_ascii_case("vulkan"))
+}
+
+fn open(subgroup_size: SubgroupSize) -> Result<VulkanBackend, BackendError> {
+    VulkanBackend::new(VulkanOptions {
+        allow_cpu: true,
+        subgroup_size,
+        ..VulkanOptions::from_env()
+    })
+}
+
+#[test]
+fn impossible_subgroup_sizes_are_refused_with_one_line() {
+    let b = match open(SubgroupSize::Auto) {
+        Ok(b) => b,
+        Err(e @ BackendError::Unavailable(_)) if !required() => {
+            eprintln!("skipping: {e} (ROCMFORGE_REQUIRE_BACKENDS=vulkan fails instead)");
+            return;
+        }
+        Err(e) => panic!("vulkan backend: {e}"),
+    };
+    let (size, pinned) = b.subgroup_size();
+    let summary = b.device_summary().to_string();
+    eprintln!("{summary}");
+    assert!(
+        summary.contains(&format!("| subgroup: {size} (")),
+        "{summary}"
+    );
+    eprintln!("subgroup size {size}, pinned: {pinned}");
+    // A device with one size says "fixed", pinned or not.
+    if summary.contains("(pinned,") {
+        assert!(pinned, "{summary}");
+    } else {
+        assert!(!pinned || summary.contains("(fixed)"), "{summary}");
+    }
+    drop(b);
+
+    // The size in use and the driver's default can be asked for.
+    for want in [SubgroupSize::Pin(size), SubgroupSize::Driver] {
+        let b = open(want.clone()).unwrap_or_else(|e| panic!("{want:?}: {e}"));
+        eprintln!("{want:?}: {}", b.device_summary());
+    }
+
+    for (want, says) in [
+        (SubgroupSize::Pin(3), "ROCMFORGE_VULKAN_SUBGROUP_SIZE=3: "),
+        (
+            SubgroupSize::Pin(4096),
+            "ROCMFORGE_VULKAN_SUBGROUP_SIZE=4096: ",
+        ),
+        (
+            SubgroupSize::Invalid("wave64".into()),
+            "ROCMFORGE_VULKAN_SUBGROUP_SIZE=\"wave64\" is not a number",
+        ),
+    ] {
+        match open(want.clone()) {
+            Err(BackendError::Unavailable(why)) => {
+                eprintln!("{want:?}: {why}");
+                assert!(why.contains(says), "{why}");
+                assert!(!why.contains('\n'), "{why}");
+            }
+            Err(e) => panic!("{want:?}: not Unavailable: {e}"),
+            Ok(b) => panic!("{want:?} was accepted: {}", b.device_summary()),
+        }
+    }
+}
