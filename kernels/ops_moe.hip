@@ -87,7 +87,10 @@ KERNEL LAUNCH_BOUNDS(MOE_ROUTE_WG) void moe_route(MoeRoutePush s) {
         prev_e = pick_e[0];
         chosen += prev_p;
         if (lane == 0u) {
-            ids[j] = (float)prev_e;
+            // No expert ranks after the previous pick when the logits hold
+            // a NaN: the id is clamped so the expert mat-vec never reads
+            // outside the expert stack (the values are garbage either way).
+            ids[j] = (float)(prev_e < s.n_expert ? prev_e : s.n_expert - 1u);
             w[j] = prev_p;
         }
     }

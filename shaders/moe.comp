@@ -86,7 +86,10 @@ void main() {
         prev_e = pick_e[0];
         chosen += prev_p;
         if (lane == 0u) {
-            F32s(pc.ids).v[t * pc.k + j] = float(prev_e);
+            // No expert ranks after the previous pick when the logits hold
+            // a NaN: the id is clamped so the expert mat-vec never reads
+            // outside the expert stack (the values are garbage either way).
+            F32s(pc.ids).v[t * pc.k + j] = float(min(prev_e, pc.n_expert - 1u));
             F32s(pc.weights).v[t * pc.k + j] = prev_p;
         }
         memoryBarrierShared();
