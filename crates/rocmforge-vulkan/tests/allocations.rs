@@ -3,21 +3,17 @@
 //! model's tensor count; splitting the weights across regions and uploading
 //! through the staging buffer change nothing in the results.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rocmforge_core::backend::BackendError;
 use rocmforge_core::model::Model;
 use rocmforge_core::quant::QuantType;
 use rocmforge_core::session::{Session, SessionOptions};
-use rocmforge_vulkan::{VulkanBackend, VulkanOptions};
+use rocmforge_vulkan::VulkanOptions;
 
-fn options() -> VulkanOptions {
-    VulkanOptions {
-        allow_cpu: true,
-        ..VulkanOptions::from_env()
-    }
-}
+use common::options;
 
 fn generated(preset: &str, ty: QuantType) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vulkan-models");
@@ -26,14 +22,7 @@ fn generated(preset: &str, ty: QuantType) -> PathBuf {
 
 /// Logits of a short prompt and two decode steps, and the allocation count.
 fn run(path: &std::path::Path, opts: VulkanOptions) -> Option<(Vec<f32>, usize, u64)> {
-    let backend = match VulkanBackend::new(opts) {
-        Ok(b) => b,
-        Err(e @ BackendError::Unavailable(_)) => {
-            eprintln!("skipping: {e}");
-            return None;
-        }
-        Err(e) => panic!("{e}"),
-    };
+    let backend = common::open_or_skip(opts)?;
     let model = Arc::new(Model::load(path).unwrap());
     let session_opts = SessionOptions {
         n_ctx: 32,

@@ -6,33 +6,22 @@
 //! Skips (printing why) when no Vulkan device is present, unless
 //! `ROCMFORGE_REQUIRE_BACKENDS` names `vulkan`: then it fails.
 
+mod common;
+
 use rocmforge_core::backend::BackendError;
 use rocmforge_vulkan::{SubgroupSize, VulkanBackend, VulkanOptions};
 
-fn required() -> bool {
-    std::env::var("ROCMFORGE_REQUIRE_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|s| s.trim().eq_ignore_ascii_case("vulkan"))
-}
-
 fn open(subgroup_size: SubgroupSize) -> Result<VulkanBackend, BackendError> {
     VulkanBackend::new(VulkanOptions {
-        allow_cpu: true,
         subgroup_size,
-        ..VulkanOptions::from_env()
+        ..common::options()
     })
 }
 
 #[test]
 fn impossible_subgroup_sizes_are_refused_with_one_line() {
-    let b = match open(SubgroupSize::Auto) {
-        Ok(b) => b,
-        Err(e @ BackendError::Unavailable(_)) if !required() => {
-            eprintln!("skipping: {e} (ROCMFORGE_REQUIRE_BACKENDS=vulkan fails instead)");
-            return;
-        }
-        Err(e) => panic!("vulkan backend: {e}"),
+    let Some(b) = common::open_or_skip(common::options()) else {
+        return;
     };
     let (size, pinned) = b.subgroup_size();
     let summary = b.device_summary().to_string();

@@ -26,19 +26,22 @@
 //! cache, which only a flip in that row (or the Q8_1 sum term of Q4_1 and
 //! Q5_1, see FIRST_POSITION_REL) can move, must agree to 0.1σ.
 //!
-//! Skips (printing why) when no Vulkan device is present.
+//! Skips (printing why) when no Vulkan device is present, unless
+//! `ROCMFORGE_REQUIRE_BACKENDS` names `vulkan`: then it fails.
+
+mod common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rocmforge_core::backend::{Backend, BackendError};
+use rocmforge_core::backend::Backend;
 use rocmforge_core::gguf::{GgufFile, GgufWriter};
 use rocmforge_core::model::Model;
 use rocmforge_core::quant::dequantize;
 use rocmforge_core::quant::QuantType;
 use rocmforge_core::session::{Session, SessionOptions};
 use rocmforge_cpu::CpuBackend;
-use rocmforge_vulkan::{VulkanBackend, VulkanOptions};
+use rocmforge_vulkan::VulkanBackend;
 
 const MAX_REL: f32 = 0.2;
 const MEAN_REL: f32 = 0.035;
@@ -51,23 +54,8 @@ const FIRST_POSITION_REL: f32 = 0.1;
 const F32_MAX_REL: f32 = 0.02;
 const F32_MEAN_REL: f32 = 0.004;
 
-fn vulkan() -> Result<VulkanBackend, BackendError> {
-    VulkanBackend::new(VulkanOptions {
-        allow_cpu: true,
-        ..VulkanOptions::from_env()
-    })
-}
-
-/// The backend, or None (after printing why) where Vulkan is unavailable.
 fn vulkan_or_skip() -> Option<VulkanBackend> {
-    match vulkan() {
-        Ok(b) => Some(b),
-        Err(e @ BackendError::Unavailable(_)) => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
+    common::open_or_skip(common::options())
 }
 
 fn generated(preset: &str, ty: QuantType) -> PathBuf {

@@ -1,0 +1,38 @@
+//! What the crate's tests share: a Vulkan backend, or a printed skip on a
+//! machine without a Vulkan device, unless `ROCMFORGE_REQUIRE_BACKENDS`
+//! names `vulkan` (CI names it: lavapipe must run them), which turns the
+//! skip into a failure, as the HIP crate's tests do for `rocm`.
+
+use rocmforge_core::backend::BackendError;
+use rocmforge_vulkan::{VulkanBackend, VulkanOptions};
+
+/// Whether `ROCMFORGE_REQUIRE_BACKENDS` asks for this backend.
+pub fn required() -> bool {
+    std::env::var("ROCMFORGE_REQUIRE_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .any(|s| s.trim().eq_ignore_ascii_case("vulkan"))
+}
+
+/// The options every test starts from: software devices (lavapipe)
+/// allowed, the rest from the environment.
+pub fn options() -> VulkanOptions {
+    VulkanOptions {
+        allow_cpu: true,
+        ..VulkanOptions::from_env()
+    }
+}
+
+/// `VulkanBackend::new(opts)`, or None after printing why the machine has
+/// no Vulkan device. Any other error, or no device while one is required,
+/// fails the test.
+pub fn open_or_skip(opts: VulkanOptions) -> Option<VulkanBackend> {
+    match VulkanBackend::new(opts) {
+        Ok(b) => Some(b),
+        Err(e @ BackendError::Unavailable(_)) if !required() => {
+            eprintln!("skipping: {e} (ROCMFORGE_REQUIRE_BACKENDS=vulkan fails instead)");
+            None
+        }
+        Err(e) => panic!("vulkan backend: {e}"),
+    }
+}
