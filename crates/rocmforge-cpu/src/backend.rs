@@ -184,19 +184,21 @@ impl CpuBackend {
             }
         }
         self.team.run(|m, barrier| step.run(m, barrier));
-        // SAFETY (both reads): the team has finished; nothing else touches
-        // the arena, and each tensor lies in it.
         match output {
             StepOutput::Logits(logits) => {
                 let out = g.tensor(g.logits);
                 assert_eq!(logits.len(), out.rows * out.cols, "logits buffer size");
+                // SAFETY: the team has finished; nothing else touches the
+                // arena, and the logits lie in it.
                 let src = unsafe { step.arena.f32s(p.plan.offsets[g.logits], logits.len()) };
                 logits.copy_from_slice(src);
             }
             StepOutput::Part(k, exchange) => {
                 for &t in &p.parts[k].exports {
                     let dst = exchange.tensor_mut(t);
-                    dst.copy_from_slice(unsafe { step.arena.f32s(p.plan.offsets[t], dst.len()) });
+                    // SAFETY: as above, for each export.
+                    let src = unsafe { step.arena.f32s(p.plan.offsets[t], dst.len()) };
+                    dst.copy_from_slice(src);
                 }
             }
         }
