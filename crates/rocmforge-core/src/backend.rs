@@ -126,13 +126,6 @@ pub struct FreeMemory {
     pub weights_kept_out: u64,
 }
 
-fn parts_unavailable(info: &BackendInfo) -> BackendError {
-    BackendError::Unavailable(format!(
-        "the {} backend cannot run a graph split with another backend",
-        info.name
-    ))
-}
-
 /// `1.5 GiB`, `512.0 MiB`, `12 bytes`: sizes in errors people read.
 pub fn format_bytes(bytes: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
@@ -144,93 +137,63 @@ pub fn format_bytes(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
-/// A compute backend: a few device buffers plus whole-graph execution.
+/// A compute backend: a few device buffers plus graph execution.
 ///
-/// The call order is `load`, `reserve`, then any number of `prepare`, then
-/// any number of `execute`. [`crate::session::Session`] keeps to it.
+/// The trait has one form, the parts form: a graph is recorded as one or
+/// more [`GraphPart`]s (runs of ops), and each run moves the tensors it
+/// imports and exports through an [`Exchange`] in host memory. A whole
+/// graph is one part exporting its logits ([`GraphPart::whole`]). The
+/// whole-graph calls ([`Backend::load`], [`Backend::reserve`],
+/// [`Backend::prepare`]) are provided over the parts calls and are not
+/// meant to be overridden, so a wrapper that forwards the required methods
+/// forwards everything; running a recorded graph is always
+/// [`Backend::execute_part`].
+///
+/// The call order is `load_except` (or `load`), `reserve_parts` (or
+/// `reserve`), then any number of `prepare_parts` (or `prepare`), then any
+/// number of `execute_part`. [`crate::session::Session`] keeps to it.
 pub trait Backend {
     fn info(&self) -> BackendInfo;
 
-    /// Makes the model's weights resident and allocates the KV cache `kv`
-    /// describes (`kv.bytes()`, every layer's block at its offset; a
-    /// sliding-window layer's positions in a ring). Called once per model.
-    /// `progress(done, total)` reports weight bytes made resident, for a
-    /// progress bar.
-    fn load(
-        &mut self,
-        model: &Model,
-        kv: &KvLayout,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(), BackendError>;
-
-    /// Sizes the activation arena (`arena_bytes`, the largest plan of the
-    /// session) and the backend's scratch (from `largest`, the graph with
-    /// the most tokens) once. Graphs recorded later never reallocate, so
-    /// addresses frozen into recorded command buffers stay valid.
-    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError>;
-
-    /// Records a planned graph for replay. A graph that needs more than was
-    /// reserved is [`BackendError::ExceedsReservation`].
-    fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError>;
-
-    /// Writes `inputs` into the step-input region, replays the graph, and
-    /// copies its logits (rows × n_vocab, row-major) into `logits`.
-    ///
-    /// The caller guarantees (Session checks it): `inputs.tokens.len()` is
-    /// the graph's `n_tokens`, every id is below the vocabulary size,
-    /// `pos0 + n_tokens <= n_ctx`, and `logits` has the logits tensor's
-    /// size. A backend may panic on a violation but must stay memory-safe
-    /// (device kernels clamp what they index with).
-    fn execute(
-        &mut self,
-        graph: GraphId,
-        inputs: &StepInputs,
-        logits: &mut [f32],
-    ) -> Result<(), BackendError>;
-
-    fn allocations(&self) -> AllocationStats;
-
-    /// [`Backend::load`], leaving the weights `kept_out` names where they
-    /// are: ops that read them run on another backend (a graph split with
-    /// [`crate::graph::split`]), and a graph recorded here that reads one
-    /// is an error. A backend that cannot run graphs in parts says so with
-    /// [`BackendError::Unavailable`].
+    /// Makes the model's weights resident, except those `kept_out` names,
+    /// and allocates the KV cache `kv` describes (`kv.bytes()`, every
+    /// layer's block at its offset; a sliding-window layer's positions in a
+    /// ring). Called once per model. Ops that read a kept-out weight run on
+    /// another backend (a graph split with [`crate::graph::split`]), and a
+    /// part recorded here that reads one is an error. `progress(done,
+    /// total)` reports weight bytes made resident, for a progress bar.
     fn load_except(
         &mut self,
         model: &Model,
         kv: &KvLayout,
         kept_out: &[WeightId],
         progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(), BackendError> {
-        let _ = (model, kv, kept_out, progress);
-        Err(parts_unavailable(&self.info()))
-    }
+    ) -> Result<(), BackendError>;
 
-    /// [`Backend::reserve`], plus `exchange_bytes` of memory the host can
-    /// read and write for the largest part's imports and exports.
+    /// Sizes the activation arena (`arena_bytes`, the largest plan of the
+    /// session), the backend's scratch (from `largest`, the graph with the
+    /// most tokens) and `exchange_bytes` of memory the host can read and
+    /// write for the largest part's imports and exports, once. Graphs
+    /// recorded later never reallocate, so addresses frozen into recorded
+    /// command buffers stay valid.
     fn reserve_parts(
         &mut self,
         largest: &Graph,
         arena_bytes: usize,
         exchange_bytes: usize,
-    ) -> Result<(), BackendError> {
-        let _ = (largest, arena_bytes, exchange_bytes);
-        Err(parts_unavailable(&self.info()))
-    }
+    ) -> Result<(), BackendError>;
 
     /// Records `parts` of a planned graph (those of this backend's side,
     /// in order) for replay one at a time. The plan is the whole graph's,
     /// so every tensor has the same offset on every backend that runs a
-    /// part of it.
+    /// part of it. A graph that needs more than was reserved is
+    /// [`BackendError::ExceedsReservation`].
     fn prepare_parts(
         &mut self,
         graph: &Graph,
         plan: &ArenaPlan,
         parts: &[GraphPart],
-    ) -> Result<GraphId, BackendError> {
-        let _ = (graph, plan, parts);
-        Err(parts_unavailable(&self.info()))
-    }
+    ) -> Result<GraphId, BackendError>;
 
     /// Runs part `part` (an index into the `parts` given to
     /// [`Backend::prepare_parts`]): writes `inputs` into the step-input
@@ -238,16 +201,43 @@ pub trait Backend {
     /// the part's ops and copies its exports into `exchange`.
     ///
     /// The caller runs the parts of a step in order, each after the parts
-    /// whose exports it imports, with the same `inputs`.
+    /// whose exports it imports, with the same `inputs`. It guarantees
+    /// (Session checks it): `inputs.tokens.len()` is the graph's
+    /// `n_tokens`, every id is below the vocabulary size, `pos0 + n_tokens
+    /// <= n_ctx`, and `exchange` was made for these parts. A backend may
+    /// panic on a violation but must stay memory-safe (device kernels
+    /// clamp what they index with).
     fn execute_part(
         &mut self,
         graph: GraphId,
         part: usize,
         inputs: &StepInputs,
         exchange: &mut Exchange,
+    ) -> Result<(), BackendError>;
+
+    fn allocations(&self) -> AllocationStats;
+
+    /// [`Backend::load_except`] keeping nothing out.
+    fn load(
+        &mut self,
+        model: &Model,
+        kv: &KvLayout,
+        progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
-        let _ = (graph, part, inputs, exchange);
-        Err(parts_unavailable(&self.info()))
+        self.load_except(model, kv, &[], progress)
+    }
+
+    /// [`Backend::reserve_parts`] for whole graphs, whose only export is
+    /// their logits (room every backend keeps anyway).
+    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
+        self.reserve_parts(largest, arena_bytes, 0)
+    }
+
+    /// Records a whole graph as one part ([`GraphPart::whole`]): run it with
+    /// `execute_part(id, 0, ..)` and an [`Exchange`] made for that part,
+    /// which then holds the logits.
+    fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
+        self.prepare_parts(graph, plan, &[GraphPart::whole(graph)])
     }
 
     /// Memory free on the device now, asked before `load` so a model that

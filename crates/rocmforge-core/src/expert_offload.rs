@@ -103,6 +103,13 @@ impl ExpertOffload {
     }
 }
 
+/// An offload is itself a split; splitting it again is not supported.
+fn nested_split() -> BackendError {
+    BackendError::Unavailable(
+        "--n-cpu-moe: a graph split with another backend cannot be split again".into(),
+    )
+}
+
 /// The parts of `side`, in order.
 fn side_parts(parts: &[GraphPart], side: Side) -> Vec<GraphPart> {
     parts.iter().filter(|p| p.side == side).cloned().collect()
@@ -122,12 +129,16 @@ impl Backend for ExpertOffload {
         }
     }
 
-    fn load(
+    fn load_except(
         &mut self,
         model: &Model,
         kv: &KvLayout,
+        kept_out: &[WeightId],
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
+        if !kept_out.is_empty() {
+            return Err(nested_split());
+        }
         self.graphs.clear();
         self.device
             .load_except(model, kv, &self.kept_out, progress)?;
@@ -137,7 +148,13 @@ impl Backend for ExpertOffload {
         self.host.load(model, &host_kv, &mut |_, _| {})
     }
 
-    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
+    fn reserve_parts(
+        &mut self,
+        largest: &Graph,
+        arena_bytes: usize,
+        // The caller's exchange is only ever the logits, copied on the host.
+        _exchange_bytes: usize,
+    ) -> Result<(), BackendError> {
         self.graphs.clear();
         // Smaller graphs cut at the same ops, so their parts move fewer
         // bytes than the largest graph's.
@@ -152,7 +169,15 @@ impl Backend for ExpertOffload {
         self.host.reserve(largest, arena_bytes)
     }
 
-    fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
+    fn prepare_parts(
+        &mut self,
+        graph: &Graph,
+        plan: &ArenaPlan,
+        parts: &[GraphPart],
+    ) -> Result<GraphId, BackendError> {
+        if parts != [GraphPart::whole(graph)] {
+            return Err(nested_split());
+        }
         let parts = self.split(graph);
         let device = self
             .device
@@ -184,12 +209,16 @@ impl Backend for ExpertOffload {
         Ok(GraphId(self.graphs.len() - 1))
     }
 
-    fn execute(
+    fn execute_part(
         &mut self,
         id: GraphId,
+        part: usize,
         inputs: &StepInputs,
-        logits: &mut [f32],
+        exchange: &mut Exchange,
     ) -> Result<(), BackendError> {
+        if part != 0 {
+            return Err(BackendError::UnknownGraph(id));
+        }
         let g = self
             .graphs
             .get_mut(id.0)
@@ -208,7 +237,9 @@ impl Backend for ExpertOffload {
                 }
             }
         }
-        logits.copy_from_slice(g.exchange.tensor(g.logits));
+        exchange
+            .tensor_mut(g.logits)
+            .copy_from_slice(g.exchange.tensor(g.logits));
         Ok(())
     }
 

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::backend::{format_bytes, Backend, BackendError, GraphId, StepInputs};
+use crate::graph::split::{Exchange, GraphPart};
 use crate::graph::{build_graph, Graph};
 use crate::model::Model;
 use crate::plan::{ArenaPlan, KvLayout};
@@ -95,6 +96,9 @@ struct StepGraph {
     graph: Graph,
     plan: ArenaPlan,
     id: Option<GraphId>,
+    /// Where the recorded graph's logits come back (made when it is
+    /// recorded, so sizes a session never runs hold no memory).
+    exchange: Exchange,
 }
 
 pub struct Session {
@@ -157,6 +161,7 @@ impl Session {
                     graph,
                     plan,
                     id: None,
+                    exchange: Exchange::default(),
                 },
             );
         }
@@ -219,6 +224,7 @@ impl Session {
             return Ok(id);
         }
         let id = self.backend.prepare(&g.graph, &g.plan)?;
+        g.exchange = Exchange::new(&g.graph, &[GraphPart::whole(&g.graph)]);
         g.id = Some(id);
         Ok(id)
     }
@@ -245,26 +251,23 @@ impl Session {
         }
         let mut out = std::mem::take(&mut self.logits);
         out.clear();
-        let mut step = Vec::new();
         let mut start = 0;
         for n in split_steps(tokens.len(), self.opts.n_batch) {
             let chunk = &tokens[start..start + n];
             start += n;
             let id = self.graph(n)?;
-            let g = &self.graphs[&n].graph;
-            let logits = g.tensor(g.logits);
-            step.resize(logits.rows * logits.cols, 0.0);
-            debug_assert_eq!(logits.cols, n_vocab);
+            let g = self.graphs.get_mut(&n).expect("recorded above");
+            debug_assert_eq!(g.graph.tensor(g.graph.logits).cols, n_vocab);
             let inputs = StepInputs {
                 tokens: chunk,
                 pos0: self.n_past,
             };
-            self.backend.execute(id, &inputs, &mut step)?;
+            self.backend.execute_part(id, 0, &inputs, &mut g.exchange)?;
             self.n_past += n;
             if !all_logits {
                 out.clear();
             }
-            out.extend_from_slice(&step);
+            out.extend_from_slice(g.exchange.tensor(g.graph.logits));
         }
         self.logits = out;
         Ok(&self.logits)

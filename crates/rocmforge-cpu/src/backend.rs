@@ -29,16 +29,9 @@ struct Prepared {
     rope_local: Option<RopeTable>,
     /// Op ranges of matmuls that run as one phase (core's fusion groups).
     groups: Vec<std::ops::Range<usize>>,
-    /// The parts this backend runs of a split graph; empty for a whole one.
+    /// The parts this backend runs of the graph (one, the whole graph,
+    /// unless it is split with another backend).
     parts: Vec<GraphPart>,
-}
-
-/// Where a step's results go.
-enum StepOutput<'x> {
-    /// The whole graph's logits.
-    Logits(&'x mut [f32]),
-    /// Part `.0`'s exports.
-    Part(usize, &'x mut Exchange),
 }
 
 /// What `reserve` fixed: the work buffer's split into arena, scratch and the
@@ -136,12 +129,14 @@ impl CpuBackend {
 }
 
 impl CpuBackend {
-    /// Runs graph `id`'s ops, or one part's, and delivers the results.
+    /// Runs part `k` of graph `id`: its imports in from `exchange`, its
+    /// ops, its exports out to `exchange`.
     fn run_step(
         &mut self,
         id: GraphId,
+        k: usize,
         inputs: &StepInputs,
-        output: StepOutput,
+        exchange: &mut Exchange,
     ) -> Result<(), BackendError> {
         let loaded = self.loaded.as_mut().ok_or(BackendError::NoModel)?;
         let r = self.reserved.ok_or(BackendError::NotReserved)?;
@@ -150,10 +145,8 @@ impl CpuBackend {
             .get(id.0)
             .ok_or(BackendError::UnknownGraph(id))?;
         let g = &p.graph;
-        let ops = match &output {
-            StepOutput::Logits(_) => 0..g.ops.len(),
-            StepOutput::Part(k, _) => p.parts[*k].ops.clone(),
-        };
+        let part = p.parts.get(k).ok_or(BackendError::UnknownGraph(id))?;
+        let ops = part.ops.clone();
         let work = self.work.shared();
         // SAFETY: no team is running; the region is this backend's own and
         // `reserve` sized it for the largest graph.
@@ -175,32 +168,19 @@ impl CpuBackend {
             next_chunk: Default::default(),
             ops,
         };
-        if let StepOutput::Part(k, exchange) = &output {
-            for &t in &p.parts[*k].imports {
-                let src = exchange.tensor(t);
-                // SAFETY: no team is running; the tensor lies in the arena
-                // (the plan was checked against the reservation).
-                unsafe { step.arena.f32s(p.plan.offsets[t], src.len()) }.copy_from_slice(src);
-            }
+        for &t in &part.imports {
+            let src = exchange.tensor(t);
+            // SAFETY: no team is running; the tensor lies in the arena (the
+            // plan was checked against the reservation).
+            unsafe { step.arena.f32s(p.plan.offsets[t], src.len()) }.copy_from_slice(src);
         }
         self.team.run(|m, barrier| step.run(m, barrier));
-        match output {
-            StepOutput::Logits(logits) => {
-                let out = g.tensor(g.logits);
-                assert_eq!(logits.len(), out.rows * out.cols, "logits buffer size");
-                // SAFETY: the team has finished; nothing else touches the
-                // arena, and the logits lie in it.
-                let src = unsafe { step.arena.f32s(p.plan.offsets[g.logits], logits.len()) };
-                logits.copy_from_slice(src);
-            }
-            StepOutput::Part(k, exchange) => {
-                for &t in &p.parts[k].exports {
-                    let dst = exchange.tensor_mut(t);
-                    // SAFETY: as above, for each export.
-                    let src = unsafe { step.arena.f32s(p.plan.offsets[t], dst.len()) };
-                    dst.copy_from_slice(src);
-                }
-            }
+        for &t in &part.exports {
+            let dst = exchange.tensor_mut(t);
+            // SAFETY: the team has finished; nothing else touches the
+            // arena, and each export lies in it.
+            let src = unsafe { step.arena.f32s(p.plan.offsets[t], dst.len()) };
+            dst.copy_from_slice(src);
         }
         Ok(())
     }
@@ -226,10 +206,13 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn load(
+    fn load_except(
         &mut self,
         model: &Model,
         kv_layout: &KvLayout,
+        // Every weight is read from the file's mapping, where only the
+        // pages touched become resident: keeping one out costs nothing.
+        _kept_out: &[WeightId],
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
         self.graphs.clear();
@@ -248,7 +231,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
+    fn reserve_parts(
+        &mut self,
+        largest: &Graph,
+        arena_bytes: usize,
+        // Imports and exports are copied straight from and to the arena,
+        // which is host memory.
+        _exchange_bytes: usize,
+    ) -> Result<(), BackendError> {
         let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
         let scratch_layout =
             ScratchLayout::for_graph(largest, &loaded.weights.views, loaded.kv_layout.n_ctx);
@@ -268,42 +258,6 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
-        self.prepare_parts(graph, plan, &[])
-    }
-
-    fn execute(
-        &mut self,
-        id: GraphId,
-        inputs: &StepInputs,
-        logits: &mut [f32],
-    ) -> Result<(), BackendError> {
-        self.run_step(id, inputs, StepOutput::Logits(logits))
-    }
-
-    fn load_except(
-        &mut self,
-        model: &Model,
-        kv: &KvLayout,
-        _kept_out: &[WeightId],
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(), BackendError> {
-        // Every weight is read from the file's mapping, where only the
-        // pages touched become resident: keeping one out costs nothing.
-        self.load(model, kv, progress)
-    }
-
-    fn reserve_parts(
-        &mut self,
-        largest: &Graph,
-        arena_bytes: usize,
-        _exchange_bytes: usize,
-    ) -> Result<(), BackendError> {
-        // Imports and exports are copied straight from and to the arena,
-        // which is host memory.
-        self.reserve(largest, arena_bytes)
-    }
-
     fn execute_part(
         &mut self,
         id: GraphId,
@@ -311,7 +265,7 @@ impl Backend for CpuBackend {
         inputs: &StepInputs,
         exchange: &mut Exchange,
     ) -> Result<(), BackendError> {
-        self.run_step(id, inputs, StepOutput::Part(part, exchange))
+        self.run_step(id, part, inputs, exchange)
     }
 
     fn prepare_parts(

@@ -713,22 +713,6 @@ impl HipBackend {
         Ok(())
     }
 
-    fn execute_graph(
-        &mut self,
-        id: GraphId,
-        inputs: &StepInputs,
-        logits: &mut [f32],
-    ) -> Result<(), BackendError> {
-        self.run_part(id, 0, inputs)?;
-        let out = self.part(id, 0)?.exports[0];
-        assert_eq!(
-            logits.len() * 4,
-            out.bytes,
-            "logits size (checked by Session)"
-        );
-        self.read_staged(&out, logits)
-    }
-
     fn execute_split(
         &mut self,
         id: GraphId,
@@ -862,26 +846,6 @@ impl Backend for HipBackend {
         }
     }
 
-    fn load(
-        &mut self,
-        model: &Model,
-        kv_layout: &KvLayout,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(), BackendError> {
-        let r = self.load_model(model, kv_layout, &[], progress);
-        self.note(r)
-    }
-
-    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
-        let r = self.reserve_arena(largest, arena_bytes, 0);
-        self.note(r)
-    }
-
-    fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
-        let r = self.record_parts(graph, plan, &[GraphPart::whole(graph)]);
-        self.note(r)
-    }
-
     fn load_except(
         &mut self,
         model: &Model,
@@ -921,16 +885,6 @@ impl Backend for HipBackend {
         exchange: &mut Exchange,
     ) -> Result<(), BackendError> {
         let r = self.execute_split(graph, part, inputs, exchange);
-        self.note(r)
-    }
-
-    fn execute(
-        &mut self,
-        graph: GraphId,
-        inputs: &StepInputs,
-        logits: &mut [f32],
-    ) -> Result<(), BackendError> {
-        let r = self.execute_graph(graph, inputs, logits);
         self.note(r)
     }
 

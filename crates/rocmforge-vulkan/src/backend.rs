@@ -506,15 +506,6 @@ impl Backend for VulkanBackend {
         }
     }
 
-    fn load(
-        &mut self,
-        model: &Model,
-        kv_layout: &KvLayout,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(), BackendError> {
-        self.load_except(model, kv_layout, &[], progress)
-    }
-
     fn load_except(
         &mut self,
         model: &Model,
@@ -625,10 +616,6 @@ impl Backend for VulkanBackend {
         Ok(())
     }
 
-    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
-        self.reserve_parts(largest, arena_bytes, 0)
-    }
-
     fn reserve_parts(
         &mut self,
         largest: &Graph,
@@ -684,10 +671,6 @@ impl Backend for VulkanBackend {
         Ok(())
     }
 
-    fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
-        self.record(graph, plan, &[GraphPart::whole(graph)])
-    }
-
     fn prepare_parts(
         &mut self,
         graph: &Graph,
@@ -695,26 +678,6 @@ impl Backend for VulkanBackend {
         parts: &[GraphPart],
     ) -> Result<GraphId, BackendError> {
         self.record(graph, plan, parts)
-    }
-
-    fn execute(
-        &mut self,
-        id: GraphId,
-        inputs: &StepInputs,
-        logits: &mut [f32],
-    ) -> Result<(), BackendError> {
-        self.run_part(id, 0, inputs)?;
-        let (g, host) = self.recorded(id)?;
-        let out = g.parts[0].exports[0];
-        assert_eq!(
-            logits.len() * 4,
-            out.bytes,
-            "logits size (checked by Session)"
-        );
-        // SAFETY: the submit finished and its last barrier made the copy
-        // visible to the host; the range is inside the readback region.
-        read_f32s(logits, unsafe { host.host_slice(out.host, out.bytes) });
-        Ok(())
     }
 
     fn execute_part(
@@ -737,7 +700,9 @@ impl Backend for VulkanBackend {
         let (g, host) = self.recorded(id)?;
         for s in &g.parts[part].exports {
             let dst = exchange.tensor_mut(s.tensor);
-            // SAFETY: as in `execute`.
+            // SAFETY: the submit finished and its last barrier made the
+            // copy visible to the host; the range is inside the readback
+            // region (checked at record).
             read_f32s(dst, unsafe { host.host_slice(s.host, s.bytes) });
         }
         Ok(())

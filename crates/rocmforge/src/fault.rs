@@ -125,16 +125,6 @@ impl Backend for FaultyBackend {
         self.inner.info()
     }
 
-    fn load(
-        &mut self,
-        model: &Model,
-        kv: &KvLayout,
-        progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(), BackendError> {
-        self.load_fault()?;
-        self.inner.load(model, kv, progress)
-    }
-
     fn load_except(
         &mut self,
         model: &Model,
@@ -144,24 +134,6 @@ impl Backend for FaultyBackend {
     ) -> Result<(), BackendError> {
         self.load_fault()?;
         self.inner.load_except(model, kv, kept_out, progress)
-    }
-
-    fn reserve(&mut self, largest: &Graph, arena_bytes: usize) -> Result<(), BackendError> {
-        self.inner.reserve(largest, arena_bytes)
-    }
-
-    fn prepare(&mut self, graph: &Graph, plan: &ArenaPlan) -> Result<GraphId, BackendError> {
-        self.inner.prepare(graph, plan)
-    }
-
-    fn execute(
-        &mut self,
-        graph: GraphId,
-        inputs: &StepInputs,
-        logits: &mut [f32],
-    ) -> Result<(), BackendError> {
-        self.step_fault()?;
-        self.inner.execute(graph, inputs, logits)
     }
 
     fn reserve_parts(
@@ -190,7 +162,7 @@ impl Backend for FaultyBackend {
         inputs: &StepInputs,
         exchange: &mut Exchange,
     ) -> Result<(), BackendError> {
-        // A step of a split graph starts with its first part.
+        // A step starts with its graph's first part (a whole graph is one).
         if part == 0 {
             self.step_fault()?;
         }
