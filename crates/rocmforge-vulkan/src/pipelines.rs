@@ -199,8 +199,25 @@ impl Pipelines {
 #[cfg(test)]
 mod tests {
     use super::compiled;
-    use rocmforge_core::gpu::{has_int_form, weight_suffix};
+    use rocmforge_core::gpu::{has_int_form, weight_suffix, workgroup_size};
     use rocmforge_core::quant::QuantType;
+
+    /// The lowering sizes grids by `gpu::workgroup_size`: each shader's
+    /// declared size (from build.rs's defines) must be the one it names.
+    #[test]
+    fn workgroup_sizes_are_the_lowerings() {
+        let mut checked = 0;
+        for (name, _) in compiled::SHADERS {
+            let code = super::spirv(name).unwrap();
+            let [x, y, z] = super::local_size(&code).unwrap_or_else(|| panic!("{name}"));
+            let Some(expected) = workgroup_size(name) else {
+                panic!("{name}: core's gpu::workgroup_size does not know this kernel");
+            };
+            assert_eq!(x * y * z, expected, "{name}: local size {x}x{y}x{z}");
+            checked += 1;
+        }
+        assert!(checked > 100, "only {checked} shaders");
+    }
 
     /// Every kernel declares a literal workgroup size, so each can be
     /// checked against a pinned subgroup size.

@@ -28,7 +28,7 @@ use crate::quant::QuantType;
 use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
 use super::moe::record_moe_op;
 use super::push::*;
-use super::{weight_suffix, KernelSink, Lowering};
+use super::{groups_for, weight_suffix, KernelSink, Lowering};
 
 /// The form in which the scratch holds a tensor, for ops that can reuse it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -381,7 +381,7 @@ pub fn record_graph(
                     yarn: r.yarn_terms().into(),
                 };
                 let items = d.rows * n_heads * (r.n_rot / 2);
-                let groups = u32_of(items.div_ceil(64), "rope workgroups")?;
+                let groups = groups_for("rope", items)?;
                 let what = label(i, format!("Rope {n_heads} heads"));
                 sink.dispatch("rope", push.bytes(), groups, what)?;
             }
@@ -397,7 +397,8 @@ pub fn record_graph(
                     floor: u32_of(floor.max(1), "temperature floor")?,
                 };
                 let what = label(i, "AttnTemperature".into());
-                sink.dispatch("attn_temp", push.bytes(), n.div_ceil(256), what)?;
+                let groups = groups_for("attn_temp", n as usize)?;
+                sink.dispatch("attn_temp", push.bytes(), groups, what)?;
             }
             Op::StoreKv { layer, k, v } => {
                 let d = graph.tensor(k);
@@ -413,7 +414,7 @@ pub fn record_graph(
                     ring: u32_of(l.capacity(layer), "cache positions")?,
                     pad: 0,
                 };
-                let groups = u32_of((d.rows * l.kv_dim / 2).div_ceil(64), "store workgroups")?;
+                let groups = groups_for("store_kv", d.rows * l.kv_dim / 2)?;
                 let what = label(i, format!("StoreKv layer {layer}"));
                 sink.dispatch("store_kv", push.bytes(), groups, what)?;
             }
@@ -622,7 +623,7 @@ fn record_rope_store(
     // Q pairs, K pairs, K's unrotated dims, V values (rope.comp, STORE_KV).
     let half = r.n_rot / 2;
     let per_row = rs.n_head * half + rs.n_head_kv * (half + head_dim - r.n_rot) + l.kv_dim;
-    let groups = u32_of((q.rows * per_row).div_ceil(64), "rope workgroups")?;
+    let groups = groups_for("rope_kv", q.rows * per_row)?;
     sink.dispatch("rope_kv", push.bytes(), groups, label)
 }
 
@@ -682,5 +683,6 @@ fn eltwise_with(
         limit: p.limit,
         cols: p.cols,
     };
-    sink.dispatch(kernel, push.bytes(), n.div_ceil(256), label)
+    let groups = groups_for(kernel, n as usize)?;
+    sink.dispatch(kernel, push.bytes(), groups, label)
 }

@@ -10,7 +10,7 @@ use crate::quant::QuantType;
 
 use super::lower::{q8_packed_layout, u32_of, weight_kernel, DeviceWeight, GraphAddresses};
 use super::push::{MatPush, Push, QuantizePush};
-use super::{has_int_form, KernelSink, Lowering, MatrixTiles};
+use super::{groups_for, has_int_form, KernelSink, Lowering, MatrixTiles};
 
 /// Largest token count the decode mat-vec kernel takes (`MV_MAX_TOKENS`).
 const MATVEC_MAX_TOKENS: usize = 8;
@@ -95,7 +95,8 @@ pub(super) fn round_activations(
         "quantize_q8_k" => 256,
         _ => 8,
     };
-    sink.dispatch(q, quant.bytes(), (n / block).div_ceil(64), what)?;
+    let groups = groups_for(q, (n / block) as usize)?;
+    sink.dispatch(q, quant.bytes(), groups, what)?;
     Ok(true)
 }
 

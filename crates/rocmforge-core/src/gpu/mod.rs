@@ -119,6 +119,19 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
     })
 }
 
+/// Workgroups of `kernel` for `items` invocations, one item each: the grid
+/// of every kernel that takes one value, pair or block per invocation,
+/// sized by [`workgroup_size`] so the lowering repeats no workgroup size.
+pub fn groups_for(kernel: &str, items: usize) -> Result<u32, BackendError> {
+    let wg = workgroup_size(kernel)
+        .ok_or_else(|| BackendError::Device(format!("no workgroup size for kernel {kernel}")))?;
+    u32::try_from(items.div_ceil(wg as usize)).map_err(|_| {
+        BackendError::Device(format!(
+            "{kernel}: {items} invocations exceed 32-bit workgroup counts"
+        ))
+    })
+}
+
 /// The kernel-name suffix of a weight type (`matvec_q4_k`), if GPU kernels
 /// take it.
 pub fn weight_suffix(ty: QuantType) -> Option<&'static str> {

@@ -15,7 +15,7 @@ use crate::graph::{Graph, Op, TensorId};
 use super::lower::{u32_of, weight_kernel, GraphAddresses, ScratchForm};
 use super::matmul::{activation_kernel, round_activations};
 use super::push::{MatIdPush, MoeRoutePush, MoeSumPush, Push};
-use super::KernelSink;
+use super::{groups_for, KernelSink};
 
 /// Records `op` if it is a mixture-of-experts op; returns whether it was.
 /// `scratch` is what the scratch holds, kept up to date here so the up
@@ -100,7 +100,7 @@ pub fn record_moe_op(
                 k: u32_of(graph.tensor(weights).cols, "experts per token")?,
                 pad: 0,
             };
-            let groups = u32_of((d.rows * d.cols).div_ceil(256), "workgroups")?;
+            let groups = groups_for("moe_sum", d.rows * d.cols)?;
             sink.dispatch("moe_sum", push.bytes(), groups, label)?;
         }
         _ => return Ok(false),
