@@ -90,6 +90,66 @@ pub fn fixture_path(name: &str) -> PathBuf {
     repo_root().join("testdata/reference").join(name)
 }
 
+/// Bytes of `testdata/reference/<stem>.<ext>`.
+pub fn reference_bytes(stem: &str, ext: &str) -> Vec<u8> {
+    let p = fixture_path(&format!("{stem}.{ext}"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Text of `testdata/reference/<stem>.<ext>`.
+pub fn reference_text(stem: &str, ext: &str) -> String {
+    String::from_utf8(reference_bytes(stem, ext)).unwrap()
+}
+
+/// A generated family's model with llama.cpp's outputs for it
+/// (`testdata/README.md`, "Generated families"): the prompt's tokens and
+/// the greedy continuation with each step's top-1/top-2 margin.
+pub struct GeneratedReference {
+    pub stem: String,
+    pub model: Arc<Model>,
+    pub tokens: Vec<u32>,
+    pub greedy: Vec<(u32, f32)>,
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// [`generated_model`] of `preset` in `ty` and its references (stem
+/// `<preset>-<TYPE>`). The file must be the one the references were made
+/// from: `<stem>.gen` holds its size and FNV-1a hash, so a generator change
+/// that would make them stale fails here, by name.
+pub fn generated_reference(preset: &str, ty: QuantType) -> GeneratedReference {
+    let stem = format!("{preset}-{}", ty.name());
+    let model = generated_model(preset, ty);
+    let bytes = model.file.as_bytes();
+    assert_eq!(
+        format!("{} {:016x}", bytes.len(), fnv1a(bytes)),
+        reference_text(&stem, "gen").trim(),
+        "{stem}: the generated model is not the one the references were made from \
+         (size, FNV-1a); regenerate them as testdata/README.md says"
+    );
+    let tokens = reference_text(&stem, "tokens")
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let greedy = reference_text(&stem, "greedy")
+        .lines()
+        .map(|l| {
+            let (id, margin) = l.split_once(' ').unwrap();
+            (id.parse().unwrap(), margin.parse().unwrap())
+        })
+        .collect();
+    GeneratedReference {
+        stem,
+        model,
+        tokens,
+        greedy,
+    }
+}
+
 /// A generated model of `preset` with `ty` weights, written once per build
 /// tree under `target/conformance-models/` and shared by every test.
 pub fn generated_model(preset: &str, ty: QuantType) -> Arc<Model> {

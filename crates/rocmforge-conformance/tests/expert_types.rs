@@ -28,19 +28,8 @@ struct Step {
     top: Vec<(u32, f32)>,
 }
 
-fn read(stem: &str, ext: &str) -> String {
-    let p = fixture_path(&format!("{stem}.{ext}"));
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 fn steps(stem: &str) -> Vec<Step> {
-    read(stem, "decode")
+    reference_text(stem, "decode")
         .lines()
         .map(|l| {
             let mut f = l.split_whitespace();
@@ -61,40 +50,26 @@ fn every_expert_type_decodes_as_llama_cpp() {
     let backends = backends_under_test();
     let mut seen = Vec::new();
     for ty in QuantType::supported() {
-        let stem = format!("{PRESET}-{}", ty.name());
-        let model = generated_model(PRESET, ty);
-        let bytes = model.file.as_bytes();
-        assert_eq!(
-            format!("{} {:016x}", bytes.len(), fnv1a(bytes)),
-            read(&stem, "gen").trim(),
-            "{stem}: the generated model is not the one the references were made from; \
-             regenerate them as testdata/README.md says"
-        );
+        let GeneratedReference {
+            stem,
+            model,
+            tokens: prompt,
+            greedy,
+        } = generated_reference(PRESET, ty);
         // Types that fell back to a list already checked compute the same
         // thing (their references are equal too, which this confirms).
         let types = weight_types_of(&model);
         if let Some((first, _)) = seen.iter().find(|(_, t)| *t == types) {
             let first_stem = format!("{PRESET}-{first}");
             assert_eq!(
-                read(&stem, "decode"),
-                read(&first_stem, "decode"),
+                reference_text(&stem, "decode"),
+                reference_text(&first_stem, "decode"),
                 "{stem}: same weight types as {first_stem}, different reference"
             );
             eprintln!("{stem}: the same weight types as {first_stem}, checked there");
             continue;
         }
         seen.push((ty, types));
-        let prompt: Vec<u32> = read(&stem, "tokens")
-            .split_whitespace()
-            .map(|t| t.parse().unwrap())
-            .collect();
-        let greedy: Vec<(u32, f32)> = read(&stem, "greedy")
-            .lines()
-            .map(|l| {
-                let (id, m) = l.split_once(' ').unwrap();
-                (id.parse().unwrap(), m.parse().unwrap())
-            })
-            .collect();
         let reference = steps(&stem);
         assert_eq!(reference.len(), greedy.len(), "{stem}: steps");
         for &backend in &backends {

@@ -51,53 +51,17 @@ struct Reference {
     greedy: Vec<(u32, f32)>,
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-fn read(stem: &str, ext: &str) -> Vec<u8> {
-    let p = fixture_path(&format!("{stem}.{ext}"));
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn text(stem: &str, ext: &str) -> String {
-    String::from_utf8(read(stem, ext)).unwrap()
-}
-
 fn load(preset: &str, ty: QuantType) -> Reference {
-    let stem = format!("{preset}-{}", ty.name());
-    let model = generated_model(preset, ty);
-    let bytes = model.file.as_bytes();
-    let ours = format!("{} {:016x}", bytes.len(), fnv1a(bytes));
-    let expected = text(&stem, "gen");
-    assert_eq!(
-        ours,
-        expected.trim(),
-        "{stem}: the generated model is not the one the references were made from \
-         (size, FNV-1a); regenerate them as testdata/README.md says"
-    );
-    let tokens = text(&stem, "tokens")
-        .split_whitespace()
-        .map(|t| t.parse().unwrap())
-        .collect();
-    let logits = read(&stem, "logits")
+    let r = generated_reference(preset, ty);
+    let logits = reference_bytes(&r.stem, "logits")
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
         .collect();
-    let greedy = text(&stem, "greedy")
-        .lines()
-        .map(|l| {
-            let (id, margin) = l.split_once(' ').unwrap();
-            (id.parse().unwrap(), margin.parse().unwrap())
-        })
-        .collect();
     Reference {
-        model,
-        tokens,
+        model: r.model,
+        tokens: r.tokens,
         logits,
-        greedy,
+        greedy: r.greedy,
     }
 }
 

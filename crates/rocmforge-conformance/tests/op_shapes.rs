@@ -43,11 +43,16 @@ const MAX_SIGMA: f32 = 0.03;
 struct Rng(u64);
 
 impl Rng {
-    fn next(&mut self) -> f32 {
+    /// xorshift64.
+    fn step(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        self.0
+    }
+
+    fn next(&mut self) -> f32 {
+        (self.step() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 
     fn values(&mut self, n: usize) -> Vec<f32> {
@@ -55,10 +60,7 @@ impl Rng {
     }
 
     fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
+        (self.step() % n as u64) as usize
     }
 }
 
@@ -444,12 +446,9 @@ fn check_cpu(cases: &Cases, model: &Model, cpu: &Exchange) -> f32 {
                 let r = &model.weights.table[w];
                 let (k, m) = (r.cols, r.expert_rows());
                 let bias = bias.map(dequant);
+                // The chosen experts, and how many each token has.
                 let (ids, per_token) = match *op {
-                    Op::MatMulId { ids, .. } => {
-                        let ids = input(ids);
-                        let k_used = ids.len() / cases.tensors[ids_tensor(op)].rows;
-                        (Some(ids), k_used)
-                    }
+                    Op::MatMulId { ids, .. } => (Some(input(ids)), cases.tensors[ids].cols),
                     _ => (None, 1),
                 };
                 let rows = cases.tensors[out].rows;
@@ -536,13 +535,6 @@ fn check_cpu(cases: &Cases, model: &Model, cpu: &Exchange) -> f32 {
         }
     }
     worst
-}
-
-fn ids_tensor(op: &Op) -> TensorId {
-    match *op {
-        Op::MatMulId { ids, .. } => ids,
-        _ => unreachable!(),
-    }
 }
 
 /// Compares every op's outputs; returns the worst error in σ.

@@ -219,9 +219,6 @@ struct Candidate {
     props: DeviceProps,
     queue_family: u32,
     subgroups: SubgroupCaps,
-    /// `VK_EXT_subgroup_size_control` is offered (enabled where a size is
-    /// pinned).
-    size_control_ext: bool,
     /// Everything matrix-core prefill needs but 32-wide subgroups.
     coopmat_ok: bool,
     /// `VK_KHR_cooperative_matrix` is offered at all.
@@ -394,8 +391,9 @@ impl Gpu {
         let mut int_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
             .shader_integer_dot_product(true);
         // Through the extension: the instance asks for API 1.2, where the
-        // 1.3 feature struct may not be used.
-        let pinned = c.props.subgroup.pinned && c.size_control_ext;
+        // 1.3 feature struct may not be used. (A size is pinned only where
+        // `subgroup_caps` found the extension.)
+        let pinned = c.props.subgroup.pinned;
         let mut size_control = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
             .subgroup_size_control(true)
             .compute_full_subgroups(c.props.subgroup.full);
@@ -607,7 +605,6 @@ fn candidate(
         index,
         queue_family,
         subgroups,
-        size_control_ext,
         coopmat_ok,
         coopmat_ext: coopmat,
         summary_head,

@@ -125,11 +125,7 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
 pub fn groups_for(kernel: &str, items: usize) -> Result<u32, BackendError> {
     let wg = workgroup_size(kernel)
         .ok_or_else(|| BackendError::Device(format!("no workgroup size for kernel {kernel}")))?;
-    u32::try_from(items.div_ceil(wg as usize)).map_err(|_| {
-        BackendError::Device(format!(
-            "{kernel}: {items} invocations exceed 32-bit workgroup counts"
-        ))
-    })
+    lower::u32_of(items.div_ceil(wg as usize), "workgroups")
 }
 
 /// The kernel-name suffix of a weight type (`matvec_q4_k`), if GPU kernels
