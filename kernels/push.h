@@ -78,6 +78,7 @@ struct RopePush {
     float theta_scale;
     float freq_scale;
     YarnPush yarn;
+    uint32_t pad;
 };
 
 // rope_kv: RoPE of Q (at x) and K, and the step's K / V rows stored into
@@ -256,6 +257,7 @@ RF_PUSH_AT(RopePush, neox, 40);
 RF_PUSH_AT(RopePush, theta_scale, 44);
 RF_PUSH_AT(RopePush, freq_scale, 48);
 RF_PUSH_AT(RopePush, yarn, 52);
+RF_PUSH_AT(RopePush, pad, 68);
 
 static_assert(sizeof(RopeKvPush) == 112, "RopeKvPush size");
 RF_PUSH_AT(RopeKvPush, x, 0);

@@ -59,6 +59,7 @@ layout(push_constant, std430) uniform Push {
     float mscale;
     float corr_lo;
     float corr_hi;
+    uint pad;
 } pc;
 #endif
 

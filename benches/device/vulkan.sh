@@ -40,15 +40,16 @@ gen_models() {
 if [ "$mode" = decode ]; then
   gen_models
   # Where decode time goes and what each switch does (measurement only;
-  # SKIP_DISPATCHES gives wrong results): unfused recording (FUSE=0), no
-  # dotPacked4x8 (INT_DOT=0), the f32 mat-vec (MATVEC_INT=0), the mat-vecs
-  # or attention left out. LOG_DISPATCHES prints each graph's dispatch count.
+  # SKIP_LAUNCHES gives wrong results): unfused recording (GPU_FUSE=0), no
+  # dotPacked4x8 (VULKAN_INT_DOT=0), the f32 mat-vec (GPU_MATVEC_INT=0), the
+  # mat-vecs or attention left out. LOG_LAUNCHES prints each graph's launch
+  # count.
   for preset in qwen2-0.5b llama2-7b; do
-    for v in LOG_DISPATCHES=1 FUSE=0+LOG_DISPATCHES=1 INT_DOT=0 MATVEC_INT=0 \
-      SKIP_DISPATCHES=MatMul SKIP_DISPATCHES=Attention; do
-      echo "== $preset tg128 with ROCMFORGE_VULKAN_$v"
+    for v in GPU_LOG_LAUNCHES=1 GPU_FUSE=0+GPU_LOG_LAUNCHES=1 VULKAN_INT_DOT=0 GPU_MATVEC_INT=0 \
+      GPU_SKIP_LAUNCHES=MatMul GPU_SKIP_LAUNCHES=Attention; do
+      echo "== $preset tg128 with ROCMFORGE_$v"
       # shellcheck disable=SC2046 # A=1+B=2: several switches at once.
-      env $(echo "ROCMFORGE_VULKAN_$v" | sed 's/+/ ROCMFORGE_VULKAN_/g') .gpu/bin/xtask bench --backend vulkan \
+      env $(echo "ROCMFORGE_$v" | sed 's/+/ ROCMFORGE_/g') .gpu/bin/xtask bench --backend vulkan \
         --model "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" -p 0 -n 128 -r 3 -o md 2>&1 |
         grep -E "tg128|records" | sort -u | sed 's/|.*matrix cores: [^|]*|/|/' | tee -a "$out/decode.md"
     done
@@ -62,13 +63,13 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
       -p 512 -n 128 -r 3 -o md 2>&1 | tee -a "$out/bench.md"
   done
   # Where prefill time goes (measurement only, results wrong: see
-  # ROCMFORGE_VULKAN_SKIP_DISPATCHES in commands.rs). The matrix-core tile
+  # ROCMFORGE_GPU_SKIP_LAUNCHES, core gpu::GpuOptions). The matrix-core tile
   # choice was measured with ROCMFORGE_VULKAN_BIG_TILES (0 = all 128x128,
   # huge = all 64x64) and COOPMAT_PREFETCH=0 / COOPMAT=0 (docs/vulkan.md).
   for preset in qwen2-0.5b llama2-7b; do
-    for v in SKIP_DISPATCHES=Attention SKIP_DISPATCHES=MatMul; do
-      echo "== $preset pp512 with ROCMFORGE_VULKAN_$v"
-      env "ROCMFORGE_VULKAN_$v" .gpu/bin/xtask bench --backend vulkan \
+    for v in Attention MatMul; do
+      echo "== $preset pp512 with ROCMFORGE_GPU_SKIP_LAUNCHES=$v"
+      env "ROCMFORGE_GPU_SKIP_LAUNCHES=$v" .gpu/bin/xtask bench --backend vulkan \
         --model "$CARGO_TARGET_DIR/models/$preset-Q4_0.gguf" -p 512 -n 0 -r 3 -o md 2>&1 |
         grep "pp512" | sed 's/|.*matrix cores: [^|]*|/|/' | tee -a "$out/bench.md"
     done

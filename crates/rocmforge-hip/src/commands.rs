@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use hip_sys::{DevicePtr, Event, EventStatus, Flavor, GraphExec, HipError, Runtime, Stream};
 use rocmforge_core::backend::BackendError;
+use rocmforge_core::gpu::device::{HostCopy, InFlight, Stall};
 use rocmforge_core::gpu::push::PUSH_BYTES;
-use rocmforge_core::gpu::staging::Staged;
 use rocmforge_core::gpu::{grid, workgroup_size, KernelSink};
-use rocmforge_core::plan::StepInputLayout;
 
+use crate::error::Hip;
 use crate::modules::Kernels;
 
 /// Launches per breadcrumb. A breadcrumb is a memset node between kernels;
@@ -81,6 +81,14 @@ pub(crate) fn wait(rt: &Runtime, event: Event, timeout: Duration) -> Result<(), 
     }
 }
 
+/// A failed wait as core's GPU backend takes it.
+pub(crate) fn stall(e: WaitError) -> Stall {
+    match e {
+        WaitError::Timeout(waited) => Stall::Timeout(waited),
+        WaitError::Hip(e) => Stall::Failed(Hip(e).into()),
+    }
+}
+
 /// The likely causes of a GPU that stopped answering, for timeout messages.
 pub(crate) fn causes(flavor: Flavor) -> &'static str {
     match flavor {
@@ -98,7 +106,7 @@ pub(crate) fn causes(flavor: Flavor) -> &'static str {
 }
 
 /// One recorded kernel launch.
-pub(crate) struct Launch {
+pub struct Launch {
     function: hip_sys::Function,
     grid: [u32; 3],
     block: [u32; 3],
@@ -125,7 +133,7 @@ impl KernelSink for Recorder<'_> {
         groups: u32,
         label: String,
     ) -> Result<(), BackendError> {
-        if groups == 0 || skipped(&label) {
+        if groups == 0 {
             return Ok(());
         }
         let block = workgroup_size(kernel).ok_or_else(|| {
@@ -234,7 +242,7 @@ unsafe fn capture(
 }
 
 /// How a recorded graph replays.
-pub(crate) enum Replay {
+pub enum Replay {
     /// A captured hipGraph, with breadcrumbs or without.
     Graph { exec: GraphExec, crumbs: bool },
     /// Launch by launch: graphs turned off, or the capture was refused
@@ -281,20 +289,20 @@ impl Replay {
     }
 }
 
-/// A graph recorded at `prepare`.
-pub(crate) struct Recorded {
+/// A part recorded at `prepare`.
+pub struct Recorded {
     pub launches: Vec<Launch>,
     pub replay: Replay,
     /// Whether direct replays set breadcrumbs (memsets into pinned memory
     /// work on this runtime).
     pub crumbs: bool,
-    pub step: StepInputLayout,
-    /// The part's imports, copied from the pinned buffer into the arena
-    /// before its launches, and exports, copied back after them (a whole
-    /// graph's only export is its logits).
-    pub imports: Vec<Staged>,
-    pub exports: Vec<Staged>,
-    pub n_tokens: usize,
+    /// Offset of the breadcrumb area in the pinned buffer.
+    pub crumb_offset: usize,
+    /// Copied from the pinned buffer into the arena before the launches
+    /// (the step inputs, the part's imports), and back after them (its
+    /// exports).
+    pub copies_in: Vec<HostCopy>,
+    pub copies_out: Vec<HostCopy>,
 }
 
 impl Recorded {
@@ -336,11 +344,18 @@ impl Recorded {
         }
     }
 
-    /// The launches in flight when a run stopped, from the crumb area as
-    /// the host reads it back.
-    pub fn in_flight(&self, crumbs: &[u8]) -> String {
-        let labels: Vec<&str> = self.launches.iter().map(|l| l.label.as_str()).collect();
-        in_flight(&labels, self.has_crumbs().then_some(crumbs))
+    /// How far a run got, from the crumb area as the host read it back.
+    pub fn in_flight(&self, crumbs: &[u8]) -> Option<InFlight> {
+        if !self.has_crumbs() {
+            return None;
+        }
+        // Only full windows end in a breadcrumb (see `enqueue`).
+        let windows = (self.launches.len() / CRUMB_EVERY).min(crumbs.len());
+        let done = crumbs[..windows].iter().take_while(|&&b| b != 0).count();
+        Some(InFlight {
+            done: done * CRUMB_EVERY,
+            window: CRUMB_EVERY,
+        })
     }
 
     /// Destroys the executable graph.
@@ -356,90 +371,9 @@ impl Recorded {
     }
 }
 
-/// The window of launches after the last breadcrumb set, or all of them
-/// without breadcrumbs.
-fn in_flight(labels: &[&str], crumbs: Option<&[u8]>) -> String {
-    let n = labels.len();
-    let Some(crumbs) = crumbs else {
-        return format!("one of its {n} launches (no breadcrumbs on this runtime)");
-    };
-    // Only full windows end in a breadcrumb (see `enqueue`).
-    let windows = (n / CRUMB_EVERY).min(crumbs.len());
-    let done = crumbs[..windows].iter().take_while(|&&b| b != 0).count();
-    let first = done * CRUMB_EVERY;
-    if first >= n {
-        return format!("the logits copy after all {n} launches");
-    }
-    let last = (first + CRUMB_EVERY).min(n) - 1;
-    if last == first {
-        format!("launch {} of {n}, {}", first + 1, labels[first])
-    } else {
-        format!(
-            "launches {}-{} of {n}, from {} to {}",
-            first + 1,
-            last + 1,
-            labels[first],
-            labels[last]
-        )
-    }
-}
-
-/// Measurement only: `ROCMFORGE_HIP_SKIP_LAUNCHES=text` leaves out every
-/// launch whose label contains `text` (e.g. `Attention`, `MatMul`), so a
-/// benchmark shows what the rest costs, as the Vulkan backend's
-/// `ROCMFORGE_VULKAN_SKIP_DISPATCHES` does. Results are wrong then.
-fn skipped(label: &str) -> bool {
-    static SKIP: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    SKIP.get_or_init(|| {
-        std::env::var("ROCMFORGE_HIP_SKIP_LAUNCHES")
-            .ok()
-            .filter(|s| !s.is_empty())
-    })
-    .as_deref()
-    .is_some_and(|s| label.contains(s))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn breadcrumbs_name_the_window_in_flight() {
-        let names: Vec<String> = (0..70).map(|i| format!("op {i} of 70 (x)")).collect();
-        let labels: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut crumbs = vec![0u8; CRUMB_BYTES];
-        assert_eq!(
-            in_flight(&labels, Some(&crumbs)),
-            "launches 1-32 of 70, from op 0 of 70 (x) to op 31 of 70 (x)"
-        );
-        crumbs[0] = 1;
-        assert_eq!(
-            in_flight(&labels, Some(&crumbs)),
-            "launches 33-64 of 70, from op 32 of 70 (x) to op 63 of 70 (x)"
-        );
-        crumbs[1] = 1;
-        assert_eq!(
-            in_flight(&labels, Some(&crumbs)),
-            "launches 65-70 of 70, from op 64 of 70 (x) to op 69 of 70 (x)"
-        );
-        // The last window has no crumb of its own (70 is not a multiple of
-        // 32), so a stale byte beyond it changes nothing.
-        crumbs[2] = 1;
-        assert!(in_flight(&labels, Some(&crumbs)).starts_with("launches 65-70"));
-        crumbs[2] = 0;
-        assert_eq!(
-            in_flight(&labels[..64], Some(&crumbs)),
-            "the logits copy after all 64 launches"
-        );
-        assert_eq!(
-            in_flight(&labels[..1], Some(&[0])),
-            "launch 1 of 1, op 0 of 70 (x)"
-        );
-        assert_eq!(
-            in_flight(&labels[..5], None),
-            "one of its 5 launches (no breadcrumbs on this runtime)"
-        );
-    }
 
     #[test]
     fn causes_name_the_known_hangs() {

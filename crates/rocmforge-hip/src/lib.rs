@@ -55,10 +55,13 @@ mod error;
 mod memory;
 pub mod metadata;
 mod modules;
+mod options;
+mod spin;
 
-pub use backend::{HipBackend, HipOptions, DEFAULT_STAGING_BYTES, DEFAULT_TIMEOUT};
+pub use backend::{open, HipBackend, HipDevice};
 pub use code_objects::{
     base_arch, build_summary, built_targets, built_without_kernels, for_arch, ptx_for, KernelsError,
 };
 pub use hip_sys::Flavor;
 pub use metadata::{CodeObjectMetadata, KernelMetadata, MetadataError};
+pub use options::{HipOptions, DEFAULT_STAGING_BYTES};

@@ -19,12 +19,13 @@ use std::time::Duration;
 
 use hip_sys::{DevicePtr, Event, Runtime, Stream};
 use rocmforge_core::backend::BackendError;
+use rocmforge_core::gpu::device::{DeviceMemory, HostMemory};
 
 use crate::commands::{wait, Stalled, WaitError};
 use crate::error::Hip;
 
 /// One `hipMalloc`.
-pub(crate) struct DeviceBuffer {
+pub struct DeviceBuffer {
     pub ptr: DevicePtr,
     pub bytes: u64,
 }
@@ -58,7 +59,7 @@ impl DeviceBuffer {
 }
 
 /// The pinned host buffer (`hipHostMalloc`).
-pub(crate) struct Pinned {
+pub struct Pinned {
     ptr: NonNull<u8>,
     pub bytes: usize,
 }
@@ -206,5 +207,31 @@ impl Uploader<'_> {
     fn record(&self, h: usize) -> Result<(), WaitError> {
         // SAFETY: live event and stream (the caller's contract).
         unsafe { self.rt.event_record(self.events[h], self.stream) }.map_err(WaitError::Hip)
+    }
+}
+
+impl DeviceMemory for DeviceBuffer {
+    fn address(&self) -> u64 {
+        self.ptr.0
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl DeviceMemory for Pinned {
+    fn address(&self) -> u64 {
+        self.device_ptr(0).0
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes as u64
+    }
+}
+
+impl HostMemory for Pinned {
+    fn host_ptr(&self) -> NonNull<u8> {
+        NonNull::new(self.at(0)).expect("pinned memory is not null")
     }
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocmforge_core::backend::BackendError;
+use rocmforge_core::gpu::{GpuDevice, GpuOptions};
 use rocmforge_core::model::Model;
 use rocmforge_core::quant::QuantType;
 use rocmforge_core::session::{Session, SessionOptions};
@@ -27,8 +28,8 @@ fn required() -> bool {
         .any(|s| matches!(s.trim().to_ascii_lowercase().as_str(), "rocm" | "hip"))
 }
 
-fn open(opts: HipOptions) -> Option<HipBackend> {
-    match HipBackend::new(opts) {
+fn open(opts: HipOptions, gpu: GpuOptions) -> Option<HipBackend> {
+    match rocmforge_hip::open(opts, gpu) {
         Ok(b) => Some(b),
         Err(e @ BackendError::Unavailable(_)) if !required() => {
             eprintln!("skipping: {e} (ROCMFORGE_REQUIRE_BACKENDS=rocm fails instead)");
@@ -51,9 +52,9 @@ struct Run {
 }
 
 /// Logits of a short prompt and two decode steps, and the allocation count.
-fn run(path: &Path, opts: HipOptions) -> Option<Run> {
-    let backend = open(opts)?;
-    eprintln!("rocm: {}", backend.device_summary());
+fn run(path: &Path, opts: HipOptions, gpu: GpuOptions) -> Option<Run> {
+    let backend = open(opts, gpu)?;
+    eprintln!("rocm: {}", backend.device().summary());
     let model = Arc::new(Model::load(path).unwrap());
     let tensors = model.weights.table.len();
     let session_opts = SessionOptions {
@@ -85,12 +86,14 @@ fn allocation_count_does_not_grow_with_the_model() {
     let Some(small) = run(
         &generated("tiny-qwen3", QuantType::Q8_0),
         HipOptions::from_env(),
+        GpuOptions::from_env(),
     ) else {
         return;
     };
     let big = run(
         &generated("tiny-llama", QuantType::Q8_0),
         HipOptions::from_env(),
+        GpuOptions::from_env(),
     )
     .unwrap();
     assert_ne!(small.tensors, big.tensors, "the models differ in tensors");
@@ -102,16 +105,17 @@ fn allocation_count_does_not_grow_with_the_model() {
 #[test]
 fn split_regions_small_staging_and_direct_launches_give_the_same_logits() {
     let path = generated("tiny-qwen3", QuantType::Q8_0);
-    let Some(plain) = run(&path, HipOptions::from_env()) else {
+    let Some(plain) = run(&path, HipOptions::from_env(), GpuOptions::from_env()) else {
         return;
     };
     // A cap just above the embedding table (10.3 MB of 10.5): it fills one
     // region, the other tensors go to the next.
     let split = run(
         &path,
-        HipOptions {
+        HipOptions::from_env(),
+        GpuOptions {
             max_region: Some(10_400_000),
-            ..HipOptions::from_env()
+            ..GpuOptions::from_env()
         },
     )
     .unwrap();
@@ -130,6 +134,7 @@ fn split_regions_small_staging_and_direct_launches_give_the_same_logits() {
             staging_bytes: 1 << 20,
             ..HipOptions::from_env()
         },
+        GpuOptions::from_env(),
     )
     .unwrap();
     assert_eq!(staged.allocations, plain.allocations);
@@ -140,6 +145,7 @@ fn split_regions_small_staging_and_direct_launches_give_the_same_logits() {
             graphs: false,
             ..HipOptions::from_env()
         },
+        GpuOptions::from_env(),
     )
     .unwrap();
     assert_eq!(direct.allocations, plain.allocations);

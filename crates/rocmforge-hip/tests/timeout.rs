@@ -15,7 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rocmforge_core::backend::BackendError;
-use rocmforge_hip::{HipBackend, HipOptions};
+use rocmforge_core::gpu::{GpuDevice, GpuOptions};
+use rocmforge_hip::HipOptions;
 
 const CHILD: &str = "ROCMFORGE_HIP_SPIN_CHILD";
 const TIMEOUT: Duration = Duration::from_secs(1);
@@ -37,14 +38,14 @@ fn spin_child() {
     if std::env::var_os(CHILD).is_none() {
         return;
     }
-    let mut b = match HipBackend::new(HipOptions::from_env()) {
+    let mut b = match rocmforge_hip::open(HipOptions::from_env(), GpuOptions::from_env()) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("rocmforge: {e}");
             std::process::exit(3);
         }
     };
-    eprintln!("child: {}; launching the spin kernel", b.device_summary());
+    eprintln!("child: {}; launching the spin kernel", b.device().summary());
     let start = Instant::now();
     let err = b
         .run_spin_test(TIMEOUT)
@@ -77,7 +78,7 @@ fn spin_child() {
 
 #[test]
 fn a_spinning_kernel_times_out_in_a_child_process() {
-    match HipBackend::new(HipOptions::from_env()) {
+    match rocmforge_hip::open(HipOptions::from_env(), GpuOptions::from_env()) {
         Ok(b) => drop(b),
         Err(e @ BackendError::Unavailable(_)) if !required() => {
             eprintln!("skipping: {e} (ROCMFORGE_REQUIRE_BACKENDS=rocm fails instead)");

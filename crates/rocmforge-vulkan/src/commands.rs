@@ -162,22 +162,6 @@ pub fn crumb_every() -> usize {
 /// See `crumb_every`.
 pub const DEFAULT_CRUMB_EVERY: usize = 32;
 
-/// What was in flight when a graph stopped: the dispatch after the last
-/// breadcrumb `done`, or the run of dispatches up to the next one.
-pub fn in_flight(labels: &[String], done: usize, every: usize) -> Option<String> {
-    let first = labels.get(done)?;
-    let last = (done + every).min(labels.len()) - 1;
-    Some(if last > done {
-        format!(
-            "{first} or one of the {} dispatches after it (to {})",
-            last - done,
-            labels[last]
-        )
-    } else {
-        first.clone()
-    })
-}
-
 /// Records dispatches into one command buffer, each followed by a barrier
 /// (and, every `Crumbs::every` dispatches, a breadcrumb), and remembers a
 /// label per dispatch for timeout messages.
@@ -255,7 +239,7 @@ impl<'a> Recorder<'a> {
     /// barrier that orders it before everything after, then its breadcrumb
     /// if one is due.
     pub fn dispatch(&mut self, pipeline: vk::Pipeline, push: &[u8], groups: u32, label: String) {
-        if groups == 0 || skipped(&label) {
+        if groups == 0 {
             return;
         }
         let (x, y) = grid(groups, self.max_groups[0]);
@@ -372,18 +356,4 @@ impl<'a> Recorder<'a> {
         unsafe { self.device.end_command_buffer(self.cb) }.check("vkEndCommandBuffer")?;
         Ok(self.labels)
     }
-}
-
-/// Measurement only: `ROCMFORGE_VULKAN_SKIP_DISPATCHES=text` leaves out every
-/// dispatch whose label contains `text` (e.g. `Attention`, `MatMul`), so a
-/// benchmark shows what the rest costs. Results are wrong then.
-fn skipped(label: &str) -> bool {
-    static SKIP: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    SKIP.get_or_init(|| {
-        std::env::var("ROCMFORGE_VULKAN_SKIP_DISPATCHES")
-            .ok()
-            .filter(|s| !s.is_empty())
-    })
-    .as_deref()
-    .is_some_and(|s| label.contains(s))
 }

@@ -40,8 +40,11 @@ mod commands;
 mod device;
 mod error;
 mod memory;
+mod options;
 mod pipelines;
+mod upload;
 
-pub use backend::{VulkanBackend, VulkanOptions, DEFAULT_TIMEOUT};
+pub use backend::{open, VulkanBackend, VulkanDevice, VulkanPart};
 pub use device::SubgroupSize;
 pub use error::VkError;
+pub use options::VulkanOptions;

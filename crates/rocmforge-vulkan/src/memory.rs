@@ -2,8 +2,11 @@
 //! whose device address kernels receive. Nothing is sub-allocated from the
 //! driver per tensor: tensors are offsets chosen by the core planners.
 
+use std::ptr::NonNull;
+
 use ash::vk;
 use rocmforge_core::backend::BackendError;
+use rocmforge_core::gpu::device::{DeviceMemory, HostMemory};
 
 use crate::device::Gpu;
 use crate::error::Check;
@@ -171,4 +174,20 @@ pub fn allocate(
         address,
         mapped,
     })
+}
+
+impl DeviceMemory for Allocation {
+    fn address(&self) -> u64 {
+        self.address
+    }
+
+    fn bytes(&self) -> u64 {
+        self.size
+    }
+}
+
+impl HostMemory for Allocation {
+    fn host_ptr(&self) -> NonNull<u8> {
+        NonNull::new(self.mapped.expect("host memory is mapped")).expect("mapped")
+    }
 }

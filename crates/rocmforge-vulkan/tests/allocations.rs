@@ -8,6 +8,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use rocmforge_core::gpu::GpuOptions;
 use rocmforge_core::model::Model;
 use rocmforge_core::quant::QuantType;
 use rocmforge_core::session::{Session, SessionOptions};
@@ -21,8 +22,12 @@ fn generated(preset: &str, ty: QuantType) -> PathBuf {
 }
 
 /// Logits of a short prompt and two decode steps, and the allocation count.
-fn run(path: &std::path::Path, opts: VulkanOptions) -> Option<(Vec<f32>, usize, u64)> {
-    let backend = common::open_or_skip(opts)?;
+fn run(
+    path: &std::path::Path,
+    opts: VulkanOptions,
+    gpu: GpuOptions,
+) -> Option<(Vec<f32>, usize, u64)> {
+    let backend = common::open_or_skip_with(opts, gpu)?;
     let model = Arc::new(Model::load(path).unwrap());
     let session_opts = SessionOptions {
         n_ctx: 32,
@@ -43,10 +48,19 @@ fn run(path: &std::path::Path, opts: VulkanOptions) -> Option<(Vec<f32>, usize, 
 
 #[test]
 fn allocation_count_does_not_grow_with_the_model() {
-    let Some((_, small, _)) = run(&generated("tiny-qwen3", QuantType::Q8_0), options()) else {
+    let Some((_, small, _)) = run(
+        &generated("tiny-qwen3", QuantType::Q8_0),
+        options(),
+        GpuOptions::from_env(),
+    ) else {
         return;
     };
-    let (_, big, _) = run(&generated("tiny-llama", QuantType::Q8_0), options()).unwrap();
+    let (_, big, _) = run(
+        &generated("tiny-llama", QuantType::Q8_0),
+        options(),
+        GpuOptions::from_env(),
+    )
+    .unwrap();
     // Weights, KV cache, arena, host-visible step inputs and logits.
     assert_eq!(small, 4);
     assert_eq!(big, 4);
@@ -55,7 +69,7 @@ fn allocation_count_does_not_grow_with_the_model() {
 #[test]
 fn split_weight_regions_and_staged_upload_give_the_same_logits() {
     let path = generated("tiny-qwen3", QuantType::Q8_0);
-    let Some((plain, n, bytes)) = run(&path, options()) else {
+    let Some((plain, n, bytes)) = run(&path, options(), GpuOptions::from_env()) else {
         return;
     };
     // A cap just above the embedding table (10.3 MB of 10.5): it fills one
@@ -63,9 +77,10 @@ fn split_weight_regions_and_staged_upload_give_the_same_logits() {
     let cap = 10_400_000;
     let (split, n_split, _) = run(
         &path,
-        VulkanOptions {
+        options(),
+        GpuOptions {
             max_region: Some(cap),
-            ..options()
+            ..GpuOptions::from_env()
         },
     )
     .unwrap();
@@ -78,6 +93,7 @@ fn split_weight_regions_and_staged_upload_give_the_same_logits() {
             force_staging: true,
             ..options()
         },
+        GpuOptions::from_env(),
     )
     .unwrap();
     assert_eq!(n_staged, n);

@@ -9,10 +9,11 @@
 mod common;
 
 use rocmforge_core::backend::BackendError;
+use rocmforge_core::gpu::GpuDevice;
 use rocmforge_vulkan::{SubgroupSize, VulkanBackend, VulkanOptions};
 
 fn open(subgroup_size: SubgroupSize) -> Result<VulkanBackend, BackendError> {
-    VulkanBackend::new(VulkanOptions {
+    common::open(VulkanOptions {
         subgroup_size,
         ..common::options()
     })
@@ -23,8 +24,8 @@ fn impossible_subgroup_sizes_are_refused_with_one_line() {
     let Some(b) = common::open_or_skip(common::options()) else {
         return;
     };
-    let (size, pinned) = b.subgroup_size();
-    let summary = b.device_summary().to_string();
+    let (size, pinned) = b.device().subgroup_size();
+    let summary = b.device().summary();
     eprintln!("{summary}");
     assert!(
         summary.contains(&format!("| subgroup: {size} (")),
@@ -42,7 +43,7 @@ fn impossible_subgroup_sizes_are_refused_with_one_line() {
     // The size in use and the driver's default can be asked for.
     for want in [SubgroupSize::Pin(size), SubgroupSize::Driver] {
         let b = open(want.clone()).unwrap_or_else(|e| panic!("{want:?}: {e}"));
-        eprintln!("{want:?}: {}", b.device_summary());
+        eprintln!("{want:?}: {}", b.device().summary());
     }
 
     for (want, says) in [
@@ -63,7 +64,7 @@ fn impossible_subgroup_sizes_are_refused_with_one_line() {
                 assert!(!why.contains('\n'), "{why}");
             }
             Err(e) => panic!("{want:?}: not Unavailable: {e}"),
-            Ok(b) => panic!("{want:?} was accepted: {}", b.device_summary()),
+            Ok(b) => panic!("{want:?} was accepted: {}", b.device().summary()),
         }
     }
 }

@@ -21,7 +21,7 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn backend() -> Result<VulkanBackend, BackendError> {
-    VulkanBackend::new(common::options())
+    common::open(common::options())
 }
 
 /// The child: spins, prints the error as the CLI would (one line), exits 2.

@@ -53,27 +53,32 @@ pub fn threads_warning(threads: usize) -> Option<String> {
     })
 }
 
+/// The switches every GPU backend shares, with `--gpu-timeout` over the
+/// environment's.
+fn gpu_options(opts: &BackendOptions) -> rocmforge_core::gpu::GpuOptions {
+    let env = rocmforge_core::gpu::GpuOptions::from_env();
+    rocmforge_core::gpu::GpuOptions {
+        timeout: opts.gpu_timeout.unwrap_or(env.timeout),
+        ..env
+    }
+}
+
 fn create_vulkan(opts: &BackendOptions) -> Result<Box<dyn Backend>, BackendError> {
     let env = rocmforge_vulkan::VulkanOptions::from_env();
-    Ok(Box::new(rocmforge_vulkan::VulkanBackend::new(
-        rocmforge_vulkan::VulkanOptions {
-            device: opts.device,
-            allow_cpu: opts.allow_software_devices || env.allow_cpu,
-            timeout: opts.gpu_timeout.unwrap_or(env.timeout),
-            ..env
-        },
-    )?))
+    let device = rocmforge_vulkan::VulkanOptions {
+        device: opts.device,
+        allow_cpu: opts.allow_software_devices || env.allow_cpu,
+        ..env
+    };
+    Ok(Box::new(rocmforge_vulkan::open(device, gpu_options(opts))?))
 }
 
 fn create_rocm(opts: &BackendOptions) -> Result<Box<dyn Backend>, BackendError> {
-    let env = rocmforge_hip::HipOptions::from_env();
-    Ok(Box::new(rocmforge_hip::HipBackend::new(
-        rocmforge_hip::HipOptions {
-            device: opts.device,
-            timeout: opts.gpu_timeout.unwrap_or(env.timeout),
-            ..env
-        },
-    )?))
+    let device = rocmforge_hip::HipOptions {
+        device: opts.device,
+        ..rocmforge_hip::HipOptions::from_env()
+    };
+    Ok(Box::new(rocmforge_hip::open(device, gpu_options(opts))?))
 }
 
 const BACKENDS: &[BackendEntry] = &[

@@ -379,6 +379,7 @@ pub fn record_graph(
                     theta_scale: r.theta_scale(),
                     freq_scale: r.freq_scale,
                     yarn: r.yarn_terms().into(),
+                    pad: 0,
                 };
                 let items = d.rows * n_heads * (r.n_rot / 2);
                 let groups = groups_for("rope", items)?;

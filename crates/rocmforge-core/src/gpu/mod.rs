@@ -19,20 +19,34 @@
 //! workgroups laid out by [`grid`], and computes what the GLSL kernel of
 //! the same name computes.
 
+mod backend;
+#[cfg(test)]
+mod backend_tests;
+pub mod device;
 pub mod iq_tables;
 mod lower;
+#[cfg(test)]
+mod lowering_tests;
 mod matmul;
+#[cfg(test)]
+mod mock;
+#[cfg(test)]
+mod mock_device;
 mod moe;
+mod options;
 pub mod push;
 pub mod staging;
 
 use crate::backend::BackendError;
 use crate::quant::QuantType;
 
+pub use backend::GpuBackend;
+pub use device::GpuDevice;
 pub use lower::{
     check_graph, check_part, q8_packed_layout, record_graph, scratch_bytes, weight_kernel,
     DeviceWeight, GraphAddresses, Reserved, MAX_HEAD_DIM,
 };
+pub use options::{GpuOptions, LogLaunches, DEFAULT_TIMEOUT};
 
 /// Which matrix-core (cooperative matrix / WMMA) matmul variants lowering
 /// may name for prefill graphs.

@@ -2,6 +2,13 @@
 //! shader's push-constant block (std430) and a HIP kernel's one by-value
 //! parameter (`kernels/push.h`) have exactly these layouts. Every u64 is
 //! 8-aligned, so fields are ordered to leave no padding.
+//!
+//! These structs are the source of truth. Each one's [`Push::FIELDS`] table
+//! (names, offsets and types read from the struct by `fields!`) is
+//! checked at compile time to cover it byte for byte, and
+//! `crates/rocmforge-vulkan/tests/push_blocks.rs` compares every compiled
+//! shader's push-constant block, read back from its SPIR-V, with the table
+//! of the block [`fields_of`] names for it, member by member.
 
 /// Largest argument block any kernel takes (Vulkan's guaranteed minimum of
 /// push-constant bytes).
@@ -13,6 +20,10 @@ pub const PUSH_BYTES: usize = 128;
 /// The implementing type is `#[repr(C)]`, has no padding bytes, and is at
 /// most [`PUSH_BYTES`] long.
 pub unsafe trait Push: Sized {
+    /// The fields in declaration order (checked below to tile the struct:
+    /// every byte belongs to exactly one listed field).
+    const FIELDS: &'static [Field];
+
     fn bytes(&self) -> &[u8] {
         // SAFETY: the trait's contract: every byte of `Self` is initialised.
         unsafe {
@@ -22,6 +33,126 @@ pub unsafe trait Push: Sized {
             )
         }
     }
+}
+
+/// The scalar types argument blocks are made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scalar {
+    U32,
+    F32,
+    U64,
+}
+
+impl Scalar {
+    pub const fn bytes(self) -> usize {
+        match self {
+            Scalar::U32 | Scalar::F32 => 4,
+            Scalar::U64 => 8,
+        }
+    }
+}
+
+/// The type of one field of an argument block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ty {
+    Scalar(Scalar),
+    /// `[scalar; n]`.
+    Array(Scalar, usize),
+    /// A nested `#[repr(C)]` block ([`YarnPush`]), by its fields.
+    Struct(&'static [Field]),
+}
+
+/// One field of an argument block: what the GLSL push-constant blocks
+/// (`shaders/*.comp`, checked from the compiled SPIR-V by
+/// `crates/rocmforge-vulkan/tests/push_blocks.rs`) and `kernels/push.h`
+/// must declare at `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub name: &'static str,
+    pub offset: usize,
+    pub size: usize,
+    pub ty: Ty,
+}
+
+/// A Rust type an argument-block field may have, and its [`Ty`].
+pub trait FieldType {
+    const TY: Ty;
+}
+
+macro_rules! scalar_fields {
+    ($($t:ty => $s:ident),*) => {$(
+        impl FieldType for $t {
+            const TY: Ty = Ty::Scalar(Scalar::$s);
+        }
+        impl<const N: usize> FieldType for [$t; N] {
+            const TY: Ty = Ty::Array(Scalar::$s, N);
+        }
+    )*};
+}
+scalar_fields!(u32 => U32, f32 => F32, u64 => U64);
+
+/// The [`Field`] of struct `S` named `name` at `offset`, its type taken
+/// from `get` (`|s: &S| &s.name`), so a table cannot misstate it.
+const fn field<S, T: FieldType>(name: &'static str, offset: usize, get: fn(&S) -> &T) -> Field {
+    let _ = get;
+    Field {
+        name,
+        offset,
+        size: std::mem::size_of::<T>(),
+        ty: T::TY,
+    }
+}
+
+/// `fields!(S: a, b, c)`: the [`Field`] table of struct `S`, names,
+/// offsets and types all read from the struct itself.
+macro_rules! fields {
+    ($s:ident: $($f:ident),+ $(,)?) => {
+        &[$(field(stringify!($f), std::mem::offset_of!($s, $f), |s: &$s| &s.$f)),+]
+    };
+}
+
+/// Whether `fields` tile `size` bytes: each starts where the one before
+/// ends, the first at 0 and the last ending at `size`. So a table lists
+/// every field of its struct, in order, and the struct has no padding.
+pub const fn tiles(fields: &[Field], size: usize) -> bool {
+    let mut at = 0;
+    let mut i = 0;
+    while i < fields.len() {
+        if fields[i].offset != at {
+            return false;
+        }
+        at += fields[i].size;
+        i += 1;
+    }
+    at == size
+}
+
+/// The argument block kernel `name` takes, by its fields: the one the
+/// lowering (`lower.rs`, `matmul.rs`, `moe.rs`) passes it. Families as in
+/// [`super::workgroup_size`]; None for a name no lowering dispatches.
+pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
+    let family = |prefix: &str| kernel.starts_with(prefix);
+    Some(match kernel {
+        _ if family("embed_") => EmbedPush::FIELDS,
+        _ if family("matvec_id_") => MatIdPush::FIELDS,
+        // matvec_, matvec_int_, matvec_int_dot_, matmul_, matmul_cm*_.
+        _ if family("matvec_") || family("matmul_") => MatPush::FIELDS,
+        "rmsnorm" | "rmsnorm_q8" => NormPush::FIELDS,
+        "rope" => RopePush::FIELDS,
+        "rope_kv" => RopeKvPush::FIELDS,
+        "store_kv" => StoreKvPush::FIELDS,
+        "attention" | "attention_staged" | "attention_staged_q8" => AttentionPush::FIELDS,
+        "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => {
+            EltwisePush::FIELDS
+        }
+        "attn_temp" => AttnTempPush::FIELDS,
+        "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
+        | "quantize_bf16" => QuantizePush::FIELDS,
+        "moe_route" => MoeRoutePush::FIELDS,
+        "moe_sum" => MoeSumPush::FIELDS,
+        "spin" => SpinPush::FIELDS,
+        _ => return None,
+    })
 }
 
 #[repr(C)]
@@ -35,7 +166,10 @@ pub struct EmbedPush {
     pub n_tokens: u32,
 }
 // SAFETY: repr(C), three u64 then four u32: 40 bytes, no padding.
-unsafe impl Push for EmbedPush {}
+unsafe impl Push for EmbedPush {
+    const FIELDS: &'static [Field] =
+        fields!(EmbedPush: table, out, step, row_bytes, cols, n_vocab, n_tokens);
+}
 
 #[repr(C)]
 pub struct MatPush {
@@ -55,7 +189,10 @@ pub struct MatPush {
 }
 // SAFETY: repr(C), ten u64, six u32 (ending at byte 104, 8-aligned), two
 // u64: 120 bytes, no padding.
-unsafe impl Push for MatPush {}
+unsafe impl Push for MatPush {
+    const FIELDS: &'static [Field] =
+        fields!(MatPush: x, w, out, bias, rows, k, n, n_parts, x_scales, residual);
+}
 
 #[repr(C)]
 pub struct NormPush {
@@ -72,7 +209,10 @@ pub struct NormPush {
 }
 // SAFETY: repr(C), three u64, four 4-byte fields, two u64: 56 bytes, no
 // padding.
-unsafe impl Push for NormPush {}
+unsafe impl Push for NormPush {
+    const FIELDS: &'static [Field] =
+        fields!(NormPush: x, w, out, group, n_groups, eps, pad, q8, q8_scales);
+}
 
 #[repr(C)]
 pub struct RopePush {
@@ -87,10 +227,15 @@ pub struct RopePush {
     pub theta_scale: f32,
     pub freq_scale: f32,
     pub yarn: YarnPush,
+    /// Always 0: the u64s' alignment rounds the struct to 72 bytes, and
+    /// this field makes those last 4 bytes initialised.
+    pub pad: u32,
 }
-// SAFETY: repr(C), three u64 then seven 4-byte fields and YarnPush (four
-// f32): 72 bytes, no padding.
-unsafe impl Push for RopePush {}
+// SAFETY: repr(C), three u64 then seven 4-byte fields, YarnPush (four f32)
+// and `pad`: 72 bytes with no padding (checked at the end of this file).
+unsafe impl Push for RopePush {
+    const FIELDS: &'static [Field] = fields!(RopePush: x, step, freq_factors, rows, n_heads, head_dim, n_rot, neox, theta_scale, freq_scale, yarn, pad);
+}
 
 /// YaRN's per-op terms ([`crate::graph::YarnTerms`]); `ext_factor` 0 and
 /// `mscale` 1 for plain RoPE.
@@ -101,6 +246,14 @@ pub struct YarnPush {
     pub mscale: f32,
     pub corr_lo: f32,
     pub corr_hi: f32,
+}
+
+impl YarnPush {
+    pub const FIELDS: &'static [Field] = fields!(YarnPush: ext_factor, mscale, corr_lo, corr_hi);
+}
+
+impl FieldType for YarnPush {
+    const TY: Ty = Ty::Struct(YarnPush::FIELDS);
 }
 
 impl From<crate::graph::YarnTerms> for YarnPush {
@@ -141,7 +294,9 @@ pub struct RopeKvPush {
 }
 // SAFETY: repr(C), three u64, eight 4-byte fields and YarnPush's four
 // (ending at byte 72), four u64, two u32: 112 bytes, no padding.
-unsafe impl Push for RopeKvPush {}
+unsafe impl Push for RopeKvPush {
+    const FIELDS: &'static [Field] = fields!(RopeKvPush: x, step, freq_factors, rows, n_heads, head_dim, n_rot, neox, theta_scale, freq_scale, n_heads_kv, yarn, k, v, k_cache, v_cache, ring, pad);
+}
 
 #[repr(C)]
 pub struct StoreKvPush {
@@ -157,7 +312,10 @@ pub struct StoreKvPush {
     pub pad: u32,
 }
 // SAFETY: repr(C), five u64 then four u32: 56 bytes, no padding.
-unsafe impl Push for StoreKvPush {}
+unsafe impl Push for StoreKvPush {
+    const FIELDS: &'static [Field] =
+        fields!(StoreKvPush: k, v, k_cache, v_cache, step, rows, kv_dim, ring, pad);
+}
 
 #[repr(C)]
 pub struct AttentionPush {
@@ -186,7 +344,9 @@ pub struct AttentionPush {
 }
 // SAFETY: repr(C), five u64, six 4-byte fields (ending at byte 64), two
 // u64, two u32, one u64: 96 bytes, no padding.
-unsafe impl Push for AttentionPush {}
+unsafe impl Push for AttentionPush {
+    const FIELDS: &'static [Field] = fields!(AttentionPush: q, out, k_cache, v_cache, step, n_tokens, n_head, n_head_kv, head_dim, kv_dim, scale, q8, q8_scales, window, ring, sinks);
+}
 
 #[repr(C)]
 pub struct EltwisePush {
@@ -204,7 +364,9 @@ pub struct EltwisePush {
     pub cols: u32,
 }
 // SAFETY: repr(C), three u64 then four 4-byte fields: 40 bytes, no padding.
-unsafe impl Push for EltwisePush {}
+unsafe impl Push for EltwisePush {
+    const FIELDS: &'static [Field] = fields!(EltwisePush: a, b, out, n, factor, limit, cols);
+}
 
 #[repr(C)]
 pub struct SpinPush {
@@ -212,7 +374,9 @@ pub struct SpinPush {
     pub bound: u64,
 }
 // SAFETY: repr(C), two u64: 16 bytes.
-unsafe impl Push for SpinPush {}
+unsafe impl Push for SpinPush {
+    const FIELDS: &'static [Field] = fields!(SpinPush: flag, bound);
+}
 
 #[repr(C)]
 pub struct QuantizePush {
@@ -228,7 +392,9 @@ pub struct QuantizePush {
     pub act: u64,
 }
 // SAFETY: repr(C), two u64, two u32, three u64: 48 bytes, no padding.
-unsafe impl Push for QuantizePush {}
+unsafe impl Push for QuantizePush {
+    const FIELDS: &'static [Field] = fields!(QuantizePush: x, out, n, pad, scales, up, act);
+}
 
 /// `attn_temp`: Llama 4's attention temperature on `n` values in rows of
 /// `cols`, row `r` at position `pos0 + r` (pos0 from the step region).
@@ -242,7 +408,9 @@ pub struct AttnTempPush {
     pub floor: u32,
 }
 // SAFETY: repr(C), two u64 then four 4-byte fields: 32 bytes, no padding.
-unsafe impl Push for AttnTempPush {}
+unsafe impl Push for AttnTempPush {
+    const FIELDS: &'static [Field] = fields!(AttnTempPush: x, step, n, cols, scale, floor);
+}
 
 // The sizes the SAFETY lines above state, and that the GLSL push blocks and
 // `kernels/push.h` repeat.
@@ -269,7 +437,10 @@ pub struct MoeRoutePush {
     pub normalize: u32,
 }
 // SAFETY: repr(C), three u64 then four u32: 40 bytes, no padding.
-unsafe impl Push for MoeRoutePush {}
+unsafe impl Push for MoeRoutePush {
+    const FIELDS: &'static [Field] =
+        fields!(MoeRoutePush: logits, ids, weights, n_rows, n_expert, k, normalize);
+}
 
 #[repr(C)]
 pub struct MatIdPush {
@@ -291,7 +462,10 @@ pub struct MatIdPush {
     pub bias: u64,
 }
 // SAFETY: repr(C), five u64, four u32, one u64: 64 bytes, no padding.
-unsafe impl Push for MatIdPush {}
+unsafe impl Push for MatIdPush {
+    const FIELDS: &'static [Field] =
+        fields!(MatIdPush: x, w, ids, out, expert_bytes, rows, k, n_pairs, x_div, bias);
+}
 
 #[repr(C)]
 pub struct MoeSumPush {
@@ -304,4 +478,32 @@ pub struct MoeSumPush {
     pub pad: u32,
 }
 // SAFETY: repr(C), three u64 then four u32: 40 bytes, no padding.
-unsafe impl Push for MoeSumPush {}
+unsafe impl Push for MoeSumPush {
+    const FIELDS: &'static [Field] = fields!(MoeSumPush: x, weights, out, n_rows, cols, k, pad);
+}
+
+// Every table lists its struct's fields in order and the struct has no
+// padding (what the SAFETY lines above state).
+const _: () = assert!(tiles(YarnPush::FIELDS, std::mem::size_of::<YarnPush>()));
+macro_rules! assert_tiles {
+    ($($s:ident),*) => {$(
+        const _: () = assert!(tiles($s::FIELDS, std::mem::size_of::<$s>()));
+        const _: () = assert!(std::mem::size_of::<$s>() <= PUSH_BYTES);
+    )*};
+}
+assert_tiles!(
+    EmbedPush,
+    MatPush,
+    NormPush,
+    RopePush,
+    RopeKvPush,
+    StoreKvPush,
+    AttentionPush,
+    EltwisePush,
+    SpinPush,
+    QuantizePush,
+    AttnTempPush,
+    MoeRoutePush,
+    MatIdPush,
+    MoeSumPush
+);

@@ -1,5 +1,20 @@
-//! Builds the decoder-only transformer graph shared by llama, qwen2, qwen3
-//! and qwen3moe (whose feed-forward blocks are mixtures of experts).
+//! Builds the decoder-only transformer graph shared by every family this
+//! project runs: llama (Llama 2 and 3, Mistral 7B, and Mixtral with its
+//! experts), qwen2, qwen2moe, qwen3, qwen3moe, phi3, gemma3, mistral3 and
+//! gpt-oss (`model::Arch::ALL`).
+//!
+//! One graph serves them all: no family is named here. What sets a family
+//! apart reaches the builder as data, read by its module under
+//! `model/config/family/`, or as weights it has and others lack: biases on
+//! Q, K and V (qwen2, qwen2moe, gpt-oss, which has one on the output too),
+//! Q/K norms (qwen3, qwen3moe, gemma3), norms after attention and the
+//! feed-forward block, an embedding scale and GeGLU (gemma3),
+//! sliding-window layers with their own RoPE (gemma3, gpt-oss), attention
+//! sinks (gpt-oss), YaRN (gpt-oss, mistral3) and an attention temperature
+//! (mistral3), and mixtures of experts in place of the feed-forward blocks
+//! (qwen3moe, qwen2moe with its shared expert, gpt-oss, Mixtral). Phi-3's
+//! fused QKV and gate/up matrices are split at load, so phi3 is llama's
+//! graph with NeoX RoPE.
 
 use super::{
     yarn_attn_factor, AttentionSpec, Graph, Op, RopeFreq, RopeSpec, TensorDesc, TensorId, Yarn,

@@ -153,3 +153,288 @@ pub fn rope_store_at(graph: &Graph, i: usize) -> Option<RopeStore> {
 pub fn next_matmul_reads(graph: &Graph, i: usize, t: TensorId) -> bool {
     matches!(graph.ops.get(i + 1), Some(&Op::MatMul { x, .. }) if x == t)
 }
+
+#[cfg(test)]
+// Groups are lists of ranges: `[0..3]` is one group, not the values 0 to 2.
+#[allow(clippy::single_range_in_vec_init)]
+mod tests {
+    use super::*;
+    use crate::graph::{AttentionSpec, RopeSpec, TensorDesc};
+    use crate::plan::StepInputLayout;
+
+    /// A graph of `ops` over tensors of the given (rows, cols).
+    fn graph(tensors: &[(usize, usize)], ops: Vec<Op>, logits: TensorId) -> Graph {
+        Graph {
+            n_tokens: 1,
+            all_logits: true,
+            tensors: tensors
+                .iter()
+                .map(|&(rows, cols)| TensorDesc { rows, cols })
+                .collect(),
+            ops,
+            logits,
+            rms_eps: 1e-5,
+            rope: RopeSpec {
+                neox: false,
+                n_rot: 8,
+                freq_base: 10000.0,
+                freq_scale: 1.0,
+                freq_factors: None,
+                local: None,
+                yarn: None,
+                attn_factor: 1.0,
+            },
+            attention: AttentionSpec {
+                n_head: 2,
+                n_head_kv: 1,
+                head_dim: 8,
+                scale: 1.0,
+            },
+        }
+    }
+
+    /// A plan placing tensor `t` at byte `offsets[t]`.
+    fn plan_at(g: &Graph, offsets: Vec<usize>) -> ArenaPlan {
+        let end = (0..offsets.len())
+            .map(|t| offsets[t] + g.tensor(t).bytes())
+            .max()
+            .unwrap_or(0);
+        ArenaPlan {
+            offsets,
+            arena_bytes: end,
+            naive_bytes: end,
+            step_inputs: StepInputLayout {
+                n_tokens: g.n_tokens,
+            },
+        }
+    }
+
+    /// Every tensor in 1 KiB of its own (every test tensor is smaller).
+    fn own_bytes(g: &Graph) -> ArenaPlan {
+        plan_at(g, (0..g.tensors.len()).map(|t| t * 1024).collect())
+    }
+
+    fn mm(w: usize, x: TensorId, out: TensorId) -> Op {
+        Op::MatMul {
+            w,
+            x,
+            bias: None,
+            out,
+        }
+    }
+
+    fn add(a: TensorId, b: TensorId, out: TensorId) -> Op {
+        Op::Add { a, b, out }
+    }
+
+    #[test]
+    fn matmuls_reading_one_input_form_a_group() {
+        // x → q, k, v.
+        let g = graph(
+            &[(1, 16), (1, 16), (1, 8), (1, 8)],
+            vec![mm(0, 0, 1), mm(1, 0, 2), mm(2, 0, 3)],
+            3,
+        );
+        let groups = matmul_groups(&g, &own_bytes(&g));
+        assert_eq!(groups, [0..3]);
+        assert_eq!(group_starting_at(&groups, 0), Some(0..3));
+        assert_eq!(group_starting_at(&groups, 1), None);
+        assert_eq!(group_starting_at(&groups, 3), None);
+    }
+
+    #[test]
+    fn gate_and_up_group_and_down_runs_alone() {
+        // h → gate, up; SwiGLU; act → down.
+        let ops = vec![
+            mm(0, 0, 1),
+            mm(1, 0, 2),
+            Op::SwiGlu {
+                gate: 1,
+                up: 2,
+                out: 3,
+            },
+            mm(2, 3, 4),
+        ];
+        let g = graph(&[(1, 8), (1, 32), (1, 32), (1, 32), (1, 8)], ops, 4);
+        assert_eq!(matmul_groups(&g, &own_bytes(&g)), [0..2]);
+    }
+
+    #[test]
+    fn another_input_or_another_op_ends_a_group() {
+        // x → a; y → b, c: the group starts at the second.
+        let t = [(1, 8); 5];
+        let g = graph(&t, vec![mm(0, 0, 2), mm(1, 1, 3), mm(2, 1, 4)], 4);
+        assert_eq!(matmul_groups(&g, &own_bytes(&g)), [1..3]);
+        // x → a, an add, x → b: matmuls apart are no group.
+        let ops = vec![mm(0, 0, 1), add(0, 1, 2), mm(1, 0, 3)];
+        let g = graph(&t, ops, 3);
+        assert!(matmul_groups(&g, &own_bytes(&g)).is_empty());
+        // No matmuls at all.
+        let g = graph(&t, vec![add(0, 1, 2)], 2);
+        assert!(matmul_groups(&g, &own_bytes(&g)).is_empty());
+    }
+
+    #[test]
+    fn a_group_holds_at_most_four() {
+        for (n, want) in [
+            (4, vec![0..4]),
+            (5, vec![0..4]),
+            (6, vec![0..4, 4..6]),
+            (9, vec![0..4, 4..8]),
+        ] {
+            let tensors = vec![(1, 8); n + 1];
+            let ops = (0..n).map(|i| mm(i, 0, i + 1)).collect();
+            let g = graph(&tensors, ops, n);
+            assert_eq!(matmul_groups(&g, &own_bytes(&g)), want, "{n} matmuls");
+        }
+    }
+
+    #[test]
+    fn outputs_sharing_bytes_split_a_group() {
+        // x → a, b, c, 32 bytes each.
+        let t = [(1, 8); 4];
+        let ops = || vec![mm(0, 0, 1), mm(1, 0, 2), mm(2, 0, 3)];
+        let g = graph(&t, ops(), 3);
+        // b overlaps a's last 16 bytes: a runs alone, b and c group.
+        let plan = plan_at(&g, vec![0, 1024, 1040, 2048]);
+        assert_eq!(matmul_groups(&g, &plan), [1..3]);
+        // c overlaps x: a and b group, c runs alone.
+        let plan = plan_at(&g, vec![0, 1024, 2048, 16]);
+        assert_eq!(matmul_groups(&g, &plan), [0..2]);
+        // Adjacent but not overlapping: one group.
+        let plan = plan_at(&g, vec![0, 32, 64, 96]);
+        assert_eq!(matmul_groups(&g, &plan), [0..3]);
+    }
+
+    /// `res` (0), the matmul's input `h` (1), its output (2), the add's
+    /// output (3), a head's output (4): h → mm; res + mm; head.
+    fn residual_graph(sum: Op, logits: TensorId, head_reads: TensorId) -> Graph {
+        let ops = vec![mm(0, 1, 2), sum, mm(1, head_reads, 4)];
+        graph(&[(1, 8); 5], ops, logits)
+    }
+
+    #[test]
+    fn a_residual_add_after_a_matmul_fuses() {
+        let want = Some(ResidualAdd {
+            residual: 0,
+            out: 3,
+        });
+        for sum in [add(0, 2, 3), add(2, 0, 3)] {
+            let g = residual_graph(sum, 4, 3);
+            assert_eq!(residual_add_after(&g, &own_bytes(&g), 0), want);
+        }
+        // The sum written in place over the residual: each value read,
+        // then written, by one invocation.
+        let g = residual_graph(add(0, 2, 3), 4, 3);
+        let in_place = plan_at(&g, vec![0, 1024, 2048, 0, 4096]);
+        assert_eq!(residual_add_after(&g, &in_place, 0), want);
+    }
+
+    #[test]
+    fn a_residual_add_does_not_fuse_where_the_rules_say_no() {
+        let g = residual_graph(add(0, 2, 3), 4, 3);
+        let plan = own_bytes(&g);
+        // Not a matmul at op 1; nothing after op 2.
+        assert_eq!(residual_add_after(&g, &plan, 1), None);
+        assert_eq!(residual_add_after(&g, &plan, 2), None);
+        assert_eq!(residual_add_after(&g, &plan, 7), None);
+        // The sum's bytes overlap the residual's in part, or the matmul's
+        // input (which the kernel reads throughout).
+        let partial = plan_at(&g, vec![0, 1024, 2048, 16, 4096]);
+        assert_eq!(residual_add_after(&g, &partial, 0), None);
+        let over_input = plan_at(&g, vec![0, 1024, 2048, 1024, 4096]);
+        assert_eq!(residual_add_after(&g, &over_input, 0), None);
+        // The add reads the matmul's output twice, or not at all.
+        for sum in [add(2, 2, 3), add(0, 1, 3)] {
+            let g = residual_graph(sum, 4, 3);
+            assert_eq!(residual_add_after(&g, &own_bytes(&g), 0), None);
+        }
+        // A later op reads the matmul's output, which fused is never
+        // written.
+        let g = residual_graph(add(0, 2, 3), 4, 2);
+        assert_eq!(residual_add_after(&g, &own_bytes(&g), 0), None);
+        // The matmul's output is the logits.
+        let g = residual_graph(add(0, 2, 3), 2, 3);
+        assert_eq!(residual_add_after(&g, &own_bytes(&g), 0), None);
+        // An op other than an add follows.
+        let ops = vec![mm(0, 1, 2), mm(1, 1, 3)];
+        let g = graph(&[(1, 8); 4], ops, 3);
+        assert_eq!(residual_add_after(&g, &own_bytes(&g), 0), None);
+    }
+
+    /// Q (0), K (1), V (2), another K (3).
+    fn rope_graph(ops: Vec<Op>) -> Graph {
+        graph(&[(1, 16), (1, 8), (1, 8), (1, 8)], ops, 0)
+    }
+
+    fn rope(x: TensorId, n_heads: usize, local: bool) -> Op {
+        Op::Rope { x, n_heads, local }
+    }
+
+    fn store(k: TensorId) -> Op {
+        Op::StoreKv { layer: 3, k, v: 2 }
+    }
+
+    #[test]
+    fn rope_of_q_and_k_then_their_store_fuse() {
+        for local in [false, true] {
+            let g = rope_graph(vec![rope(0, 2, local), rope(1, 1, local), store(1)]);
+            let want = RopeStore {
+                layer: 3,
+                q: 0,
+                n_head: 2,
+                k: 1,
+                n_head_kv: 1,
+                v: 2,
+                local,
+            };
+            assert_eq!(rope_store_at(&g, 0), Some(want));
+            assert_eq!(rope_store_at(&g, 1), None);
+        }
+    }
+
+    #[test]
+    fn rope_and_store_of_other_tensors_do_not_fuse() {
+        let cases = [
+            // The store takes another K.
+            vec![rope(0, 2, false), rope(1, 1, false), store(3)],
+            // Q and K the same tensor.
+            vec![rope(1, 2, false), rope(1, 1, false), store(1)],
+            // One local rotation and one global.
+            vec![rope(0, 2, true), rope(1, 1, false), store(1)],
+            // The wrong order.
+            vec![store(1), rope(0, 2, false), rope(1, 1, false)],
+            vec![rope(0, 2, false), store(1), rope(1, 1, false)],
+            // Too few ops.
+            vec![rope(0, 2, false), rope(1, 1, false)],
+        ];
+        for ops in cases {
+            let g = rope_graph(ops.clone());
+            assert_eq!(rope_store_at(&g, 0), None, "{ops:?}");
+        }
+    }
+
+    #[test]
+    fn a_producer_may_round_for_the_matmul_right_after_it() {
+        // x → norm → h → matmul; then an add of h; then a matmul of x.
+        let ops = vec![
+            Op::RmsNorm {
+                x: 0,
+                weight: 0,
+                out: 1,
+                group: 8,
+            },
+            mm(1, 1, 2),
+            add(1, 2, 3),
+            mm(2, 0, 4),
+        ];
+        let g = graph(&[(1, 8); 5], ops, 4);
+        assert!(next_matmul_reads(&g, 0, 1));
+        // The next matmul reads another tensor.
+        assert!(!next_matmul_reads(&g, 0, 0));
+        assert!(!next_matmul_reads(&g, 2, 3));
+        // The next op is no matmul, or there is none.
+        assert!(!next_matmul_reads(&g, 1, 2));
+        assert!(!next_matmul_reads(&g, 3, 4));
+    }
+}

@@ -4,6 +4,7 @@
 //! skip into a failure, as the HIP crate's tests do for `rocm`.
 
 use rocmforge_core::backend::BackendError;
+use rocmforge_core::gpu::GpuOptions;
 use rocmforge_vulkan::{VulkanBackend, VulkanOptions};
 
 /// Whether `ROCMFORGE_REQUIRE_BACKENDS` asks for this backend.
@@ -23,11 +24,18 @@ pub fn options() -> VulkanOptions {
     }
 }
 
-/// `VulkanBackend::new(opts)`, or None after printing why the machine has
-/// no Vulkan device. Any other error, or no device while one is required,
-/// fails the test.
-pub fn open_or_skip(opts: VulkanOptions) -> Option<VulkanBackend> {
-    match VulkanBackend::new(opts) {
+/// The backend on the device `opts` picks, with the environment's
+/// [`GpuOptions`].
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn open(opts: VulkanOptions) -> Result<VulkanBackend, BackendError> {
+    rocmforge_vulkan::open(opts, GpuOptions::from_env())
+}
+
+/// `rocmforge_vulkan::open(opts, gpu)`, or None after printing why the
+/// machine has no Vulkan device. Any other error, or no device while one
+/// is required, fails the test.
+pub fn open_or_skip_with(opts: VulkanOptions, gpu: GpuOptions) -> Option<VulkanBackend> {
+    match rocmforge_vulkan::open(opts, gpu) {
         Ok(b) => Some(b),
         Err(e @ BackendError::Unavailable(_)) if !required() => {
             eprintln!("skipping: {e} (ROCMFORGE_REQUIRE_BACKENDS=vulkan fails instead)");
@@ -35,4 +43,10 @@ pub fn open_or_skip(opts: VulkanOptions) -> Option<VulkanBackend> {
         }
         Err(e) => panic!("vulkan backend: {e}"),
     }
+}
+
+/// [`open_or_skip_with`] the environment's [`GpuOptions`].
+#[allow(dead_code)] // Not every test binary uses it.
+pub fn open_or_skip(opts: VulkanOptions) -> Option<VulkanBackend> {
+    open_or_skip_with(opts, GpuOptions::from_env())
 }

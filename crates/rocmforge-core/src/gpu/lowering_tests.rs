@@ -1,0 +1,1271 @@
+//! The lowering, with no GPU: tiny graphs lowered into a [`RecordingSink`],
+//! and the launches, grids, argument blocks and scratch layout checked
+//! against values worked out here from the models' shapes (`mock.rs`:
+//! 256 wide, 4 heads of 64 over 2 KV heads, feed-forward 512, vocabulary
+//! 320, two blocks; the MoE model 8 experts of 512, 2 used).
+//!
+//! Grids are the kernels' contract ([`workgroup_size`] invocations per
+//! workgroup, one item each for the element-wise families; two rows per
+//! workgroup for the integer mat-vec, one for the f32 one; 32×64 tiles
+//! for the portable matmul, 64×64 / 128×128 for the matrix-core ones).
+
+use std::collections::HashSet;
+
+use super::mock::*;
+use super::push::*;
+use super::{
+    check_graph, q8_packed_layout, scratch_bytes, workgroup_size, DeviceWeight, Lowering,
+    MatrixTiles, Reserved,
+};
+use crate::backend::BackendError;
+use crate::graph::{Graph, Op, TensorDesc, TensorId};
+use crate::plan::ArenaPlan;
+use crate::quant::QuantType;
+
+/// Width of the Q rows and of the K / V rows.
+const Q_DIM: usize = N_HEAD * HEAD_DIM;
+const KV_DIM: usize = N_HEAD_KV * HEAD_DIM;
+/// Items of one row of `rope_kv`: Q pairs, K pairs, V values (every
+/// dimension rotated).
+const ROPE_KV_ROW: usize = N_HEAD * HEAD_DIM / 2 + N_HEAD_KV * HEAD_DIM / 2 + KV_DIM;
+
+/// Workgroups of `kernel` over `items` items, one per invocation.
+fn per_item(kernel: &str, items: usize) -> u32 {
+    let wg = workgroup_size(kernel).expect("a kernel with a workgroup size");
+    items.div_ceil(wg as usize) as u32
+}
+
+fn launch(kernel: impl Into<String>, groups: usize) -> (String, u32) {
+    (kernel.into(), u32::try_from(groups).unwrap())
+}
+
+fn item_launch(kernel: &str, items: usize) -> (String, u32) {
+    (kernel.into(), per_item(kernel, items))
+}
+
+/// The recorded (kernel, workgroups) pairs.
+fn seq(sink: &RecordingSink) -> Vec<(String, u32)> {
+    sink.kernels()
+        .into_iter()
+        .map(String::from)
+        .zip(sink.groups())
+        .collect()
+}
+
+/// The tensors of one block of the tiny dense graph, read from its ops in
+/// the order `build_graph` emits them (16 ops a block after the Embed).
+struct Block {
+    x: TensorId,
+    h: TensorId,
+    q: TensorId,
+    k: TensorId,
+    v: TensorId,
+    attn: TensorId,
+    o: TensorId,
+    x_attn: TensorId,
+    h2: TensorId,
+    gate: TensorId,
+    up: TensorId,
+    act: TensorId,
+    x_out: TensorId,
+}
+
+fn out_of(op: &Op) -> TensorId {
+    match op.outputs()[..] {
+        [t] => t,
+        _ => panic!("{op:?} has not one output"),
+    }
+}
+
+fn kind(op: &Op) -> &'static str {
+    match op {
+        Op::RmsNorm { .. } => "RmsNorm",
+        Op::MatMul { .. } => "MatMul",
+        Op::Rope { .. } => "Rope",
+        Op::StoreKv { .. } => "StoreKv",
+        Op::Attention { .. } => "Attention",
+        Op::Add { .. } => "Add",
+        Op::SwiGlu { .. } => "SwiGlu",
+        _ => "other",
+    }
+}
+
+fn dense_blocks(g: &Graph) -> Vec<Block> {
+    (0..N_LAYER)
+        .map(|layer| {
+            let ops = &g.ops[1 + 16 * layer..1 + 16 * (layer + 1)];
+            assert_eq!(
+                ops.iter().map(kind).collect::<Vec<_>>(),
+                [
+                    "RmsNorm",
+                    "MatMul",
+                    "MatMul",
+                    "MatMul",
+                    "Rope",
+                    "Rope",
+                    "StoreKv",
+                    "Attention",
+                    "MatMul",
+                    "Add",
+                    "RmsNorm",
+                    "MatMul",
+                    "MatMul",
+                    "SwiGlu",
+                    "MatMul",
+                    "Add"
+                ]
+            );
+            let Op::RmsNorm { x, .. } = ops[0] else {
+                unreachable!()
+            };
+            Block {
+                x,
+                h: out_of(&ops[0]),
+                q: out_of(&ops[1]),
+                k: out_of(&ops[2]),
+                v: out_of(&ops[3]),
+                attn: out_of(&ops[7]),
+                o: out_of(&ops[8]),
+                x_attn: out_of(&ops[9]),
+                h2: out_of(&ops[10]),
+                gate: out_of(&ops[11]),
+                up: out_of(&ops[12]),
+                act: out_of(&ops[13]),
+                x_out: out_of(&ops[15]),
+            }
+        })
+        .collect()
+}
+
+/// A dense decode (or ≤ 8-token) step of Q4_0 / Q8_0-like weights with
+/// every fusion: nine launches a block.
+fn fused_small_step(n: usize, mv: &str, embed: &str, lw: &Lowering) -> Vec<(String, u32)> {
+    let q8_groups = |values: usize| (values / 32).div_ceil(lw.q8_packed_blocks_per_group as usize);
+    let mut want = vec![launch(embed, n)];
+    for _ in 0..N_LAYER {
+        want.extend([
+            // One workgroup per row, Q8-packed output for Q/K/V.
+            launch("rmsnorm_q8", n),
+            // Q, K, V in one launch, two rows per workgroup.
+            launch(mv, (Q_DIM + KV_DIM + KV_DIM) / 2),
+            item_launch("rope_kv", n * ROPE_KV_ROW),
+            // One workgroup per (token, head), Q8-packed output.
+            launch("attention_staged_q8", n * N_HEAD),
+            // The output projection with the residual add.
+            launch(mv, N_EMBD / 2),
+            launch("rmsnorm_q8", n),
+            launch(mv, (N_FF + N_FF) / 2),
+            launch("swiglu_q8", q8_groups(n * N_FF)),
+            // Down with the residual add.
+            launch(mv, N_EMBD / 2),
+        ]);
+    }
+    if n > 1 {
+        want.push(item_launch("copy", N_EMBD));
+    }
+    want.extend([launch("rmsnorm_q8", 1), launch(mv, N_VOCAB / 2)]);
+    want
+}
+
+/// A dense decode step whose mat-vecs run in f32 over activations rounded
+/// by `round` in blocks of `block`.
+fn f32_decode(mv: &str, embed: &str, round: &str, block: usize) -> Vec<(String, u32)> {
+    let rounding = |values: usize| item_launch(round, values / block);
+    let mut want = vec![launch(embed, 1)];
+    for _ in 0..N_LAYER {
+        want.extend([
+            launch("rmsnorm", 1),
+            rounding(N_EMBD),
+            // One row per workgroup.
+            launch(mv, Q_DIM + KV_DIM + KV_DIM),
+            item_launch("rope_kv", ROPE_KV_ROW),
+            launch("attention_staged", N_HEAD),
+            rounding(Q_DIM),
+            launch(mv, N_EMBD),
+            item_launch("add", N_EMBD),
+            launch("rmsnorm", 1),
+            rounding(N_EMBD),
+            launch(mv, N_FF + N_FF),
+            item_launch("swiglu", N_FF),
+            rounding(N_FF),
+            launch(mv, N_EMBD),
+            item_launch("add", N_EMBD),
+        ]);
+    }
+    want.extend([launch("rmsnorm", 1), rounding(N_EMBD), launch(mv, N_VOCAB)]);
+    want
+}
+
+#[test]
+fn decode_fuses_into_nine_launches_a_block() {
+    let m = dense_llama(QuantType::Q4_0);
+    let g = m.graph(1);
+    let sink = m.record(&vulkan_lowering(), &g, &naive_plan(&g));
+    let want = fused_small_step(1, "matvec_int_q4_0", "embed_q4_0", &vulkan_lowering());
+    assert_eq!(seq(&sink), want);
+    assert_eq!(sink.launches.len(), 1 + 9 * N_LAYER + 2);
+}
+
+#[test]
+fn decode_push_blocks_name_the_plan_the_weights_and_the_cache() {
+    let m = dense_llama(QuantType::Q4_0);
+    let g = m.graph(1);
+    let plan = naive_plan(&g);
+    let sink = m.record(&vulkan_lowering(), &g, &plan);
+    let t = |id: TensorId| ARENA_BASE + plan.offsets[id] as u64;
+    let s = scratch_base(&plan);
+    let w = &m.model.weights;
+    let blocks = dense_blocks(&g);
+
+    let embed: EmbedPush = sink.launches[0].push_as();
+    assert_eq!(
+        (embed.table, embed.out, embed.step),
+        (m.address(w.token_embd), t(blocks[0].x), STEP_BASE)
+    );
+    // Q4_0 rows of 256: 8 blocks of 18 bytes.
+    let cols = N_EMBD as u32;
+    assert_eq!(
+        (embed.row_bytes, embed.cols, embed.n_vocab, embed.n_tokens),
+        (8 * 18, cols, N_VOCAB as u32, 1)
+    );
+    assert_eq!(
+        sink.launches[0].label,
+        "op 0 of 35 (Embed token_embd.weight Q4_0)"
+    );
+
+    for (layer, (b, l)) in blocks.iter().zip(sink.launches[1..].chunks(9)).enumerate() {
+        let lw = &w.layers[layer];
+        let norm: NormPush = l[0].push_as();
+        assert_eq!(
+            (norm.x, norm.w, norm.out),
+            (t(b.x), m.address(lw.attn_norm), t(b.h))
+        );
+        assert_eq!((norm.group, norm.n_groups, norm.eps), (cols, 1, 1e-5));
+        // 256 values Q8-packed: quants from the scratch's start, (d, s)
+        // pairs from byte 256.
+        assert_eq!((norm.q8, norm.q8_scales), (s, s + 256));
+
+        let qkv: MatPush = l[1].push_as();
+        assert_eq!((qkv.x, qkv.x_scales, qkv.residual), (s, s + 256, 0));
+        assert_eq!(qkv.w, [lw.wq, lw.wk, lw.wv].map(|id| m.address(id)));
+        assert_eq!(qkv.out, [t(b.q), t(b.k), t(b.v)]);
+        assert_eq!(qkv.bias, [0; 3]);
+        assert_eq!(qkv.rows, [Q_DIM, KV_DIM, KV_DIM].map(|r| r as u32));
+        assert_eq!((qkv.k, qkv.n, qkv.n_parts), (cols, 1, 3));
+        let first = 1 + 16 * layer + 1;
+        let names = ["q", "k", "v"].map(|w| format!("blk.{layer}.attn_{w}.weight"));
+        let names = names.join("+");
+        let label = format!("ops {first}..{} of 35 (MatMul {names} Q4_0)", first + 3);
+        assert_eq!(l[1].label, label);
+
+        // f16 caches: each earlier layer holds K then V, N_CTX rows each.
+        let k_cache = KV_BASE + (layer * 2 * N_CTX * KV_DIM * 2) as u64;
+        let v_cache = k_cache + (N_CTX * KV_DIM * 2) as u64;
+        let rope: RopeKvPush = l[2].push_as();
+        assert_eq!(
+            (rope.x, rope.k, rope.v, rope.k_cache, rope.v_cache),
+            (t(b.q), t(b.k), t(b.v), k_cache, v_cache)
+        );
+        assert_eq!((rope.step, rope.freq_factors), (STEP_BASE, 0));
+        assert_eq!(
+            (
+                rope.rows,
+                rope.n_heads,
+                rope.head_dim,
+                rope.n_rot,
+                rope.n_heads_kv
+            ),
+            (1, 4, 64, 64, 2)
+        );
+        assert_eq!(
+            (rope.neox, rope.ring, rope.freq_scale),
+            (0, N_CTX as u32, 1.0)
+        );
+        let theta_scale = 10000f32.powf(-2.0 / 64.0);
+        assert!((rope.theta_scale - theta_scale).abs() < 1e-6);
+        assert_eq!((rope.yarn.ext_factor, rope.yarn.mscale), (0.0, 1.0));
+
+        let att: AttentionPush = l[3].push_as();
+        assert_eq!(
+            (att.q, att.out, att.k_cache, att.v_cache, att.step),
+            (t(b.q), t(b.attn), k_cache, v_cache, STEP_BASE)
+        );
+        assert_eq!(
+            (
+                att.n_tokens,
+                att.n_head,
+                att.n_head_kv,
+                att.head_dim,
+                att.kv_dim
+            ),
+            (1, 4, 2, 64, 128)
+        );
+        assert_eq!(
+            (att.scale, att.window, att.ring, att.sinks),
+            (0.125, 0, 256, 0)
+        );
+        assert_eq!((att.q8, att.q8_scales), (s, s + 256));
+
+        // The output projection writes the residual add's output.
+        let wo: MatPush = l[4].push_as();
+        assert_eq!((wo.x, wo.x_scales), (s, s + 256));
+        assert_eq!((wo.w[0], wo.out[0]), (m.address(lw.wo), t(b.x_attn)));
+        assert_eq!((wo.residual, wo.rows[0], wo.n_parts), (t(b.x), cols, 1));
+
+        let norm2: NormPush = l[5].push_as();
+        assert_eq!(
+            (norm2.x, norm2.w, norm2.out),
+            (t(b.x_attn), m.address(lw.ffn_norm), t(b.h2))
+        );
+        let gate_up: MatPush = l[6].push_as();
+        assert_eq!(gate_up.out, [t(b.gate), t(b.up), 0]);
+        assert_eq!((gate_up.rows, gate_up.n_parts), ([512, 512, 0], 2));
+
+        // SwiGLU writes its f32 output and the Q8-packed one (512 values:
+        // scales from byte 512).
+        let sw: QuantizePush = l[7].push_as();
+        assert_eq!((sw.x, sw.up, sw.act), (t(b.gate), t(b.up), t(b.act)));
+        assert_eq!((sw.out, sw.scales, sw.n), (s, s + 512, 512));
+
+        let down: MatPush = l[8].push_as();
+        assert_eq!((down.x, down.x_scales, down.k), (s, s + 512, 512));
+        assert_eq!((down.out[0], down.residual), (t(b.x_out), t(b.x_attn)));
+    }
+
+    let head: MatPush = sink.launches[20].push_as();
+    assert_eq!((head.w[0], head.out[0]), (m.address(w.output), t(g.logits)));
+    assert_eq!((head.rows[0], head.residual), (N_VOCAB as u32, 0));
+}
+
+#[test]
+fn fusion_off_lowers_one_launch_per_op_and_a_rounding_per_matmul_run() {
+    let m = dense_llama(QuantType::Q4_0);
+    let g = m.graph(1);
+    assert_eq!(g.ops.len(), 35);
+    let lw = Lowering {
+        fuse: false,
+        ..hip_lowering()
+    };
+    let sink = m.record(&lw, &g, &naive_plan(&g));
+    // HIP's roundings: two blocks of 32 a workgroup.
+    let quantize = |values: usize| launch("quantize_q8_packed", values / 32 / 2);
+    let mv = "matvec_int_q4_0";
+    let mut want = vec![launch("embed_q4_0", 1)];
+    for _ in 0..N_LAYER {
+        want.extend([
+            launch("rmsnorm", 1),
+            quantize(N_EMBD),
+            // Q/K/V still share a launch: one argument block holds them.
+            launch(mv, (Q_DIM + 2 * KV_DIM) / 2),
+            item_launch("rope", N_HEAD * HEAD_DIM / 2),
+            item_launch("rope", N_HEAD_KV * HEAD_DIM / 2),
+            item_launch("store_kv", KV_DIM / 2),
+            launch("attention_staged", N_HEAD),
+            quantize(Q_DIM),
+            launch(mv, N_EMBD / 2),
+            item_launch("add", N_EMBD),
+            launch("rmsnorm", 1),
+            quantize(N_EMBD),
+            launch(mv, N_FF),
+            item_launch("swiglu", N_FF),
+            quantize(N_FF),
+            launch(mv, N_EMBD / 2),
+            item_launch("add", N_EMBD),
+        ]);
+    }
+    want.extend([
+        launch("rmsnorm", 1),
+        quantize(N_EMBD),
+        launch(mv, N_VOCAB / 2),
+    ]);
+    assert_eq!(seq(&sink), want);
+    // 35 ops, less the 3 matmuls that share a launch with another, plus a
+    // rounding for each of the 9 matmul launches: 38. Fused, each block
+    // saves 2 (RoPE + store), 2 (residual adds) and 4 (roundings done by
+    // the producers), and the head's norm 1 more: 38 - 17 = 21.
+    assert_eq!(sink.launches.len(), 35 - 3 * N_LAYER + 9);
+    let fused = m.record(&hip_lowering(), &g, &naive_plan(&g));
+    assert_eq!(fused.launches.len(), 38 - 8 * N_LAYER - 1);
+}
+
+#[test]
+fn prefill_of_seven_tokens_stays_on_the_fused_mat_vecs() {
+    let m = dense_llama(QuantType::Q8_0);
+    let g = m.graph(7);
+    let lw = hip_lowering();
+    let sink = m.record(&lw, &g, &naive_plan(&g));
+    assert_eq!(
+        seq(&sink),
+        fused_small_step(7, "matvec_int_q8_0", "embed_q8_0", &lw)
+    );
+    // The last row to the head: 256 values from row 6.
+    let plan = naive_plan(&g);
+    let copy: EltwisePush = sink.of("copy").next().unwrap().push_as();
+    let Op::LastRow { x, out } = g.ops[33] else {
+        panic!("op 33 is {:?}", g.ops[33])
+    };
+    let src = ARENA_BASE + (plan.offsets[x] + 6 * 256 * 4) as u64;
+    assert_eq!((copy.a, copy.b), (src, 0));
+    assert_eq!(
+        (copy.out, copy.n),
+        (ARENA_BASE + plan.offsets[out] as u64, 256)
+    );
+}
+
+#[test]
+fn prefill_of_64_tokens_runs_the_tiled_matmul() {
+    let m = dense_llama(QuantType::Q4_0);
+    let g = m.graph(64);
+    let n: usize = 64;
+    let sink = m.record(&vulkan_lowering(), &g, &naive_plan(&g));
+    let rounding = |values: usize| item_launch("quantize_q8_0", values / 32);
+    // Tiles of 32 tokens × 64 rows.
+    let tiles = |rows: &[usize]| {
+        launch(
+            "matmul_q4_0",
+            rows.iter().map(|r| r.div_ceil(64)).sum::<usize>() * n.div_ceil(32),
+        )
+    };
+    let mut want = vec![launch("embed_q4_0", n)];
+    for _ in 0..N_LAYER {
+        want.extend([
+            launch("rmsnorm", n),
+            rounding(n * N_EMBD),
+            tiles(&[Q_DIM, KV_DIM, KV_DIM]),
+            item_launch("rope_kv", n * ROPE_KV_ROW),
+            // Past 8 tokens attention no longer stages K/V.
+            launch("attention", n * N_HEAD),
+            rounding(n * Q_DIM),
+            tiles(&[N_EMBD]),
+            item_launch("add", n * N_EMBD),
+            launch("rmsnorm", n),
+            rounding(n * N_EMBD),
+            tiles(&[N_FF, N_FF]),
+            item_launch("swiglu", n * N_FF),
+            rounding(n * N_FF),
+            tiles(&[N_EMBD]),
+            item_launch("add", n * N_EMBD),
+        ]);
+    }
+    // Only the last row reaches the head: a one-token mat-vec.
+    want.extend([
+        item_launch("copy", N_EMBD),
+        launch("rmsnorm_q8", 1),
+        launch("matvec_int_q4_0", N_VOCAB / 2),
+    ]);
+    assert_eq!(seq(&sink), want);
+    let qkv: MatPush = sink.launches[3].push_as();
+    let s = scratch_base(&naive_plan(&g));
+    assert_eq!((qkv.x, qkv.x_scales, qkv.k, qkv.n), (s, 0, 256, 64));
+}
+
+#[test]
+fn int_matvec_switch_picks_the_integer_or_the_f32_mat_vec() {
+    for (ty, suffix) in [(QuantType::Q4_0, "q4_0"), (QuantType::Q8_0, "q8_0")] {
+        let m = dense_llama(ty);
+        let g = m.graph(1);
+        let plan = naive_plan(&g);
+        let (mv, embed) = (format!("matvec_int_{suffix}"), format!("embed_{suffix}"));
+        let on = m.record(&vulkan_lowering(), &g, &plan);
+        assert_eq!(
+            seq(&on),
+            fused_small_step(1, &mv, &embed, &vulkan_lowering())
+        );
+
+        let lw = Lowering {
+            int_matvec: false,
+            ..vulkan_lowering()
+        };
+        let off = m.record(&lw, &g, &plan);
+        let mv = format!("matvec_{suffix}");
+        assert_eq!(seq(&off), f32_decode(&mv, &embed, "quantize_q8_0", 32));
+        assert!(off.kernels().iter().all(|k| !k.starts_with("matvec_int")));
+        // The f32 mat-vec reads the rounded copy in the scratch.
+        let qkv: MatPush = off.launches[3].push_as();
+        assert_eq!((qkv.x, qkv.x_scales), (scratch_base(&plan), 0));
+
+        let dot = Lowering {
+            int_dot_names: true,
+            ..vulkan_lowering()
+        };
+        let dot = m.record(&dot, &g, &plan);
+        assert_eq!(dot.of(&format!("matvec_int_dot_{suffix}")).count(), 9);
+    }
+}
+
+#[test]
+fn k_quants_decode_on_the_f32_mat_vec_over_q8_k_roundings() {
+    let m = dense_llama(QuantType::Q4K);
+    let g = m.graph(1);
+    let sink = m.record(&vulkan_lowering(), &g, &naive_plan(&g));
+    assert_eq!(
+        seq(&sink),
+        f32_decode("matvec_q4_k", "embed_q4_k", "quantize_q8_k", 256)
+    );
+}
+
+/// The matmul launches of the 64-token dense graph under `lw`.
+fn prefill_matmuls(lw: &Lowering) -> Vec<(String, u32)> {
+    let m = dense_llama(QuantType::Q4_0);
+    let g = m.graph(64);
+    let sink = m.record(lw, &g, &naive_plan(&g));
+    seq(&sink)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("matmul"))
+        .collect()
+}
+
+#[test]
+fn matrix_tiles_pick_the_prefill_matmul() {
+    // Per block: Q/K/V, output, gate/up, down, as (128×128 tiles, 64×64
+    // tiles, 32×64 tiles) over 64 tokens.
+    let big = [2 + 1 + 1, 2, 4 + 4, 2];
+    let small = [4 + 2 + 2, 4, 8 + 8, 4];
+    let tiled = [(4 + 2 + 2) * 2, 4 * 2, (8 + 8) * 2, 4 * 2];
+    let expect = |names: [&str; 4], groups: [usize; 4]| -> Vec<(String, u32)> {
+        let block = names
+            .iter()
+            .zip(groups)
+            .map(|(k, g)| launch(format!("{k}_q4_0"), g));
+        block.clone().chain(block).collect()
+    };
+    let with = |matrix, matrix_prefetch| Lowering {
+        matrix,
+        matrix_prefetch,
+        ..vulkan_lowering()
+    };
+    let cases = [
+        (with(MatrixTiles::Off, true), ["matmul"; 4], tiled),
+        (with(MatrixTiles::Small, true), ["matmul_cmps"; 4], small),
+        (with(MatrixTiles::Small, false), ["matmul_cms"; 4], small),
+        // The tiny model's matmuls have too few tiles for big ones.
+        (with(MatrixTiles::Auto, true), ["matmul_cmps"; 4], small),
+        (with(MatrixTiles::Auto, false), ["matmul_cms"; 4], small),
+        (with(MatrixTiles::BigFrom(1), true), ["matmul_cmp"; 4], big),
+        (with(MatrixTiles::BigFrom(1), false), ["matmul_cm"; 4], big),
+    ];
+    for (lw, names, groups) in cases {
+        assert_eq!(prefill_matmuls(&lw), expect(names, groups), "{lw:?}");
+    }
+    // From 5 big tiles: Q/K/V have 4, gate/up 8.
+    let mixed = prefill_matmuls(&with(MatrixTiles::BigFrom(5), true));
+    let names = ["matmul_cmps", "matmul_cmps", "matmul_cmp", "matmul_cmps"];
+    assert_eq!(mixed, expect(names, [small[0], small[1], big[2], small[3]]));
+}
+
+/// One matmul of `rows` rows of `k` values of type `ty` over `n` tokens,
+/// lowered alone (weights at the weight base).
+fn one_matmul(ty: QuantType, n: usize, k: usize, rows: usize, lw: &Lowering) -> RecordingSink {
+    let tensors = vec![
+        TensorDesc { rows: n, cols: k },
+        TensorDesc {
+            rows: n,
+            cols: rows,
+        },
+    ];
+    let ops = vec![Op::MatMul {
+        w: 0,
+        x: 0,
+        bias: None,
+        out: 1,
+    }];
+    let weights = [device_weight(ty, k, rows, WEIGHT_BASE)];
+    record_bare(bare_graph(n, tensors, ops, 1), &weights, lw)
+}
+
+fn record_bare(g: Graph, weights: &[DeviceWeight], lw: &Lowering) -> RecordingSink {
+    let (plan, kv) = (naive_plan(&g), tiny_kv());
+    let mut sink = RecordingSink::new();
+    let a = addresses_for(weights, &kv, &plan, N_VOCAB);
+    super::record_graph(&mut sink, lw, &g, &plan, &a, 0..g.ops.len()).expect("lowers");
+    sink
+}
+
+#[test]
+fn auto_tiles_go_big_only_for_many_tiles_and_long_rows() {
+    let auto = Lowering {
+        matrix: MatrixTiles::Auto,
+        ..vulkan_lowering()
+    };
+    let matmul = |k, rows| {
+        seq(&one_matmul(QuantType::Q4_0, 128, k, rows, &auto))
+            .pop()
+            .unwrap()
+    };
+    // 96 tiles of 128×128 and k 2048: big.
+    assert_eq!(matmul(2048, 96 * 128), launch("matmul_cmp_q4_0", 96));
+    // 95 tiles: 64×64 ones, 190 rows × 2 token tiles.
+    assert_eq!(matmul(2048, 95 * 128), launch("matmul_cmps_q4_0", 190 * 2));
+    // Enough tiles but rows of 1024: 64×64.
+    assert_eq!(matmul(1024, 96 * 128), launch("matmul_cmps_q4_0", 192 * 2));
+}
+
+#[test]
+fn matmul_grids_round_ragged_shapes_up() {
+    let off = vulkan_lowering();
+    let small = hip_lowering();
+    // 100 rows over 33 tokens of 64 values: the rounding to Q8_0 (66
+    // blocks), then 2 × 2 tiles of 64 rows × 32 tokens.
+    let sink = one_matmul(QuantType::Q4_0, 33, 64, 100, &off);
+    assert_eq!(
+        seq(&sink),
+        [item_launch("quantize_q8_0", 66), launch("matmul_q4_0", 4)]
+    );
+    let p: MatPush = sink.launches[1].push_as();
+    assert_eq!((p.rows, p.k, p.n, p.n_parts), ([100, 0, 0], 64, 33, 1));
+    let q: QuantizePush = sink.launches[0].push_as();
+    assert_eq!((q.n, q.out), (33 * 64, p.x));
+    // 64×64 tiles: 2 × 1.
+    let sink = one_matmul(QuantType::Q4_0, 33, 64, 100, &small);
+    assert_eq!(seq(&sink)[1], launch("matmul_cmps_q4_0", 2));
+    // From 32 tokens on, not below.
+    let sink = one_matmul(QuantType::Q4_0, 32, 64, 100, &small);
+    assert_eq!(seq(&sink)[1], launch("matmul_cmps_q4_0", 2));
+    let sink = one_matmul(QuantType::Q4_0, 31, 64, 100, &small);
+    assert_eq!(seq(&sink)[1], launch("matmul_q4_0", 2));
+    // Up to 8 tokens: the mat-vec, one workgroup per row whatever the
+    // token count (the f32 one, with the integer route off).
+    let f32_route = Lowering {
+        int_matvec: false,
+        ..off
+    };
+    for n in [1, 2, 8] {
+        let sink = one_matmul(QuantType::Q4_0, n, 64, 100, &f32_route);
+        assert_eq!(seq(&sink)[1], launch("matvec_q4_0", 100));
+        let sink = one_matmul(QuantType::Q4_0, n, 64, 100, &off);
+        let groups = (n * 64 / 32).div_ceil(64);
+        assert_eq!(
+            seq(&sink),
+            [
+                launch("quantize_q8_packed", groups),
+                launch("matvec_int_q4_0", 50)
+            ]
+        );
+    }
+    let sink = one_matmul(QuantType::Q4_0, 9, 64, 100, &off);
+    assert_eq!(seq(&sink)[1], launch("matmul_q4_0", 2));
+}
+
+#[test]
+fn float_weights_round_as_their_type_and_f32_stays_off_matrix_cores() {
+    let small = hip_lowering();
+    // f32 weights: no rounding, the portable matmul, the input in place.
+    let sink = one_matmul(QuantType::F32, 64, 64, 64, &small);
+    assert_eq!(seq(&sink), [launch("matmul_f32", 2)]);
+    let p: MatPush = sink.launches[0].push_as();
+    assert_eq!(p.x, ARENA_BASE);
+    // f16 / bf16: rounded in blocks of 8, then the matrix cores.
+    for (ty, round, name) in [
+        (QuantType::F16, "quantize_f16", "matmul_cmps_f16"),
+        (QuantType::BF16, "quantize_bf16", "matmul_cmps_bf16"),
+    ] {
+        let sink = one_matmul(ty, 64, 64, 64, &small);
+        assert_eq!(
+            seq(&sink),
+            [item_launch(round, 64 * 64 / 8), launch(name, 1)]
+        );
+    }
+    // And in decode, the f32 mat-vec.
+    let sink = one_matmul(QuantType::F16, 1, 64, 64, &small);
+    assert_eq!(
+        seq(&sink),
+        [item_launch("quantize_f16", 8), launch("matvec_f16", 64)]
+    );
+}
+
+/// Matmuls of types `tys` (64 rows each, of 256 values) reading one input
+/// of `n` tokens, as a graph.
+fn sibling_matmuls(n: usize, tys: &[QuantType], lw: &Lowering) -> RecordingSink {
+    let mut tensors = vec![TensorDesc { rows: n, cols: 256 }];
+    let mut ops = Vec::new();
+    let mut weights = Vec::new();
+    for (i, &ty) in tys.iter().enumerate() {
+        tensors.push(TensorDesc { rows: n, cols: 64 });
+        ops.push(Op::MatMul {
+            w: i,
+            x: 0,
+            bias: None,
+            out: i + 1,
+        });
+        weights.push(device_weight(
+            ty,
+            256,
+            64,
+            WEIGHT_BASE + (i as u64) * 0x10000,
+        ));
+    }
+    record_bare(bare_graph(n, tensors, ops, tys.len()), &weights, lw)
+}
+
+#[test]
+fn a_group_splits_into_runs_of_one_type_and_at_most_three() {
+    use QuantType::{Q4K, Q4_0, Q6K, Q8_0};
+    let lw = vulkan_lowering();
+    // Four Q8_0 siblings: a run of three and one of one; the second reuses
+    // the Q8-packed input the first launch's rounding left.
+    let sink = sibling_matmuls(1, &[Q8_0; 4], &lw);
+    assert_eq!(
+        seq(&sink),
+        [
+            launch("quantize_q8_packed", 1),
+            launch("matvec_int_q8_0", 3 * 32),
+            launch("matvec_int_q8_0", 32),
+        ]
+    );
+    let (a, b): (MatPush, MatPush) = (sink.launches[1].push_as(), sink.launches[2].push_as());
+    assert_eq!((a.n_parts, b.n_parts), (3, 1));
+    assert_eq!(a.w, [0, 1, 2].map(|i| WEIGHT_BASE + i * 0x10000));
+    assert_eq!(b.w[0], WEIGHT_BASE + 3 * 0x10000);
+    assert_eq!((a.x, a.x_scales), (b.x, b.x_scales));
+    // Mixed types: one launch per type; the integer runs share a rounding.
+    let sink = sibling_matmuls(1, &[Q4_0, Q4_0, Q8_0], &lw);
+    assert_eq!(
+        seq(&sink),
+        [
+            launch("quantize_q8_packed", 1),
+            launch("matvec_int_q4_0", 64),
+            launch("matvec_int_q8_0", 32),
+        ]
+    );
+    let sink = sibling_matmuls(1, &[Q4K, Q4_0], &lw);
+    assert_eq!(
+        sink.kernels(),
+        [
+            "quantize_q8_k",
+            "matvec_q4_k",
+            "quantize_q8_packed",
+            "matvec_int_q4_0"
+        ]
+    );
+    // In prefill every run rounds its input again.
+    let sink = sibling_matmuls(64, &[Q4K, Q4K, Q6K], &lw);
+    assert_eq!(
+        seq(&sink),
+        [
+            item_launch("quantize_q8_k", 64),
+            launch("matmul_q4_k", 2 * 2),
+            item_launch("quantize_q8_k", 64),
+            launch("matmul_q6_k", 2),
+        ]
+    );
+}
+
+#[test]
+fn a_weight_whose_rows_are_not_whole_blocks_is_refused() {
+    let tensors = vec![
+        TensorDesc { rows: 1, cols: 64 },
+        TensorDesc { rows: 1, cols: 8 },
+    ];
+    let ops = vec![Op::MatMul {
+        w: 0,
+        x: 0,
+        bias: None,
+        out: 1,
+    }];
+    let g = bare_graph(1, tensors, ops, 1);
+    let weights = [DeviceWeight {
+        name: "w".into(),
+        ty: QuantType::Q4K,
+        address: WEIGHT_BASE,
+        cols: 64,
+        rows: 8,
+        row_bytes: 0,
+        experts: 1,
+    }];
+    let (plan, kv) = (naive_plan(&g), tiny_kv());
+    let a = addresses_for(&weights, &kv, &plan, N_VOCAB);
+    let mut sink = RecordingSink::new();
+    let r = super::record_graph(&mut sink, &vulkan_lowering(), &g, &plan, &a, 0..1);
+    let refused = |tensor: &str, ty| tensor == "w" && ty == QuantType::Q4K;
+    assert!(
+        matches!(r, Err(BackendError::UnsupportedWeight { ref tensor, ty }) if refused(tensor, ty)),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_part_runs_fusions_that_cross_its_end_unfused() {
+    let m = dense_llama(QuantType::Q4_0);
+    let g = m.graph(1);
+    let plan = naive_plan(&g);
+    let lw = vulkan_lowering();
+    let part = |ops| m.record_ops(&lw, &g, &plan, ops).unwrap();
+    // Ops 0..3 end inside the Q/K/V group (2..5): the norm still rounds for
+    // Q, which runs alone; K and V then run alone too, K rounding again.
+    assert_eq!(
+        seq(&part(0..3)),
+        [
+            launch("embed_q4_0", 1),
+            launch("rmsnorm_q8", 1),
+            launch("matvec_int_q4_0", Q_DIM / 2)
+        ]
+    );
+    assert_eq!(
+        seq(&part(3..5)),
+        [
+            launch("quantize_q8_packed", 1),
+            launch("matvec_int_q4_0", KV_DIM / 2),
+            launch("matvec_int_q4_0", KV_DIM / 2)
+        ]
+    );
+    // A part ending at the norm: it cannot write for a matmul outside.
+    assert_eq!(part(0..2).kernels(), ["embed_q4_0", "rmsnorm"]);
+    // RoPE of Q and K (5, 6) and the store (7), split after 6.
+    assert_eq!(part(5..7).kernels(), ["rope", "rope"]);
+    assert_eq!(part(7..8).kernels(), ["store_kv"]);
+    // The output projection (9) and its residual add (10), split between.
+    assert_eq!(
+        part(9..10).kernels(),
+        ["quantize_q8_packed", "matvec_int_q4_0"]
+    );
+    assert_eq!(part(10..11).kernels(), ["add"]);
+    // Parts that keep every fusion concatenate to the whole graph.
+    let whole = m.record(&lw, &g, &plan);
+    let (a, b) = (part(0..17), part(17..35));
+    assert_eq!([a.launches, b.launches].concat(), whole.launches);
+}
+
+#[test]
+fn a_plan_that_reuses_the_matmul_input_for_the_sum_keeps_the_add() {
+    let m = dense_llama(QuantType::Q4_0);
+    let g = m.graph(1);
+    let b = &dense_blocks(&g)[0];
+    // The attention output is dead once the output projection has read
+    // it, so a plan may put the residual sum in its bytes; the fused
+    // kernel would then overwrite its own input.
+    let mut plan = naive_plan(&g);
+    plan.offsets[b.x_attn] = plan.offsets[b.attn];
+    let sink = m.record(&vulkan_lowering(), &g, &plan);
+    assert_eq!(
+        &sink.kernels()[4..8],
+        [
+            "attention_staged_q8",
+            "matvec_int_q4_0",
+            "add",
+            "rmsnorm_q8"
+        ]
+    );
+    let t = |id: TensorId| ARENA_BASE + plan.offsets[id] as u64;
+    let wo: MatPush = sink.launches[5].push_as();
+    assert_eq!((wo.out[0], wo.residual), (t(b.o), 0));
+    let add: EltwisePush = sink.launches[6].push_as();
+    assert_eq!((add.a, add.b, add.out), (t(b.x), t(b.o), t(b.x_attn)));
+    // Later blocks are untouched: 21 + 1 launches.
+    assert_eq!(sink.launches.len(), 22);
+}
+
+/// A MoE step (qwen3moe-like, Q4_0 attention) of `n` ≤ 8 tokens with
+/// experts of suffix `xs`, rounded by `round` in blocks of `block`.
+fn moe_small_step(n: usize, xs: &str, round: &str, block: usize) -> Vec<(String, u32)> {
+    let pairs = n * N_EXPERT_USED;
+    let mv = "matvec_int_q4_0";
+    let mut want = vec![launch("embed_q4_0", n)];
+    for _ in 0..N_LAYER {
+        want.extend([
+            launch("rmsnorm_q8", n),
+            launch(mv, (Q_DIM + KV_DIM + KV_DIM) / 2),
+            // Q and K norms: one workgroup per head.
+            launch("rmsnorm", n * N_HEAD),
+            launch("rmsnorm", n * N_HEAD_KV),
+            item_launch("rope_kv", n * ROPE_KV_ROW),
+            launch("attention_staged_q8", n * N_HEAD),
+            launch(mv, N_EMBD / 2),
+            // The router is f32: no Q8 output, no rounding.
+            launch("rmsnorm", n),
+            launch("matvec_f32", N_EXPERT),
+            // One workgroup per token.
+            launch("moe_route", n),
+            item_launch(round, n * N_EMBD / block),
+            // One workgroup per (choice, row); up reuses gate's rounding.
+            launch(format!("matvec_id_{xs}"), pairs * N_FF_EXP),
+            launch(format!("matvec_id_{xs}"), pairs * N_FF_EXP),
+            item_launch("swiglu", pairs * N_FF_EXP),
+            item_launch(round, pairs * N_FF_EXP / block),
+            launch(format!("matvec_id_{xs}"), pairs * N_EMBD),
+            item_launch("moe_sum", n * N_EMBD),
+            item_launch("add", n * N_EMBD),
+        ]);
+    }
+    if n > 1 {
+        want.push(item_launch("copy", N_EMBD));
+    }
+    want.extend([launch("rmsnorm_q8", 1), launch(mv, N_VOCAB / 2)]);
+    want
+}
+
+#[test]
+fn moe_steps_route_run_the_chosen_experts_and_sum() {
+    use QuantType::{Q4K, Q4_0};
+    for (xt, xs, round, block) in [
+        (Q4_0, "q4_0", "quantize_q8_0", 32),
+        (Q4K, "q4_k", "quantize_q8_k", 256),
+    ] {
+        let m = qwen3_moe(Q4_0, xt);
+        for n in [1, 7] {
+            let g = m.graph(n);
+            let sink = m.record(&vulkan_lowering(), &g, &naive_plan(&g));
+            assert_eq!(seq(&sink), moe_small_step(n, xs, round, block), "{xt} {n}");
+        }
+    }
+}
+
+#[test]
+fn moe_push_blocks_address_the_experts() {
+    let m = qwen3_moe(QuantType::Q4_0, QuantType::Q8_0);
+    let n = 7;
+    let g = m.graph(n);
+    let plan = naive_plan(&g);
+    let sink = m.record(&vulkan_lowering(), &g, &plan);
+    let t = |id: TensorId| ARENA_BASE + plan.offsets[id] as u64;
+    let s = scratch_base(&plan);
+    // Block 0's feed-forward: 13 its norm, then 14 router, 15 top-k,
+    // 16 gate, 17 up, 18 SwiGLU, 19 down, 20 sum.
+    let ffn = &g.ops[14..21];
+    let Op::TopKGate {
+        logits,
+        ids,
+        weights,
+        ..
+    } = ffn[1]
+    else {
+        panic!("{:?}", ffn[1])
+    };
+    let (gate, up, act, down, sum) = (
+        out_of(&ffn[2]),
+        out_of(&ffn[3]),
+        out_of(&ffn[4]),
+        out_of(&ffn[5]),
+        out_of(&ffn[6]),
+    );
+    let Op::RmsNorm { out: h, .. } = g.ops[13] else {
+        panic!("{:?}", g.ops[13])
+    };
+    let lw = &m.model.weights.layers[0];
+    let crate::model::FfnWeights::Moe {
+        router,
+        gate_exps,
+        up_exps,
+        down_exps,
+        ..
+    } = lw.ffn
+    else {
+        panic!("a MoE block")
+    };
+
+    let l = &sink.launches[9..19];
+    let r: MatPush = l[0].push_as();
+    assert_eq!(
+        (r.x, r.w[0], r.out[0]),
+        (t(h), m.address(router), t(logits))
+    );
+    assert_eq!((r.rows[0], r.k, r.n), (8, 256, 7));
+    let route: MoeRoutePush = l[1].push_as();
+    assert_eq!(
+        (route.logits, route.ids, route.weights),
+        (t(logits), t(ids), t(weights))
+    );
+    assert_eq!(
+        (route.n_rows, route.n_expert, route.k, route.normalize),
+        (7, 8, 2, 1)
+    );
+    let round: QuantizePush = l[2].push_as();
+    assert_eq!((round.x, round.out, round.n), (t(h), s, 7 * 256));
+    // Q8_0 rows of 256 values: 8 blocks of 34 bytes; an expert of gate is
+    // 512 such rows, of down 256 rows of 512 values.
+    for (launch, w, x, out, rows, k, x_div) in [
+        (&l[3], gate_exps, s, gate, 512, 256, 2),
+        (&l[4], up_exps, s, up, 512, 256, 2),
+        (&l[7], down_exps, s, down, 256, 512, 1),
+    ] {
+        let p: MatIdPush = launch.push_as();
+        assert_eq!((p.x, p.w, p.ids, p.out), (x, m.address(w), t(ids), t(out)));
+        assert_eq!(p.expert_bytes, 512 * 8 * 34);
+        assert_eq!(
+            (p.rows, p.k, p.n_pairs, p.x_div, p.bias),
+            (rows, k, 14, x_div, 0)
+        );
+    }
+    let sw: EltwisePush = l[5].push_as();
+    assert_eq!(
+        (sw.a, sw.b, sw.out, sw.n),
+        (t(gate), t(up), t(act), 14 * 512)
+    );
+    let round: QuantizePush = l[6].push_as();
+    assert_eq!((round.x, round.out, round.n), (t(act), s, 14 * 512));
+    let sum_push: MoeSumPush = l[8].push_as();
+    assert_eq!(
+        (sum_push.x, sum_push.weights, sum_push.out),
+        (t(down), t(weights), t(sum))
+    );
+    assert_eq!((sum_push.n_rows, sum_push.cols, sum_push.k), (7, 256, 2));
+    // Qwen rotates halves (NeoX), and normalises Q and K per head.
+    let rope: RopeKvPush = sink.launches[5].push_as();
+    assert_eq!(rope.neox, 1);
+    let qn: NormPush = sink.launches[3].push_as();
+    assert_eq!((qn.group, qn.n_groups, qn.q8), (64, 7 * 4, 0));
+}
+
+#[test]
+fn moe_prefill_keeps_the_f32_router_off_the_matrix_cores() {
+    let m = qwen3_moe(QuantType::Q4K, QuantType::Q4K);
+    let g = m.graph(64);
+    let sink = m.record(&hip_lowering(), &g, &naive_plan(&g));
+    let l = &sink.launches;
+    let route = l.iter().position(|l| l.kernel == "moe_route").unwrap();
+    assert_eq!(
+        seq(&RecordingSink {
+            launches: l[route - 2..route + 3].to_vec()
+        }),
+        [
+            launch("rmsnorm", 64),
+            // 8 experts' rows (one 64-row tile) × two 32-token tiles.
+            launch("matmul_f32", 2),
+            launch("moe_route", 64),
+            item_launch("quantize_q8_k", 64),
+            launch("matvec_id_q4_k", 128 * 512),
+        ]
+    );
+    assert_eq!(sink.of("matmul_cmps_q4_k").count(), 2 * 2);
+}
+
+#[test]
+fn scratch_bytes_is_the_largest_matmul_input_in_either_form() {
+    // 256 values Q8-packed: quants, scales from 256, 8 blocks of 8 bytes.
+    assert_eq!(q8_packed_layout(256), (256, 256 + 8 * 8));
+    // 100 blocks: the quants rounded up to 3328 bytes, then 800 bytes.
+    assert_eq!(q8_packed_layout(3200), (3328, 3328 + 800));
+    assert_eq!(q8_packed_layout(32), (256, 264));
+    let dense = dense_llama(QuantType::Q4_0);
+    // The SwiGLU output as f32: 512 values a token.
+    assert_eq!(scratch_bytes(&dense.graph(1)), 512 * 4);
+    assert_eq!(scratch_bytes(&dense.graph(7)), 7 * 512 * 4);
+    assert_eq!(scratch_bytes(&dense.graph(64)), 64 * 512 * 4);
+    // The experts' SwiGLU output, a row per choice.
+    let moe = qwen3_moe(QuantType::Q4_0, QuantType::Q4_0);
+    assert_eq!(scratch_bytes(&moe.graph(1)), 2 * 512 * 4);
+    assert_eq!(scratch_bytes(&moe.graph(7)), 14 * 512 * 4);
+    // A 32-value input: Q8-packed (264 bytes) outgrows f32 (128), and the
+    // size is rounded to 256.
+    let g = bare_graph(
+        1,
+        vec![
+            TensorDesc { rows: 1, cols: 32 },
+            TensorDesc { rows: 1, cols: 8 },
+        ],
+        vec![Op::MatMul {
+            w: 0,
+            x: 0,
+            bias: None,
+            out: 1,
+        }],
+        1,
+    );
+    assert_eq!(scratch_bytes(&g), 512);
+    let no_matmul = bare_graph(1, vec![TensorDesc { rows: 1, cols: 8 }], vec![], 0);
+    assert_eq!(scratch_bytes(&no_matmul), 0);
+}
+
+/// Lowers `g` under the real planner and checks every launch against the
+/// regions: each address in one region (weights, arena, scratch, cache,
+/// step inputs), arena addresses at tensors' starts, scratch writes inside
+/// `scratch_bytes`, and every reader of the scratch reading what the last
+/// writer left there.
+fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
+    let plan = ArenaPlan::new(g);
+    plan.verify(g).unwrap();
+    let sink = m.record(lw, g, &plan);
+    let s = scratch_base(&plan);
+    let s_end = s + scratch_bytes(g) as u64;
+    let arena_end = ARENA_BASE + plan.arena_bytes as u64;
+    assert!(arena_end <= s);
+    let starts: HashSet<u64> = plan
+        .offsets
+        .iter()
+        .map(|&o| ARENA_BASE + o as u64)
+        .collect();
+    let weights: HashSet<u64> = m.weights.iter().map(|w| w.address).collect();
+    let weights_end = WEIGHT_BASE + m.model.weights.region_bytes;
+    let kv_end = KV_BASE + m.kv.bytes() as u64;
+    let context = |l: &Launch| format!("{} ({})", l.kernel, l.label);
+    // The scratch's content: Q8-packed (quants, scales) or a rounding of
+    // this many values.
+    let (mut q8, mut rounded): (Option<(u64, u64)>, Option<u32>) = (None, None);
+    for l in &sink.launches {
+        for (field, a) in addresses(l) {
+            let ok = match a {
+                _ if (WEIGHT_BASE..weights_end).contains(&a) => weights.contains(&a),
+                _ if (ARENA_BASE..arena_end).contains(&a) => {
+                    starts.contains(&a) || (l.kernel == "copy" && field == "a")
+                }
+                _ if (s..s_end).contains(&a) => true,
+                _ if (KV_BASE..kv_end).contains(&a) => field.ends_with("_cache"),
+                _ => a == STEP_BASE && field == "step",
+            };
+            assert!(ok, "{}: {field} = {a:#x}", context(l));
+        }
+        for (lo, hi) in scratch_writes(l) {
+            assert!(
+                s <= lo && lo < hi && hi <= s_end,
+                "{}: writes {lo:#x}..{hi:#x}",
+                context(l)
+            );
+        }
+        // Q8-packed writers: quants from the scratch's start, scales where
+        // `q8_packed_layout` puts them for the values written.
+        let packed = |quants: u64, scales: u64, n: usize| {
+            assert_eq!(
+                (quants, scales),
+                (s, s + n.next_multiple_of(256) as u64),
+                "{}",
+                context(l)
+            );
+            Some((quants, scales))
+        };
+        match l.kernel.as_str() {
+            "quantize_q8_packed" | "swiglu_q8" => {
+                let p: QuantizePush = l.push_as();
+                (q8, rounded) = (packed(p.out, p.scales, p.n as usize), None);
+            }
+            "rmsnorm_q8" => {
+                let p: NormPush = l.push_as();
+                let n = (p.group * p.n_groups) as usize;
+                (q8, rounded) = (packed(p.q8, p.q8_scales, n), None);
+            }
+            "attention_staged_q8" => {
+                let p: AttentionPush = l.push_as();
+                let n = (p.n_tokens * p.n_head * p.head_dim) as usize;
+                (q8, rounded) = (packed(p.q8, p.q8_scales, n), None);
+            }
+            "quantize_q8_0" | "quantize_q8_k" | "quantize_f16" | "quantize_bf16" => {
+                let p: QuantizePush = l.push_as();
+                assert_eq!(p.out, s, "{}", context(l));
+                (q8, rounded) = (None, Some(p.n));
+            }
+            k if k.starts_with("matvec_int") => {
+                let p: MatPush = l.push_as();
+                assert_eq!(Some((p.x, p.x_scales)), q8, "{}", context(l));
+                let n = (p.n * p.k) as usize;
+                assert_eq!(p.x_scales, s + n.next_multiple_of(256) as u64);
+            }
+            k if k.starts_with("matvec_id") => {
+                let p: MatIdPush = l.push_as();
+                let n = p.n_pairs / p.x_div * p.k;
+                assert!(p.x != s || rounded == Some(n), "{}", context(l));
+            }
+            k if k.starts_with("matvec_") || k.starts_with("matmul_") => {
+                let p: MatPush = l.push_as();
+                assert!(p.x != s || rounded == Some(p.n * p.k), "{}", context(l));
+            }
+            // Element-wise and other ops leave the scratch as it was but
+            // no later reader relies on that.
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn launches_keep_to_their_regions_and_the_scratch_layout() {
+    use QuantType::{F16, Q4K, Q4_0, Q8_0};
+    let f32_route = Lowering {
+        int_matvec: false,
+        ..vulkan_lowering()
+    };
+    let unfused = Lowering {
+        fuse: false,
+        ..hip_lowering()
+    };
+    let lowerings = [vulkan_lowering(), hip_lowering(), f32_route, unfused];
+    let models = [
+        dense_llama(Q4_0),
+        dense_llama(Q8_0),
+        dense_llama(Q4K),
+        dense_llama(F16),
+        qwen3_moe(Q4_0, Q4_0),
+        qwen3_moe(Q8_0, Q4K),
+    ];
+    for m in &models {
+        for n in [1, 7, 64] {
+            let g = m.graph(n);
+            for lw in &lowerings {
+                check_regions(m, &g, lw);
+            }
+        }
+    }
+}
+
+#[test]
+fn check_graph_refuses_what_exceeds_the_reservation() {
+    let m = dense_llama(QuantType::Q4_0);
+    let g = m.graph(1);
+    let plan = ArenaPlan::new(&g);
+    let fits = Reserved {
+        arena_bytes: plan.arena_bytes as u64,
+        scratch_bytes: 2048,
+        max_tokens: 1,
+        logits_bytes: 320 * 4,
+    };
+    check_graph(&g, &plan, &fits, None).unwrap();
+    let exceeds = |r: Reserved, g: &Graph, plan: &ArenaPlan| match check_graph(g, plan, &r, None) {
+        Err(BackendError::ExceedsReservation {
+            what,
+            needed,
+            reserved,
+        }) => (what, needed, reserved),
+        other => panic!("{other:?}"),
+    };
+    let arena = plan.arena_bytes as u64;
+    let cases = [
+        (
+            Reserved {
+                arena_bytes: arena - 1,
+                ..fits
+            },
+            ("the activation arena", arena, arena - 1),
+        ),
+        (
+            Reserved {
+                scratch_bytes: 2047,
+                ..fits
+            },
+            ("the activation scratch", 2048, 2047),
+        ),
+        // Four header words and one token id, against four.
+        (
+            Reserved {
+                max_tokens: 0,
+                ..fits
+            },
+            ("the step-input region", 20, 16),
+        ),
+        (
+            Reserved {
+                logits_bytes: 1279,
+                ..fits
+            },
+            ("the logits readback", 1280, 1279),
+        ),
+    ];
+    for (r, want) in cases {
+        assert_eq!(exceeds(r, &g, &plan), want);
+    }
+    // A prefill graph does not fit what was reserved for decode.
+    let g64 = m.graph(64);
+    let p64 = ArenaPlan::new(&g64);
+    let big_arena = Reserved {
+        arena_bytes: p64.arena_bytes as u64,
+        ..fits
+    };
+    assert_eq!(exceeds(fits, &g64, &p64).0, "the activation arena");
+    assert_eq!(
+        exceeds(big_arena, &g64, &p64),
+        ("the activation scratch", 64 * 512 * 4, 2048)
+    );
+    // Attention shapes the kernels do not take.
+    for (head_dim, n_head_kv) in [(512, 2), (64, 3), (64, 0)] {
+        let mut bad = g.clone();
+        bad.attention.head_dim = head_dim;
+        bad.attention.n_head_kv = n_head_kv;
+        let r = check_graph(&bad, &plan, &fits, None);
+        assert!(matches!(r, Err(BackendError::Device(_))), "{r:?}");
+    }
+}

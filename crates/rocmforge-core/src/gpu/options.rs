@@ -1,0 +1,127 @@
+//! [`GpuOptions`]: the switches every GPU backend shares, read from the
+//! environment once, one name per switch.
+
+use std::time::Duration;
+
+/// Default bound on every wait for the device.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Which recorded launches [`super::GpuBackend`] lists when it records a
+/// graph (`ROCMFORGE_GPU_LOG_LAUNCHES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogLaunches {
+    Off,
+    /// One line per graph: how many launches in how many parts.
+    Count,
+    /// That, then every launch's label.
+    All,
+}
+
+/// The shared switches. [`GpuOptions::from_env`] reads:
+///
+/// | variable | field |
+/// |---|---|
+/// | `ROCMFORGE_GPU_TIMEOUT` (seconds) | `timeout` |
+/// | `ROCMFORGE_GPU_MAX_REGION` (bytes) | `max_region` |
+/// | `ROCMFORGE_GPU_FUSE=0` | `fuse` |
+/// | `ROCMFORGE_GPU_MATVEC_INT=0` | `int_matvec` |
+/// | `ROCMFORGE_GPU_LOG_LAUNCHES` (`1`, `all`) | `log_launches` |
+/// | `ROCMFORGE_GPU_SKIP_LAUNCHES` (text) | `skip_launches` |
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Bound on every wait for the device.
+    pub timeout: Duration,
+    /// Cap on one weight region, below the device's own (tests splitting).
+    pub max_region: Option<u64>,
+    /// Fuse where core's fusion rules allow (off: one launch per op, for
+    /// measurement).
+    pub fuse: bool,
+    /// Integer decode mat-vecs over Q8-packed activations (off: the f32
+    /// mat-vec, for measurement).
+    pub int_matvec: bool,
+    pub log_launches: LogLaunches,
+    /// Measurement only: leave out every launch whose label contains this
+    /// text (`Attention`, `MatMul`), so a benchmark shows what the rest
+    /// costs. Results are wrong then.
+    pub skip_launches: Option<String>,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions {
+            timeout: DEFAULT_TIMEOUT,
+            max_region: None,
+            fuse: true,
+            int_matvec: true,
+            log_launches: LogLaunches::Off,
+            skip_launches: None,
+        }
+    }
+}
+
+impl GpuOptions {
+    /// Defaults, then the environment (see the table above).
+    pub fn from_env() -> GpuOptions {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// As [`GpuOptions::from_env`], reading variables through `var`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> GpuOptions {
+        let var = |k: &str| var(k).filter(|v| !v.is_empty());
+        let off = |k: &str| var(k).is_some_and(|v| v == "0");
+        let d = GpuOptions::default();
+        GpuOptions {
+            timeout: var("ROCMFORGE_GPU_TIMEOUT")
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map_or(d.timeout, Duration::from_secs_f64),
+            max_region: var("ROCMFORGE_GPU_MAX_REGION").and_then(|v| v.parse().ok()),
+            fuse: !off("ROCMFORGE_GPU_FUSE"),
+            int_matvec: !off("ROCMFORGE_GPU_MATVEC_INT"),
+            log_launches: match var("ROCMFORGE_GPU_LOG_LAUNCHES").as_deref() {
+                None | Some("0") => LogLaunches::Off,
+                Some("all") => LogLaunches::All,
+                Some(_) => LogLaunches::Count,
+            },
+            skip_launches: var("ROCMFORGE_GPU_SKIP_LAUNCHES"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_switch_has_one_name() {
+        let vars = [
+            ("ROCMFORGE_GPU_TIMEOUT", "2.5"),
+            ("ROCMFORGE_GPU_MAX_REGION", "4096"),
+            ("ROCMFORGE_GPU_FUSE", "0"),
+            ("ROCMFORGE_GPU_MATVEC_INT", "0"),
+            ("ROCMFORGE_GPU_LOG_LAUNCHES", "all"),
+            ("ROCMFORGE_GPU_SKIP_LAUNCHES", "MatMul"),
+        ];
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        let o = GpuOptions::from_vars(get);
+        assert_eq!(
+            o,
+            GpuOptions {
+                timeout: Duration::from_millis(2500),
+                max_region: Some(4096),
+                fuse: false,
+                int_matvec: false,
+                log_launches: LogLaunches::All,
+                skip_launches: Some("MatMul".into()),
+            }
+        );
+        assert_eq!(GpuOptions::from_vars(|_| None), GpuOptions::default());
+        // Nonsense falls back to the default rather than to zero.
+        let bad = GpuOptions::from_vars(|k| (k == "ROCMFORGE_GPU_TIMEOUT").then(|| "-1".into()));
+        assert_eq!(bad.timeout, DEFAULT_TIMEOUT);
+    }
+}
