@@ -5,6 +5,7 @@
 //! graphs. It never sees op-by-op calls from the host, so a GPU backend can
 //! record a graph once and replay it every token.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::graph::split::{Exchange, GraphPart};
@@ -46,14 +47,50 @@ pub struct StepInputs<'a> {
     pub pos0: usize,
 }
 
-/// Errors a caller cannot prevent (device and driver failures, memory), plus
+/// Errors a caller cannot prevent (device and driver failures, memory),
+/// what a backend cannot do (shapes, options, kernels it lacks), plus
 /// misuse that breaks a backend's own contract. Input checks (token ids,
 /// context overflow, buffer sizes) are [`crate::session::Session`]'s, made
 /// once for every backend.
-#[derive(Debug, thiserror::Error)]
+///
+/// Every variant displays as one line. Those that keep the error under
+/// them ([`BackendError::Unavailable`], [`BackendError::DeviceLost`],
+/// [`BackendError::Unusable`]) already include its text, since most
+/// callers print the top error only; `source()` gives the error itself,
+/// to downcast. [`error_line`] prints a chain without saying a source's
+/// text twice.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("backend not available: {0}")]
-    Unavailable(String),
+    /// This backend cannot run here (no runtime, no device, a driver too
+    /// old, kernels that do not fit the device); another backend can.
+    /// `reason` includes the source's text.
+    #[error("backend not available: {reason}")]
+    Unavailable {
+        reason: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    /// An option or setting this backend cannot take: `name` as the user
+    /// wrote it (`--device`, `ROCMFORGE_VULKAN_SUBGROUP_SIZE`), `value` as
+    /// given (quoted where it is text).
+    #[error("{}: {reason}", option_text(name, value))]
+    BadOption {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// A graph or tensor shape this backend's kernels do not take (`what`:
+    /// a short noun, e.g. "attention shape"). Another backend may.
+    #[error("unsupported {what}: {reason}")]
+    Unsupported { what: String, reason: String },
+    /// A kernel the lowering names is not in this build, or not in the
+    /// code built for this device.
+    #[error("kernel '{kernel}' is not available: {detail}")]
+    MissingKernel { kernel: String, detail: String },
+    /// A graph or part that does not match what the backend was given
+    /// (the model's KV layout, its kept-out weights, the graph's own ops).
+    #[error("invalid graph: {0}")]
+    InvalidGraph(String),
     #[error("no model loaded")]
     NoModel,
     #[error("reserve() must be called once after load() and before prepare()")]
@@ -92,13 +129,77 @@ pub enum BackendError {
     #[error("device did not finish {what} within {:.1} s; the backend is stopped", waited.as_secs_f64())]
     Timeout { what: String, waited: Duration },
     /// The driver reported the device lost (reset, hang recovery, unplug).
-    #[error("device lost: {0}")]
-    DeviceLost(String),
-    /// An earlier timeout or device loss stopped this backend.
-    #[error("the backend stopped after an earlier device failure ({0})")]
-    Unusable(String),
+    /// `reason` includes the source's text.
+    #[error("device lost: {reason}")]
+    DeviceLost {
+        reason: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    /// An earlier timeout or device loss stopped this backend; `first` is
+    /// that error (a [`BackendError`]), shared by every refusal after it.
+    #[error("the backend stopped after an earlier device failure ({first})")]
+    Unusable {
+        #[source]
+        first: Cause,
+    },
+    /// A device or driver call failed in a way that says nothing about the
+    /// device's health.
     #[error("device error: {0}")]
     Device(String),
+}
+
+/// The error under a [`BackendError`], shared so the error stays `Clone`
+/// (a stopped backend refuses every call with the error that stopped it).
+///
+/// Deliberately not an [`std::error::Error`] itself: `source()` then
+/// yields the error inside, so a caller can downcast it to its own type
+/// (`HipError`, a Vulkan call's error, [`BackendError`]).
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
+
+impl Cause {
+    pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Cause {
+        Cause(Arc::new(e))
+    }
+}
+
+impl std::ops::Deref for Cause {
+    type Target = dyn std::error::Error + Send + Sync;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+/// `--device 5`, `ROCMFORGE_X="y"`: an option as the user wrote it.
+fn option_text(name: &str, value: &str) -> String {
+    if name.starts_with('-') {
+        format!("{name} {value}")
+    } else {
+        format!("{name}={value}")
+    }
+}
+
+/// `context: source`, or the source's text alone where there is no context.
+fn with_context(context: &str, source: &dyn std::error::Error) -> String {
+    if context.is_empty() {
+        source.to_string()
+    } else {
+        format!("{context}: {source}")
+    }
 }
 
 impl BackendError {
@@ -107,9 +208,104 @@ impl BackendError {
     pub fn is_fatal(&self) -> bool {
         matches!(
             self,
-            BackendError::Timeout { .. } | BackendError::DeviceLost(_) | BackendError::Unusable(_)
+            BackendError::Timeout { .. }
+                | BackendError::DeviceLost { .. }
+                | BackendError::Unusable { .. }
         )
     }
+
+    /// [`BackendError::Unavailable`] with no error under it.
+    pub fn unavailable(reason: impl Into<String>) -> BackendError {
+        BackendError::Unavailable {
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// [`BackendError::Unavailable`] because of `source`; the reason reads
+    /// `context: source` (the source's text alone for an empty context).
+    pub fn unavailable_from(
+        context: &str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> BackendError {
+        BackendError::Unavailable {
+            reason: with_context(context, &source),
+            source: Some(Cause::new(source)),
+        }
+    }
+
+    /// [`BackendError::DeviceLost`] with no error under it.
+    pub fn device_lost(reason: impl Into<String>) -> BackendError {
+        BackendError::DeviceLost {
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// [`BackendError::DeviceLost`] because of `source`, as
+    /// [`BackendError::unavailable_from`].
+    pub fn device_lost_from(
+        context: &str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> BackendError {
+        BackendError::DeviceLost {
+            reason: with_context(context, &source),
+            source: Some(Cause::new(source)),
+        }
+    }
+
+    /// [`BackendError::Unusable`], refusing a call after `first` stopped
+    /// the backend.
+    pub fn unusable(first: &Cause) -> BackendError {
+        BackendError::Unusable {
+            first: first.clone(),
+        }
+    }
+
+    /// [`BackendError::BadOption`].
+    pub fn bad_option(
+        name: &'static str,
+        value: impl std::fmt::Display,
+        reason: impl Into<String>,
+    ) -> BackendError {
+        BackendError::BadOption {
+            name,
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// [`BackendError::Unsupported`].
+    pub fn unsupported(what: impl Into<String>, reason: impl Into<String>) -> BackendError {
+        BackendError::Unsupported {
+            what: what.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// [`BackendError::MissingKernel`].
+    pub fn missing_kernel(kernel: impl Into<String>, detail: impl Into<String>) -> BackendError {
+        BackendError::MissingKernel {
+            kernel: kernel.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// `e` and its sources in one line, leaving out a source whose text the
+/// line already holds (as [`BackendError`]'s variants hold their
+/// source's): what a caller that prints the chain should print.
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+        cur = s.source();
+    }
+    line
 }
 
 /// What a backend can say about its memory before allocating any of it.
@@ -246,5 +442,144 @@ pub trait Backend {
     /// device cannot tell; the session then skips the check.
     fn free_memory(&self) -> Option<FreeMemory> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("hipInit failed: no ROCm-capable device is detected (error 100)")]
+    struct DriverError;
+
+    fn one_of_each() -> Vec<BackendError> {
+        let lost = BackendError::device_lost_from("", DriverError);
+        vec![
+            BackendError::unavailable("no Vulkan device found"),
+            BackendError::unavailable_from("the HIP runtime", DriverError),
+            BackendError::bad_option("--device", 5, "the cpu backend has one device (0)"),
+            BackendError::bad_option(
+                "ROCMFORGE_VULKAN_SUBGROUP_SIZE",
+                format!("{:?}", "wave64"),
+                "not a number",
+            ),
+            BackendError::unsupported("attention shape", "head size 512 is more than 256"),
+            BackendError::missing_kernel("matvec_q4_k", "not in this build"),
+            BackendError::InvalidGraph("part moves tensor 9, not one of the graph's".into()),
+            BackendError::NoModel,
+            BackendError::NotReserved,
+            BackendError::UnknownGraph(GraphId(3)),
+            BackendError::ExceedsReservation {
+                what: "the activation arena",
+                needed: 2,
+                reserved: 1,
+            },
+            BackendError::UnsupportedWeight {
+                tensor: "blk.0.ffn_up.weight".into(),
+                ty: crate::quant::QuantType::F32,
+            },
+            BackendError::Alignment {
+                tensor: "t".into(),
+                reason: "F32 data must be 4-byte aligned".into(),
+            },
+            BackendError::DoesNotFit {
+                device: "gpu".into(),
+                needed: 1 << 30,
+                free: 1 << 20,
+                detail: "weights 1.0 GiB".into(),
+            },
+            BackendError::OutOfMemory {
+                what: "hipMalloc",
+                bytes: 4096,
+            },
+            BackendError::Timeout {
+                what: "op 0 of 1".into(),
+                waited: Duration::from_millis(1500),
+            },
+            BackendError::device_lost("injected fault at step 3"),
+            BackendError::unusable(&Cause::new(lost.clone())),
+            lost,
+            BackendError::Device("vkQueueSubmit failed".into()),
+        ]
+    }
+
+    #[test]
+    fn every_variant_displays_as_one_line() {
+        for e in one_of_each() {
+            let line = e.to_string();
+            assert!(!line.is_empty() && !line.contains('\n'), "{e:?}");
+            // Printing the chain repeats nothing.
+            assert_eq!(error_line(&e), line, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn sources_are_kept() {
+        let unavailable = BackendError::unavailable_from("the HIP runtime", DriverError);
+        assert_eq!(
+            unavailable.to_string(),
+            "backend not available: the HIP runtime: hipInit failed: no ROCm-capable device is detected (error 100)"
+        );
+        let source = unavailable.source().expect("a source");
+        assert!(source.downcast_ref::<DriverError>().is_some(), "{source:?}");
+        assert!(!unavailable.is_fatal());
+
+        let lost = BackendError::device_lost_from("", DriverError);
+        assert_eq!(lost.to_string(), format!("device lost: {DriverError}"));
+        assert!(lost.source().unwrap().is::<DriverError>());
+        assert!(lost.is_fatal());
+
+        // A stopped backend's refusals point at the error that stopped it,
+        // and through it at the driver's.
+        let first = Cause::new(lost);
+        let unusable = BackendError::unusable(&first);
+        assert!(unusable.is_fatal());
+        let under = unusable.source().expect("the first error");
+        let under = under
+            .downcast_ref::<BackendError>()
+            .expect("a BackendError");
+        assert!(
+            matches!(under, BackendError::DeviceLost { .. }),
+            "{under:?}"
+        );
+        assert!(under.source().unwrap().is::<DriverError>());
+        assert_eq!(
+            unusable.to_string(),
+            format!(
+                "the backend stopped after an earlier device failure (device lost: {DriverError})"
+            )
+        );
+
+        // Without one, no source.
+        for e in [
+            BackendError::unavailable("no device"),
+            BackendError::device_lost("injected"),
+            BackendError::Device("x".into()),
+        ] {
+            assert!(e.source().is_none(), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn options_read_as_written() {
+        let flag = BackendError::bad_option("--threads", 100000, "at most 512");
+        assert_eq!(flag.to_string(), "--threads 100000: at most 512");
+        let var = BackendError::bad_option("ROCMFORGE_X", "\"y\"", "not a number");
+        assert_eq!(var.to_string(), "ROCMFORGE_X=\"y\": not a number");
+    }
+
+    #[test]
+    fn error_line_adds_sources_the_message_lacks() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("loading the model")]
+        struct Outer(#[source] BackendError);
+        let e = Outer(BackendError::unavailable_from("", DriverError));
+        assert_eq!(
+            error_line(&e),
+            format!("loading the model: backend not available: {DriverError}")
+        );
     }
 }

@@ -80,9 +80,11 @@ impl ExpertOffload {
     ) -> Result<ExpertOffload, BackendError> {
         let kept_out = expert_weights(model, n_cpu_moe);
         if kept_out.is_empty() {
-            return Err(BackendError::Unavailable(format!(
-                "--n-cpu-moe {n_cpu_moe}: the model has no expert weights in its first {n_cpu_moe} layers"
-            )));
+            return Err(BackendError::bad_option(
+                "--n-cpu-moe",
+                n_cpu_moe,
+                format!("the model has no expert weights in its first {n_cpu_moe} layers"),
+            ));
         }
         let kept_out_bytes = kept_out
             .iter()
@@ -105,8 +107,9 @@ impl ExpertOffload {
 
 /// An offload is itself a split; splitting it again is not supported.
 fn nested_split() -> BackendError {
-    BackendError::Unavailable(
-        "--n-cpu-moe: a graph split with another backend cannot be split again".into(),
+    BackendError::unsupported(
+        "graph split",
+        "a graph split with another backend (--n-cpu-moe) cannot be split again",
     )
 }
 

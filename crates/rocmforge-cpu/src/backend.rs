@@ -72,9 +72,11 @@ impl CpuBackend {
     /// [`MAX_THREADS`] with an error the user can act on.
     pub fn try_new(n_threads: usize) -> Result<CpuBackend, BackendError> {
         if n_threads > MAX_THREADS {
-            return Err(BackendError::Unavailable(format!(
-                "{n_threads} threads requested; the cpu backend runs at most {MAX_THREADS} (0 = one per core)"
-            )));
+            return Err(BackendError::bad_option(
+                "--threads",
+                n_threads,
+                format!("the cpu backend runs at most {MAX_THREADS} (0 = one per core)"),
+            ));
         }
         Ok(CpuBackend::new(n_threads))
     }

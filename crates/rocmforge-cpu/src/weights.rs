@@ -109,10 +109,10 @@ impl MappedWeights {
         for (id, w) in model.weights.table.iter().enumerate() {
             let data = model.weight_bytes(id);
             if w.ty == QuantType::F32 && !(data.as_ptr() as usize).is_multiple_of(4) {
-                return Err(BackendError::Device(format!(
-                    "tensor '{}' is not 4-byte aligned in memory",
-                    w.name
-                )));
+                return Err(BackendError::Alignment {
+                    tensor: w.name.clone(),
+                    reason: "F32 data must be 4-byte aligned in memory".into(),
+                });
             }
             let mut view = WeightView {
                 ty: w.ty,

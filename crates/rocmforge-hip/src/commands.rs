@@ -21,7 +21,7 @@ use hip_sys::{DevicePtr, Event, EventStatus, Flavor, GraphExec, HipError, Runtim
 use rocmforge_core::backend::BackendError;
 use rocmforge_core::gpu::device::{HostCopy, InFlight, Stall};
 use rocmforge_core::gpu::push::PUSH_BYTES;
-use rocmforge_core::gpu::{grid, workgroup_size, KernelSink};
+use rocmforge_core::gpu::{grid, workgroup_size, Dispatch, KernelSink};
 
 use crate::error::Hip;
 use crate::modules::Kernels;
@@ -126,28 +126,37 @@ pub(crate) struct Recorder<'a> {
 }
 
 impl KernelSink for Recorder<'_> {
-    fn dispatch(
-        &mut self,
-        kernel: &str,
-        push: &[u8],
-        groups: u32,
-        label: String,
-    ) -> Result<(), BackendError> {
+    fn launch(&mut self, d: Dispatch) -> Result<(), BackendError> {
+        let Dispatch {
+            kernel,
+            push,
+            groups,
+            label,
+        } = d;
+        let label = label.to_owned();
         if groups == 0 {
             return Ok(());
         }
         let block = workgroup_size(kernel).ok_or_else(|| {
-            BackendError::Device(format!(
-                "kernel '{kernel}' ({label}) has no workgroup size in rocmforge_core::gpu"
-            ))
+            BackendError::missing_kernel(
+                kernel,
+                format!("rocmforge_core::gpu has no workgroup size for it; needed by {label}"),
+            )
         })?;
         if push.len() > PUSH_BYTES {
-            return Err(BackendError::Device(format!(
-                "argument block of {label} is {} bytes, more than {PUSH_BYTES}",
-                push.len()
-            )));
+            return Err(BackendError::unsupported(
+                "argument block",
+                format!(
+                    "{label} passes {} bytes, HIP launches take at most {PUSH_BYTES}",
+                    push.len()
+                ),
+            ));
         }
         let function = self.kernels.get(self.rt, kernel).map_err(|e| match e {
+            BackendError::MissingKernel { kernel, detail } => BackendError::MissingKernel {
+                kernel,
+                detail: format!("{detail}; needed by {label}"),
+            },
             BackendError::Device(m) => BackendError::Device(format!("{m}; needed by {label}")),
             other => other,
         })?;

@@ -33,7 +33,7 @@ impl Device {
         let flavor = rt.flavor();
         let count = rt.device_count().map_err(Hip)?;
         if count == 0 {
-            return Err(BackendError::Unavailable(format!(
+            return Err(BackendError::unavailable(format!(
                 "{flavor} from {}: no device",
                 rt.library_path()
             )));
@@ -42,10 +42,14 @@ impl Device {
             None => 0,
             Some(i) if i < count as usize => i as u32,
             Some(i) => {
-                return Err(BackendError::Unavailable(format!(
-                    "--device {i}: {flavor} from {} has {count} device(s), numbered from 0",
-                    rt.library_path()
-                )))
+                return Err(BackendError::bad_option(
+                    "--device",
+                    i,
+                    format!(
+                        "{flavor} from {} has {count} device(s), numbered from 0",
+                        rt.library_path()
+                    ),
+                ))
             }
         };
         let props = rt.device_properties(index).map_err(Hip)?;
@@ -54,7 +58,7 @@ impl Device {
             Flavor::CudaDriver => code_objects::ptx_for(&props.arch),
         };
         let image = found.map_err(|e| {
-            BackendError::Unavailable(format!("{} ({}): {e}", props.name, props.arch))
+            BackendError::unavailable_from(&format!("{} ({})", props.name, props.arch), e)
         })?;
         let target = match flavor {
             Flavor::Hip => code_objects::base_arch(&props.arch).to_string(),

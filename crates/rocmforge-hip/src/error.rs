@@ -23,16 +23,21 @@ impl From<Hip> for BackendError {
                 BackendError::OutOfMemory { what: call, bytes }
             }
             // A faulted kernel or a reset: sticky, every later call fails.
-            HipError::DeviceLost { .. } => BackendError::DeviceLost(e.to_string()),
+            HipError::DeviceLost { .. } => BackendError::device_lost_from("", e),
+            // A setting, not the machine: another value runs.
+            HipError::BadRuntimeName { ref value } => BackendError::bad_option(
+                "ROCMFORGE_HIP_RUNTIME",
+                format!("{value:?}"),
+                "names no runtime; use hip (the default) or cuda",
+            ),
             // No runtime, a runtime too old, no device, or kernels that do
             // not fit it: this backend cannot run here, another can.
             HipError::NotFound { .. }
             | HipError::LoadFailed { .. }
             | HipError::MissingSymbol { .. }
             | HipError::TooOld { .. }
-            | HipError::BadRuntimeName { .. }
             | HipError::Unavailable { .. }
-            | HipError::CodeObject { .. } => BackendError::Unavailable(e.to_string()),
+            | HipError::CodeObject { .. } => BackendError::unavailable_from("", e),
             HipError::Call { .. } => BackendError::Device(e.to_string()),
         }
     }
@@ -51,6 +56,28 @@ mod tests {
         }));
         assert!(lost.is_fatal(), "{lost}");
         assert!(lost.to_string().contains("hipEventQuery"), "{lost}");
+        let source = std::error::Error::source(&lost).expect("the HipError");
+        assert!(
+            matches!(
+                source.downcast_ref::<HipError>(),
+                Some(HipError::DeviceLost { code: 700, .. })
+            ),
+            "{source:?}"
+        );
+        let none = BackendError::from(Hip(HipError::Unavailable {
+            call: "hipInit",
+            code: 100,
+            message: "no ROCm-capable device is detected".into(),
+        }));
+        assert!(matches!(none, BackendError::Unavailable { .. }), "{none:?}");
+        assert!(std::error::Error::source(&none).unwrap().is::<HipError>());
+        let name = BackendError::from(Hip(HipError::BadRuntimeName {
+            value: "rocm".into(),
+        }));
+        assert_eq!(
+            name.to_string(),
+            "ROCMFORGE_HIP_RUNTIME=\"rocm\": names no runtime; use hip (the default) or cuda"
+        );
         let oom = BackendError::from(Hip(HipError::OutOfMemory {
             call: "hipMalloc",
             bytes: 1 << 30,

@@ -26,8 +26,9 @@
 //! # Runtime
 //!
 //! [`HipBackend`] is the [`Backend`](rocmforge_core::backend::Backend) the
-//! registry offers as `rocm`. It follows the Vulkan backend's design, with
-//! the failures of RDNA cards under ROCm in mind:
+//! registry offers as `rocm`: core's `GpuBackend` over [`HipDevice`]
+//! (docs/gpu-backend.md says who owns what). The device is built with the
+//! failures of RDNA cards under ROCm in mind:
 //!
 //! - **One allocation per region** (`memory.rs`): weights, KV cache, arena
 //!   (with scratch and the step inputs), one pinned staging buffer; weights

@@ -39,10 +39,10 @@ impl Kernels {
             return Ok(f);
         }
         let missing = |why: String| {
-            BackendError::Device(format!(
-                "kernel '{name}' is not in the HIP kernels built for {} ({why})",
-                self.target
-            ))
+            BackendError::missing_kernel(
+                name,
+                format!("not in the HIP kernels built for {} ({why})", self.target),
+            )
         };
         let c_name = CString::new(name).map_err(|_| missing("a NUL in the name".into()))?;
         // SAFETY: the module is live until `unload`, which takes the

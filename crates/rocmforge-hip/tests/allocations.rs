@@ -11,32 +11,14 @@
 //! verification GPU: `ROCMFORGE_HIP_RUNTIME=cuda`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use rocmforge_core::backend::BackendError;
 use rocmforge_core::gpu::{GpuDevice, GpuOptions};
-use rocmforge_core::model::Model;
 use rocmforge_core::quant::QuantType;
-use rocmforge_core::session::{Session, SessionOptions};
 use rocmforge_hip::{HipBackend, HipOptions};
-
-/// Whether `ROCMFORGE_REQUIRE_BACKENDS` asks for this backend.
-fn required() -> bool {
-    std::env::var("ROCMFORGE_REQUIRE_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|s| matches!(s.trim().to_ascii_lowercase().as_str(), "rocm" | "hip"))
-}
+use rocmforge_testkit::{short_run, Run};
 
 fn open(opts: HipOptions, gpu: GpuOptions) -> Option<HipBackend> {
-    match rocmforge_hip::open(opts, gpu) {
-        Ok(b) => Some(b),
-        Err(e @ BackendError::Unavailable(_)) if !required() => {
-            eprintln!("skipping: {e} (ROCMFORGE_REQUIRE_BACKENDS=rocm fails instead)");
-            None
-        }
-        Err(e) => panic!("rocm backend: {e}"),
-    }
+    rocmforge_testkit::open_or_skip(rocmforge_hip::open(opts, gpu), &["rocm", "hip"])
 }
 
 fn generated(preset: &str, ty: QuantType) -> PathBuf {
@@ -44,41 +26,11 @@ fn generated(preset: &str, ty: QuantType) -> PathBuf {
     rocmforge_genmodel::cached(rocmforge_genmodel::find(preset).unwrap(), ty, &dir).unwrap()
 }
 
-struct Run {
-    logits: Vec<f32>,
-    allocations: usize,
-    weight_bytes: u64,
-    tensors: usize,
-}
-
 /// Logits of a short prompt and two decode steps, and the allocation count.
 fn run(path: &Path, opts: HipOptions, gpu: GpuOptions) -> Option<Run> {
     let backend = open(opts, gpu)?;
     eprintln!("rocm: {}", backend.device().summary());
-    let model = Arc::new(Model::load(path).unwrap());
-    let tensors = model.weights.table.len();
-    let session_opts = SessionOptions {
-        n_ctx: 32,
-        n_batch: 8,
-        all_logits: false,
-    };
-    let mut s = Session::new(model, Box::new(backend), session_opts, &mut |_, _| {})
-        .unwrap_or_else(|e| panic!("session: {e}"));
-    let mut logits = s
-        .eval(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
-        .unwrap()
-        .to_vec();
-    for t in [17, 23] {
-        logits.extend_from_slice(s.eval(&[t]).unwrap());
-    }
-    assert!(logits.iter().all(|v| v.is_finite()), "non-finite logits");
-    let stats = s.backend().allocations();
-    Some(Run {
-        logits,
-        allocations: stats.device_allocations,
-        weight_bytes: stats.weight_bytes,
-        tensors,
-    })
+    Some(short_run(Box::new(backend), path))
 }
 
 #[test]

@@ -16,7 +16,9 @@ use rocmforge_core::gpu::device::{
     Frame, HostCopy, HostMemory, InFlight, Lower, Memory, Piece, Stall,
 };
 use rocmforge_core::gpu::push::{Push, SpinPush};
-use rocmforge_core::gpu::{GpuBackend, GpuDevice, GpuOptions, KernelSink, Lowering, MatrixTiles};
+use rocmforge_core::gpu::{
+    Dispatch, GpuBackend, GpuDevice, GpuOptions, KernelSink, Lowering, MatrixTiles,
+};
 
 use crate::commands::{Commands, Crumbs, Recorder, WaitError};
 use crate::device::{DeviceChoice, Gpu};
@@ -361,15 +363,9 @@ struct Sink<'r, 'a> {
 }
 
 impl KernelSink for Sink<'_, '_> {
-    fn dispatch(
-        &mut self,
-        kernel: &str,
-        push: &[u8],
-        groups: u32,
-        label: String,
-    ) -> Result<(), BackendError> {
-        let p = self.pipes.get(self.device, kernel)?;
-        self.rec.dispatch(p, push, groups, label);
+    fn launch(&mut self, d: Dispatch) -> Result<(), BackendError> {
+        let p = self.pipes.get(self.device, d.kernel)?;
+        self.rec.dispatch(p, d.push, d.groups, d.label.to_owned());
         Ok(())
     }
 }

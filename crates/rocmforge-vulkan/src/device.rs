@@ -93,7 +93,7 @@ pub fn choose_subgroup(
     caps: &SubgroupCaps,
     want: &SubgroupSize,
     largest_workgroup: u32,
-) -> Result<Subgroup, String> {
+) -> Result<Subgroup, BackendError> {
     let driver = Subgroup {
         size: caps.default,
         pinned: false,
@@ -118,6 +118,7 @@ pub fn choose_subgroup(
             caps.min, caps.max
         )
     };
+    let bad = |n: u32, reason: String| BackendError::bad_option(VAR, n, reason);
     match *want {
         SubgroupSize::Auto if pinnable(32) => Ok(pin(32)),
         SubgroupSize::Auto | SubgroupSize::Driver => Ok(driver),
@@ -125,19 +126,28 @@ pub fn choose_subgroup(
         // Nothing to require: the driver runs this size anyway (modules
         // are SPIR-V 1.5, created without ALLOW_VARYING_SUBGROUP_SIZE).
         SubgroupSize::Pin(n) if n == caps.default => Ok(driver),
-        SubgroupSize::Pin(n) if !in_range(n) => Err(format!(
-            "{VAR}={n}: the device {allowed}, or 0 for the driver's default)"
+        SubgroupSize::Pin(n) if !in_range(n) => Err(bad(
+            n,
+            format!("the device {allowed}, or 0 for the driver's default)"),
         )),
-        SubgroupSize::Pin(n) if !caps.control => Err(format!(
-            "{VAR}={n}: the device cannot require a subgroup size in compute shaders (no subgroupSizeControl); it runs {} (unset it, or 0)",
-            caps.default
+        SubgroupSize::Pin(n) if !caps.control => Err(bad(
+            n,
+            format!(
+                "the device cannot require a subgroup size in compute shaders (no subgroupSizeControl); it runs {} (unset it, or 0)",
+                caps.default
+            ),
         )),
-        SubgroupSize::Pin(n) => Err(format!(
-            "{VAR}={n}: a workgroup of {largest_workgroup} invocations needs more than the device's {} subgroups of {n}",
-            caps.max_workgroup_subgroups
+        SubgroupSize::Pin(n) => Err(bad(
+            n,
+            format!(
+                "a workgroup of {largest_workgroup} invocations needs more than the device's {} subgroups of {n}",
+                caps.max_workgroup_subgroups
+            ),
         )),
-        SubgroupSize::Invalid(ref v) => Err(format!(
-            "{VAR}={v:?} is not a number (use a power of two the device runs, or 0 for the driver's default)"
+        SubgroupSize::Invalid(ref v) => Err(BackendError::bad_option(
+            VAR,
+            format!("{v:?}"),
+            "not a number (use a power of two the device runs, or 0 for the driver's default)",
         )),
     }
 }
@@ -231,9 +241,20 @@ struct Candidate {
 impl Candidate {
     /// Picks the subgroup size (which matrix-core prefill depends on) and
     /// writes the device line.
-    fn settle(&mut self, want: &SubgroupSize) -> Result<(), String> {
+    fn settle(&mut self, want: &SubgroupSize) -> Result<(), BackendError> {
         let used = choose_subgroup(&self.subgroups, want, crate::pipelines::largest_workgroup())
-            .map_err(|e| format!("{}: {e}", self.props.name))?;
+            .map_err(|e| match e {
+                BackendError::BadOption {
+                    name,
+                    value,
+                    reason,
+                } => BackendError::BadOption {
+                    name,
+                    value,
+                    reason: format!("{}: {reason}", self.props.name),
+                },
+                other => other,
+            })?;
         let coopmat = self.coopmat_ok && used.size == 32;
         self.props.subgroup = used;
         self.props.coopmat = coopmat;
@@ -275,16 +296,16 @@ fn cstr(bytes: &[std::ffi::c_char]) -> String {
 /// dozen sessions ("Unable to find a Vulkan driver", seen on an H100): its
 /// libraries are not built to be unloaded and loaded again.
 fn loader() -> Result<ash::Entry, BackendError> {
-    static ENTRY: std::sync::OnceLock<Result<ash::Entry, String>> = std::sync::OnceLock::new();
+    static ENTRY: std::sync::OnceLock<Result<ash::Entry, BackendError>> =
+        std::sync::OnceLock::new();
     ENTRY
         .get_or_init(|| {
             // SAFETY: loads the system Vulkan loader; its initialisation code
             // is trusted as any system library's.
             unsafe { ash::Entry::load() }
-                .map_err(|e| format!("no Vulkan loader (libvulkan.so.1): {e}"))
+                .map_err(|e| BackendError::unavailable_from("no Vulkan loader (libvulkan.so.1)", e))
         })
         .clone()
-        .map_err(BackendError::Unavailable)
 }
 
 /// The process's one Vulkan instance, created on first use and never
@@ -293,24 +314,21 @@ fn loader() -> Result<ash::Entry, BackendError> {
 /// after about a dozen sessions in one process on an H100; llama.cpp keeps
 /// one instance per process too.
 fn shared_instance() -> Result<(ash::Entry, ash::Instance), BackendError> {
-    static INSTANCE: std::sync::OnceLock<Result<(ash::Entry, ash::Instance), String>> =
+    static INSTANCE: std::sync::OnceLock<Result<(ash::Entry, ash::Instance), BackendError>> =
         std::sync::OnceLock::new();
     INSTANCE
         .get_or_init(|| {
-            let entry = loader().map_err(|e| match e {
-                BackendError::Unavailable(why) => why,
-                other => other.to_string(),
-            })?;
+            let entry = loader()?;
             // SAFETY: plain query on a loaded entry.
             let version = unsafe { entry.try_enumerate_instance_version() }
-                .map_err(|e| format!("vkEnumerateInstanceVersion: {e}"))?
+                .map_err(|e| BackendError::unavailable_from("vkEnumerateInstanceVersion", e))?
                 .unwrap_or(vk::API_VERSION_1_0);
             if version < vk::API_VERSION_1_2 {
-                return Err(format!(
+                return Err(BackendError::unavailable(format!(
                     "the Vulkan loader supports API {}.{}, 1.2 is needed",
                     vk::api_version_major(version),
                     vk::api_version_minor(version)
-                ));
+                )));
             }
             let app = vk::ApplicationInfo::default()
                 .application_name(c"rocmforge")
@@ -318,18 +336,17 @@ fn shared_instance() -> Result<(ash::Entry, ash::Instance), BackendError> {
             let ci = vk::InstanceCreateInfo::default().application_info(&app);
             // SAFETY: `ci` and what it points to live across the call.
             let instance = unsafe { entry.create_instance(&ci, None) }
-                .map_err(|e| format!("vkCreateInstance failed: {e}"))?;
+                .map_err(|e| BackendError::unavailable_from("vkCreateInstance failed", e))?;
             Ok((entry, instance))
         })
         .clone()
-        .map_err(BackendError::Unavailable)
 }
 
 impl Gpu {
     pub fn open(choice: DeviceChoice, subgroup: &SubgroupSize) -> Result<Gpu, BackendError> {
         let (entry, instance) = shared_instance()?;
         let mut c = Self::pick(&entry, &instance, choice)?;
-        c.settle(subgroup).map_err(BackendError::Unavailable)?;
+        c.settle(subgroup)?;
         Self::create(entry, instance, c)
     }
 
@@ -342,16 +359,20 @@ impl Gpu {
         let physicals =
             unsafe { instance.enumerate_physical_devices() }.check("vkEnumeratePhysicalDevices")?;
         if physicals.is_empty() {
-            return Err(BackendError::Unavailable("no Vulkan device found".into()));
+            return Err(BackendError::unavailable("no Vulkan device found"));
         }
         if let Some(i) = choice.index {
             let &pd = physicals.get(i).ok_or_else(|| {
-                BackendError::Unavailable(format!(
-                    "Vulkan device {i} does not exist ({} found)",
-                    physicals.len()
-                ))
+                BackendError::bad_option(
+                    "--device",
+                    i,
+                    format!(
+                        "{} Vulkan device(s) found, numbered from 0",
+                        physicals.len()
+                    ),
+                )
             })?;
-            return candidate(entry, instance, pd, i).map_err(BackendError::Unavailable);
+            return candidate(entry, instance, pd, i).map_err(BackendError::unavailable);
         }
         let mut usable = Vec::new();
         let mut rejected = Vec::new();
@@ -371,7 +392,7 @@ impl Gpu {
         usable
             .into_iter()
             .next()
-            .ok_or_else(|| BackendError::Unavailable(rejected.join("; ")))
+            .ok_or_else(|| BackendError::unavailable(rejected.join("; ")))
     }
 
     fn create(
@@ -837,21 +858,27 @@ mod tests {
             ),
             (
                 SubgroupSize::Invalid("wave64".into()),
-                "=\"wave64\" is not a number",
+                "=\"wave64\": not a number",
             ),
         ] {
             let e = choose_subgroup(&radv, &want, 512).unwrap_err();
+            assert!(matches!(e, BackendError::BadOption { .. }), "{e:?}");
+            let e = e.to_string();
             assert!(e.contains(says), "{e}");
             assert!(e.starts_with("ROCMFORGE_VULKAN_SUBGROUP_SIZE="), "{e}");
         }
-        let e = choose_subgroup(&caps(8, 8, 8), &SubgroupSize::Pin(32), 512).unwrap_err();
+        let e = choose_subgroup(&caps(8, 8, 8), &SubgroupSize::Pin(32), 512)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("runs subgroups of 8 only (use 8, or 0"), "{e}");
         // 1024 invocations in at most 16 subgroups of 32: too many.
         let small = SubgroupCaps {
             max_workgroup_subgroups: 16,
             ..caps(64, 32, 64)
         };
-        let e = choose_subgroup(&small, &SubgroupSize::Pin(32), 1024).unwrap_err();
+        let e = choose_subgroup(&small, &SubgroupSize::Pin(32), 1024)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("16 subgroups of 32"), "{e}");
         assert_eq!(
             choose_subgroup(&small, &SubgroupSize::Auto, 1024).unwrap(),

@@ -45,11 +45,11 @@ impl From<VkError> for BackendError {
                     bytes: e.bytes,
                 }
             }
-            vk::Result::ERROR_DEVICE_LOST => BackendError::DeviceLost(e.to_string()),
+            vk::Result::ERROR_DEVICE_LOST => BackendError::device_lost_from("", e),
             vk::Result::ERROR_INITIALIZATION_FAILED
             | vk::Result::ERROR_INCOMPATIBLE_DRIVER
             | vk::Result::ERROR_EXTENSION_NOT_PRESENT
-            | vk::Result::ERROR_FEATURE_NOT_PRESENT => BackendError::Unavailable(e.to_string()),
+            | vk::Result::ERROR_FEATURE_NOT_PRESENT => BackendError::unavailable_from("", e),
             _ => BackendError::Device(e.to_string()),
         }
     }

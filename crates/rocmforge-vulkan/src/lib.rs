@@ -33,7 +33,9 @@
 //! timeout or a lost device the backend refuses every call and leaks its
 //! objects on drop instead of blocking on a hung queue.
 //!
-//! See `docs/vulkan.md` for the kernels and their costs.
+//! [`VulkanBackend`] is core's `GpuBackend` over [`VulkanDevice`]
+//! (docs/gpu-backend.md says who owns what). See `docs/vulkan.md` for the
+//! kernels and their costs.
 
 mod backend;
 mod commands;

@@ -115,9 +115,10 @@ pub fn allocate(
     // SAFETY: the buffer was just created on this device.
     let req = unsafe { d.get_buffer_memory_requirements(buffer) };
     let type_index = memory_type(gpu, req.memory_type_bits, placement).ok_or_else(|| {
-        cleanup_buffer(BackendError::Device(format!(
-            "no memory type for {what} ({placement:?})"
-        )))
+        cleanup_buffer(BackendError::unsupported(
+            "memory",
+            format!("the device has no memory type for {what} ({placement:?})"),
+        ))
     })?;
     let mut flags =
         vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);

@@ -134,7 +134,7 @@ impl Pipelines {
             return Ok(p);
         }
         let code = spirv(name)
-            .ok_or_else(|| BackendError::Device(format!("kernel '{name}' is not in this build")))?;
+            .ok_or_else(|| BackendError::missing_kernel(name, "not in this build's shaders"))?;
         let ci = vk::ShaderModuleCreateInfo::default().code(&code);
         // SAFETY: `code` is SPIR-V produced by glslang at build time.
         let module =

@@ -6,12 +6,9 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use rocmforge_core::gpu::GpuOptions;
-use rocmforge_core::model::Model;
 use rocmforge_core::quant::QuantType;
-use rocmforge_core::session::{Session, SessionOptions};
 use rocmforge_vulkan::VulkanOptions;
 
 use common::options;
@@ -28,22 +25,8 @@ fn run(
     gpu: GpuOptions,
 ) -> Option<(Vec<f32>, usize, u64)> {
     let backend = common::open_or_skip_with(opts, gpu)?;
-    let model = Arc::new(Model::load(path).unwrap());
-    let session_opts = SessionOptions {
-        n_ctx: 32,
-        n_batch: 8,
-        all_logits: false,
-    };
-    let mut s = Session::new(model, Box::new(backend), session_opts, &mut |_, _| {}).unwrap();
-    let mut out = s
-        .eval(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
-        .unwrap()
-        .to_vec();
-    for t in [17, 23] {
-        out.extend_from_slice(s.eval(&[t]).unwrap());
-    }
-    let stats = s.backend().allocations();
-    Some((out, stats.device_allocations, stats.weight_bytes))
+    let r = rocmforge_testkit::short_run(Box::new(backend), path);
+    Some((r.logits, r.allocations, r.weight_bytes))
 }
 
 #[test]

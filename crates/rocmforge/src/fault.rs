@@ -48,12 +48,18 @@ impl FaultSpec {
         let Some(v) = std::env::var_os(FAULT_ENV) else {
             return Ok(None);
         };
-        let spec = FaultSpec::parse(&v.to_string_lossy()).map_err(BackendError::Unavailable)?;
+        let spec = FaultSpec::parse(&v.to_string_lossy())?;
         Ok((spec.backend == backend).then_some(spec))
     }
 
-    pub fn parse(s: &str) -> Result<FaultSpec, String> {
-        let bad = || format!("{FAULT_ENV}={s:?}: expected <backend>:<lost|hang>@<load|step:N>");
+    pub fn parse(s: &str) -> Result<FaultSpec, BackendError> {
+        let bad = || {
+            BackendError::bad_option(
+                FAULT_ENV,
+                format!("{s:?}"),
+                "expected <backend>:<lost|hang>@<load|step:N>",
+            )
+        };
         let (backend, rest) = s.trim().split_once(':').ok_or_else(bad)?;
         let (fault, when) = rest.split_once('@').ok_or_else(bad)?;
         let fault = match fault {
@@ -109,7 +115,7 @@ impl FaultyBackend {
     fn trigger(&self, at: &str) -> BackendError {
         match self.spec.fault {
             Fault::Lost => {
-                BackendError::DeviceLost(format!("injected fault at {at} ({FAULT_ENV})"))
+                BackendError::device_lost(format!("injected fault at {at} ({FAULT_ENV})"))
             }
             Fault::Hang => loop {
                 // Parked for good, like a thread in a driver call that never

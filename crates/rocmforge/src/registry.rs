@@ -35,9 +35,11 @@ fn create_cpu(opts: &BackendOptions) -> Result<Box<dyn Backend>, BackendError> {
     // The host is one device. Silently ignoring `--device 5` would run on
     // the CPU while the user believes a GPU was chosen.
     if let Some(d) = opts.device.filter(|&d| d != 0) {
-        return Err(BackendError::Unavailable(format!(
-            "--device {d}: the cpu backend has one device (0); --device picks among the GPUs of the vulkan and rocm backends"
-        )));
+        return Err(BackendError::bad_option(
+            "--device",
+            d,
+            "the cpu backend has one device (0); --device picks among the GPUs of the vulkan and rocm backends",
+        ));
     }
     Ok(Box::new(rocmforge_cpu::CpuBackend::try_new(opts.threads)?))
 }
@@ -123,7 +125,7 @@ pub enum RegistryError {
 /// not available" prefix, which the registry's message already says.
 pub fn unavailable_reason(e: &BackendError) -> String {
     match e {
-        BackendError::Unavailable(why) => why.clone(),
+        BackendError::Unavailable { reason, .. } => reason.clone(),
         other => other.to_string(),
     }
 }

@@ -21,14 +21,14 @@ use super::device::{DeviceMemory, Frame, GpuDevice, HostCopy, HostMemory, Memory
 use super::options::{GpuOptions, LogLaunches};
 use super::staging::{read_f32s, stage_part, write_f32s, Staged, STAGING_SLACK};
 use super::{check_graph, check_part, record_graph, scratch_bytes, weight_kernel};
-use super::{DeviceWeight, GraphAddresses, KernelSink, Lowering, Reserved as Limits};
+use super::{DeviceWeight, Dispatch, GraphAddresses, KernelSink, Lowering, Reserved as Limits};
 use crate::backend::{
-    AllocationStats, Backend, BackendError, BackendInfo, FreeMemory, GraphId, StepInputs,
+    AllocationStats, Backend, BackendError, BackendInfo, Cause, FreeMemory, GraphId, StepInputs,
 };
 use crate::graph::split::{Exchange, GraphPart};
 use crate::graph::Graph;
 use crate::model::{Model, WeightId, WEIGHT_ALIGN};
-use crate::plan::{split_regions, ArenaPlan, KvLayout, StepInputLayout};
+use crate::plan::{split_regions, ArenaPlan, KvLayout, RegionError, StepInputLayout};
 use crate::quant::QuantType;
 
 struct Loaded<B> {
@@ -79,8 +79,9 @@ pub struct GpuBackend<D: GpuDevice> {
     reserved: Option<Reserved<D::Buffer>>,
     graphs: Vec<Recorded<D::Part>>,
     calls_at_load: usize,
-    /// Set by a timeout or a lost device: every later call fails with it.
-    stopped: Option<String>,
+    /// Set by a timeout or a lost device: every later call fails with
+    /// [`BackendError::Unusable`] pointing at it.
+    stopped: Option<Cause>,
 }
 
 impl<D: GpuDevice> GpuBackend<D> {
@@ -129,8 +130,8 @@ impl<D: GpuDevice> GpuBackend<D> {
     }
 
     fn ready(&self) -> Result<(), BackendError> {
-        if let Some(why) = &self.stopped {
-            return Err(BackendError::Unusable(why.clone()));
+        if let Some(first) = &self.stopped {
+            return Err(BackendError::unusable(first));
         }
         self.device.make_current()
     }
@@ -139,7 +140,7 @@ impl<D: GpuDevice> GpuBackend<D> {
     fn note<T>(&mut self, r: Result<T, BackendError>) -> Result<T, BackendError> {
         if let Err(e) = &r {
             if e.is_fatal() && self.stopped.is_none() {
-                self.stopped = Some(e.to_string());
+                self.stopped = Some(Cause::new(e.clone()));
                 self.device.abandon();
             }
         }
@@ -201,8 +202,24 @@ impl<D: GpuDevice> GpuBackend<D> {
             .collect();
         let cap = self.device.max_region();
         let max_region = self.opts.max_region.map_or(cap, |m| m.min(cap));
-        let split = split_regions(&sizes, WEIGHT_ALIGN, max_region)
-            .map_err(|e| BackendError::Device(format!("weights do not fit the device: {e}")))?;
+        let split = split_regions(&sizes, WEIGHT_ALIGN, max_region).map_err(|e| match e {
+            RegionError::TooLarge { index, bytes, max } if max < cap => BackendError::bad_option(
+                "ROCMFORGE_GPU_MAX_REGION",
+                max,
+                format!(
+                    "tensor '{}' needs {bytes} bytes, more than one weight region may hold",
+                    table[index].name
+                ),
+            ),
+            RegionError::TooLarge { index, bytes, max } => BackendError::unsupported(
+                "tensor size",
+                format!(
+                    "tensor '{}' needs {bytes} bytes, more than the device's largest allocation ({max} bytes)",
+                    table[index].name
+                ),
+            ),
+            RegionError::Alignment(_) => BackendError::unsupported("weight alignment", e.to_string()),
+        })?;
         let mut regions = Vec::with_capacity(split.region_bytes.len());
         for &bytes in &split.region_bytes {
             match self.device.alloc("weights", bytes, Memory::Weights) {
@@ -643,18 +660,12 @@ struct Labelled<'a, 's> {
 }
 
 impl KernelSink for Labelled<'_, '_> {
-    fn dispatch(
-        &mut self,
-        kernel: &str,
-        push: &[u8],
-        groups: u32,
-        label: String,
-    ) -> Result<(), BackendError> {
-        if groups == 0 || self.skip.is_some_and(|s| label.contains(s)) {
+    fn launch(&mut self, d: Dispatch) -> Result<(), BackendError> {
+        if d.groups == 0 || self.skip.is_some_and(|s| d.label.contains(s)) {
             return Ok(());
         }
-        self.inner.dispatch(kernel, push, groups, label.clone())?;
-        self.labels.push(label);
+        self.inner.launch(d)?;
+        self.labels.push(d.label.to_owned());
         Ok(())
     }
 }

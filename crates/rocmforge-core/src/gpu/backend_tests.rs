@@ -226,7 +226,7 @@ fn a_stall_names_the_launches_in_flight_and_stops_the_backend() {
     }
     assert!(seen.abandoned.get());
     let again = b.execute_part(id, 0, &inputs, &mut exchange).unwrap_err();
-    assert!(matches!(again, BackendError::Unusable(_)), "{again}");
+    assert!(matches!(again, BackendError::Unusable { .. }), "{again}");
     let freed = seen.freed.get();
     drop(b);
     assert_eq!(seen.freed.get(), freed, "a stopped backend frees nothing");
@@ -286,6 +286,6 @@ fn the_spin_test_times_out_and_stops_the_backend() {
     assert!(seen.abandoned.get());
     assert!(matches!(
         b.run_spin_test(Duration::from_secs(2)),
-        Err(BackendError::Unusable(_))
+        Err(BackendError::Unusable { .. })
     ));
 }

@@ -100,7 +100,9 @@ pub struct GraphAddresses<'a> {
 }
 
 pub(super) fn u32_of(v: usize, what: &str) -> Result<u32, BackendError> {
-    u32::try_from(v).map_err(|_| BackendError::Device(format!("{what} {v} exceeds 32 bits")))
+    u32::try_from(v).map_err(|_| {
+        BackendError::unsupported("size", format!("{what} {v} exceeds the kernels' 32 bits"))
+    })
 }
 
 /// The suffix of the kernels for weight `w`, or the unsupported-weight error.
@@ -177,10 +179,13 @@ pub fn check_graph(
         || s.n_head_kv == 0
         || !s.n_head.is_multiple_of(s.n_head_kv)
     {
-        return Err(BackendError::Device(format!(
-            "attention with {} heads of {} over {} KV heads is not supported (head size must be even and at most {MAX_HEAD_DIM})",
-            s.n_head, s.head_dim, s.n_head_kv
-        )));
+        return Err(BackendError::unsupported(
+            "attention shape",
+            format!(
+                "{} heads of {} over {} KV heads (head size must be even and at most {MAX_HEAD_DIM}, heads a multiple of KV heads)",
+                s.n_head, s.head_dim, s.n_head_kv
+            ),
+        ));
     }
     Ok(())
 }
@@ -194,7 +199,7 @@ pub fn check_part(
     weights: &[DeviceWeight],
 ) -> Result<(), BackendError> {
     if part.ops.start > part.ops.end || part.ops.end > graph.ops.len() {
-        return Err(BackendError::Device(format!(
+        return Err(BackendError::InvalidGraph(format!(
             "part of ops {:?} outside a graph of {} ops",
             part.ops,
             graph.ops.len()
@@ -202,13 +207,13 @@ pub fn check_part(
     }
     let tensors = part.imports.iter().chain(&part.exports);
     if let Some(t) = tensors.into_iter().find(|&&t| t >= graph.tensors.len()) {
-        return Err(BackendError::Device(format!(
+        return Err(BackendError::InvalidGraph(format!(
             "part moves tensor {t}, not one of the graph's"
         )));
     }
     for op in &graph.ops[part.ops.clone()] {
         if let Some(w) = op.weights().into_iter().find(|&w| weights[w].address == 0) {
-            return Err(BackendError::Device(format!(
+            return Err(BackendError::InvalidGraph(format!(
                 "a part recorded here reads '{}', which this device left in host memory",
                 weights[w].name
             )));
@@ -595,7 +600,7 @@ fn record_rope_store(
     let q = graph.tensor(rs.q);
     let head_dim = q.cols / rs.n_head;
     if graph.tensor(rs.k).cols != l.kv_dim || rs.n_head_kv * head_dim != l.kv_dim {
-        return Err(BackendError::Device(format!(
+        return Err(BackendError::InvalidGraph(format!(
             "{label}: K rows of {} values do not match the cache's {}",
             graph.tensor(rs.k).cols,
             l.kv_dim

@@ -22,7 +22,9 @@ use crate::plan::{ArenaPlan, KvLayout, StepInputLayout, ARENA_ALIGN};
 use crate::quant::QuantType;
 
 use super::push::*;
-use super::{record_graph, DeviceWeight, GraphAddresses, KernelSink, Lowering, MatrixTiles};
+use super::{
+    record_graph, DeviceWeight, Dispatch, GraphAddresses, KernelSink, Lowering, MatrixTiles,
+};
 
 /// One recorded launch: what [`KernelSink::dispatch`] was given.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,13 +85,14 @@ impl RecordingSink {
 }
 
 impl KernelSink for RecordingSink {
-    fn dispatch(
-        &mut self,
-        kernel: &str,
-        push: &[u8],
-        groups: u32,
-        label: String,
-    ) -> Result<(), BackendError> {
+    fn launch(&mut self, d: Dispatch) -> Result<(), BackendError> {
+        let Dispatch {
+            kernel,
+            push,
+            groups,
+            label,
+        } = d;
+        let label = label.to_owned();
         self.launches.push(Launch {
             kernel: kernel.to_owned(),
             push: push.to_vec(),

@@ -85,18 +85,38 @@ pub struct Lowering {
     pub q8_packed_blocks_per_group: u32,
 }
 
+/// One launch as the lowering names it: `kernel` over `groups`
+/// workgroups with `push` as its argument block; `label` names it in
+/// timeout messages.
+#[derive(Clone, Copy, Debug)]
+pub struct Dispatch<'a> {
+    pub kernel: &'a str,
+    pub push: &'a [u8],
+    pub groups: u32,
+    pub label: &'a str,
+}
+
 /// Records kernel launches in order; a launch sees every earlier launch's
 /// writes.
 pub trait KernelSink {
-    /// Records one launch of `kernel` over `groups` workgroups with `push`
-    /// as its argument block. `label` names it in timeout messages.
+    /// Records one launch.
+    fn launch(&mut self, d: Dispatch) -> Result<(), BackendError>;
+
+    /// [`KernelSink::launch`] from its parts, as the lowering calls it.
     fn dispatch(
         &mut self,
         kernel: &str,
         push: &[u8],
         groups: u32,
         label: String,
-    ) -> Result<(), BackendError>;
+    ) -> Result<(), BackendError> {
+        self.launch(Dispatch {
+            kernel,
+            push,
+            groups,
+            label: &label,
+        })
+    }
 }
 
 /// Splits `groups` workgroups into an (x, y) grid with x ≤ `max_x` (and ≤
@@ -137,8 +157,9 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
 /// of every kernel that takes one value, pair or block per invocation,
 /// sized by [`workgroup_size`] so the lowering repeats no workgroup size.
 pub fn groups_for(kernel: &str, items: usize) -> Result<u32, BackendError> {
-    let wg = workgroup_size(kernel)
-        .ok_or_else(|| BackendError::Device(format!("no workgroup size for kernel {kernel}")))?;
+    let wg = workgroup_size(kernel).ok_or_else(|| {
+        BackendError::missing_kernel(kernel, "rocmforge_core::gpu has no workgroup size for it")
+    })?;
     lower::u32_of(items.div_ceil(wg as usize), "workgroups")
 }
 

@@ -7,14 +7,6 @@ use rocmforge_core::backend::BackendError;
 use rocmforge_core::gpu::GpuOptions;
 use rocmforge_vulkan::{VulkanBackend, VulkanOptions};
 
-/// Whether `ROCMFORGE_REQUIRE_BACKENDS` asks for this backend.
-pub fn required() -> bool {
-    std::env::var("ROCMFORGE_REQUIRE_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|s| s.trim().eq_ignore_ascii_case("vulkan"))
-}
-
 /// The options every test starts from: software devices (lavapipe)
 /// allowed, the rest from the environment.
 pub fn options() -> VulkanOptions {
@@ -35,14 +27,7 @@ pub fn open(opts: VulkanOptions) -> Result<VulkanBackend, BackendError> {
 /// machine has no Vulkan device. Any other error, or no device while one
 /// is required, fails the test.
 pub fn open_or_skip_with(opts: VulkanOptions, gpu: GpuOptions) -> Option<VulkanBackend> {
-    match rocmforge_vulkan::open(opts, gpu) {
-        Ok(b) => Some(b),
-        Err(e @ BackendError::Unavailable(_)) if !required() => {
-            eprintln!("skipping: {e} (ROCMFORGE_REQUIRE_BACKENDS=vulkan fails instead)");
-            None
-        }
-        Err(e) => panic!("vulkan backend: {e}"),
-    }
+    rocmforge_testkit::open_or_skip(rocmforge_vulkan::open(opts, gpu), &["vulkan", "vk"])
 }
 
 /// [`open_or_skip_with`] the environment's [`GpuOptions`].
