@@ -192,6 +192,10 @@ impl GpuDevice for VulkanDevice {
         4
     }
 
+    fn reads_host_step_inputs(&self) -> bool {
+        self.opts.host_step_inputs
+    }
+
     fn alloc(
         &mut self,
         what: &'static str,

@@ -367,7 +367,7 @@ impl<D: GpuDevice> GpuBackend<D> {
             staged.push(stage_part(graph, plan, part, r.readback, r.readback_bytes)?);
         }
         let base = r.arena.address();
-        let addrs = GraphAddresses {
+        let mut addrs = GraphAddresses {
             weights: &loaded.weights,
             arena: base,
             scratch: base + r.arena_bytes,
@@ -376,14 +376,21 @@ impl<D: GpuDevice> GpuBackend<D> {
             step: base + r.step_offset,
             n_vocab: loaded.n_vocab,
         };
-        let step_in = HostCopy {
-            host: 0,
-            arena: r.step_offset,
-            bytes: plan.step_inputs.bytes(),
+        // Kernels read the step inputs from the device's copy, or straight
+        // from host memory where the device reads that at no extra cost.
+        let step_in = if self.device.reads_host_step_inputs() {
+            addrs.step = host.address();
+            None
+        } else {
+            Some(HostCopy {
+                host: 0,
+                arena: r.step_offset,
+                bytes: plan.step_inputs.bytes(),
+            })
         };
         let mut recorded: Vec<RecordedPart<D::Part>> = Vec::with_capacity(parts.len());
         for (part, (imports, exports)) in parts.iter().zip(staged) {
-            let copies_in: Vec<HostCopy> = std::iter::once(step_in)
+            let copies_in: Vec<HostCopy> = (step_in.iter().copied())
                 .chain(imports.iter().map(host_copy))
                 .collect();
             let copies_out: Vec<HostCopy> = exports.iter().map(host_copy).collect();

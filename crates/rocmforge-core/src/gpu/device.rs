@@ -139,6 +139,13 @@ pub trait GpuDevice {
     fn allocation_calls(&self) -> usize;
     /// Bytes of host memory the breadcrumbs of one part take.
     fn crumb_bytes(&self) -> usize;
+    /// Whether kernels read the step inputs straight from host memory
+    /// (a few words read by every launch that needs them) rather than from
+    /// a copy the part makes into device memory first. Measured per device
+    /// (docs/gpu-backend.md).
+    fn reads_host_step_inputs(&self) -> bool {
+        false
+    }
     /// Makes the device current on the calling thread, where the runtime
     /// keeps such a thing per thread.
     fn make_current(&self) -> Result<(), BackendError> {
