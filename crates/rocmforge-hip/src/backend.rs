@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use hip_sys::{Event, Flavor, HipError, Runtime, Stream};
 use rocmforge_core::backend::BackendError;
-use rocmforge_core::gpu::device::{Frame, InFlight, Lower, Memory, Piece as WeightPiece, Stall};
+use rocmforge_core::gpu::device::{Frame, InFlight, Lower, Memory, Stall, Upload};
 use rocmforge_core::gpu::MatrixTiles;
 use rocmforge_core::gpu::{GpuBackend, GpuDevice, GpuOptions, Lowering};
 
@@ -123,8 +123,14 @@ impl GpuDevice for HipDevice {
     type Host = Pinned;
     type Part = Recorded;
 
-    fn name(&self) -> &'static str {
-        "rocm"
+    const NAME: &'static str = "rocm";
+
+    /// HIP's current device and CUDA's current context are per thread, and
+    /// a backend may be called from any.
+    fn make_current(&self) -> Result<(), BackendError> {
+        self.rt
+            .set_device(self.dev.index)
+            .map_err(|e| Hip(e).into())
     }
 
     /// The device line, saying plainly which runtime runs it.
@@ -164,14 +170,6 @@ impl GpuDevice for HipDevice {
         CRUMB_BYTES
     }
 
-    /// HIP's current device and CUDA's current context are per thread, and
-    /// a backend may be called from any.
-    fn make_current(&self) -> Result<(), BackendError> {
-        self.rt
-            .set_device(self.dev.index)
-            .map_err(|e| Hip(e).into())
-    }
-
     fn alloc(
         &mut self,
         what: &'static str,
@@ -202,11 +200,10 @@ impl GpuDevice for HipDevice {
     unsafe fn upload(
         &mut self,
         staging: &mut Option<Pinned>,
-        regions: &[DeviceBuffer],
-        pieces: &[WeightPiece],
-        timeout: Duration,
-        progress: &mut dyn FnMut(u64, u64),
+        job: Upload<DeviceBuffer>,
     ) -> Result<(), BackendError> {
+        let (regions, pieces, timeout, progress) =
+            (job.regions, job.pieces, job.timeout, job.progress);
         if staging.is_none() {
             *staging = Some(Pinned::alloc(
                 &self.rt,

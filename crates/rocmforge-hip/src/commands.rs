@@ -1,7 +1,7 @@
 //! Recording and replay, and the one way this backend waits.
 //!
 //! A graph is lowered once, at `prepare`, by core's shared GPU lowering
-//! into a list of launches (function, grid, block, argument block, label).
+//! into a list of launches (function, grid, block, argument block).
 //! That list is then captured into a hipGraph (`hipStreamBeginCapture` ..
 //! `hipStreamEndCapture`, `hipGraphInstantiate`) so a step is one
 //! `hipGraphLaunch` instead of ~300 launches at ~3 µs each on RDNA. If the
@@ -114,7 +114,6 @@ pub struct Launch {
     /// The runtime copies it at every launch (and into a graph at capture),
     /// so direct replays need it kept here.
     push: Box<[u64]>,
-    pub label: String,
 }
 
 /// Collects the lowering's launches: core's `record_graph` calls
@@ -133,7 +132,6 @@ impl KernelSink for Recorder<'_> {
             groups,
             label,
         } = d;
-        let label = label.to_owned();
         if groups == 0 {
             return Ok(());
         }
@@ -172,7 +170,6 @@ impl KernelSink for Recorder<'_> {
             grid: [x, y, 1],
             block: [block, 1, 1],
             push: words,
-            label,
         });
         Ok(())
     }
@@ -300,18 +297,18 @@ impl Replay {
 
 /// A part recorded at `prepare`.
 pub struct Recorded {
-    pub launches: Vec<Launch>,
-    pub replay: Replay,
+    pub(crate) launches: Vec<Launch>,
+    pub(crate) replay: Replay,
     /// Whether direct replays set breadcrumbs (memsets into pinned memory
     /// work on this runtime).
-    pub crumbs: bool,
+    pub(crate) crumbs: bool,
     /// Offset of the breadcrumb area in the pinned buffer.
-    pub crumb_offset: usize,
+    pub(crate) crumb_offset: usize,
     /// Copied from the pinned buffer into the arena before the launches
     /// (the step inputs, the part's imports), and back after them (its
     /// exports).
-    pub copies_in: Vec<HostCopy>,
-    pub copies_out: Vec<HostCopy>,
+    pub(crate) copies_in: Vec<HostCopy>,
+    pub(crate) copies_out: Vec<HostCopy>,
 }
 
 impl Recorded {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use ash::vk;
 use rocmforge_core::backend::BackendError;
 use rocmforge_core::gpu::device::{
-    Frame, HostCopy, HostMemory, InFlight, Lower, Memory, Piece, Stall,
+    Frame, HostCopy, HostMemory, InFlight, Lower, Memory, Stall, Upload,
 };
 use rocmforge_core::gpu::push::{Push, SpinPush};
 use rocmforge_core::gpu::{
@@ -149,13 +149,7 @@ impl GpuDevice for VulkanDevice {
     type Host = Allocation;
     type Part = VulkanPart;
 
-    fn name(&self) -> &'static str {
-        "vulkan"
-    }
-
-    fn summary(&self) -> String {
-        self.gpu.props.summary.clone()
-    }
+    const NAME: &'static str = "vulkan";
 
     /// What this device's pipelines offer.
     fn lowering(&self) -> Lowering {
@@ -172,6 +166,10 @@ impl GpuDevice for VulkanDevice {
             matrix_prefetch: !self.opts.no_prefetch,
             q8_packed_blocks_per_group: 64,
         }
+    }
+
+    fn summary(&self) -> String {
+        self.gpu.props.summary.clone()
     }
 
     fn max_region(&self) -> u64 {
@@ -225,11 +223,14 @@ impl GpuDevice for VulkanDevice {
     unsafe fn upload(
         &mut self,
         staging: &mut Option<Allocation>,
-        regions: &[Allocation],
-        pieces: &[Piece],
-        timeout: Duration,
-        progress: &mut dyn FnMut(u64, u64),
+        job: Upload<Allocation>,
     ) -> Result<(), BackendError> {
+        let Upload {
+            regions,
+            pieces,
+            timeout,
+            progress,
+        } = job;
         if regions.iter().all(|r| r.mapped.is_some()) {
             // SAFETY: the caller's contract.
             unsafe { upload_mapped(regions, pieces, progress) };

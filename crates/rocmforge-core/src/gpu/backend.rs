@@ -17,7 +17,9 @@
 
 use std::sync::atomic::{fence, Ordering};
 
-use super::device::{DeviceMemory, Frame, GpuDevice, HostCopy, HostMemory, Memory, Piece, Stall};
+use super::device::{
+    DeviceMemory, Frame, GpuDevice, HostCopy, HostMemory, Memory, Piece, Stall, Upload,
+};
 use super::options::{GpuOptions, LogLaunches};
 use super::staging::{read_f32s, stage_part, write_f32s, Staged, STAGING_SLACK};
 use super::{check_graph, check_part, record_graph, scratch_bytes, weight_kernel};
@@ -243,8 +245,17 @@ impl<D: GpuDevice> GpuBackend<D> {
         let timeout = self.opts.timeout;
         // SAFETY: split_regions placed every piece inside its region, and
         // nothing is queued (released above).
-        let uploaded =
-            unsafe { (self.device).upload(&mut self.host, &regions, &pieces, timeout, progress) };
+        let uploaded = unsafe {
+            (self.device).upload(
+                &mut self.host,
+                Upload {
+                    regions: &regions,
+                    pieces: &pieces,
+                    timeout,
+                    progress,
+                },
+            )
+        };
         let kv = uploaded.and_then(|()| {
             self.device
                 .alloc("KV cache", kv_layout.bytes() as u64, Memory::KvCache)
@@ -447,7 +458,7 @@ impl<D: GpuDevice> GpuBackend<D> {
         let how = parts.first().and_then(|p| self.device.describe(&p.part));
         eprintln!(
             "{}: graph of {} tokens records {n} launches in {} part(s){}",
-            self.device.name(),
+            D::NAME,
             graph.n_tokens,
             parts.len(),
             how.map_or(String::new(), |h| format!(", {h}"))
@@ -552,7 +563,7 @@ impl<D: GpuDevice> Drop for GpuBackend<D> {
 impl<D: GpuDevice> Backend for GpuBackend<D> {
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            name: self.device.name(),
+            name: D::NAME,
             device: self.device.summary(),
         }
     }

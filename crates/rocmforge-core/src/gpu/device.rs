@@ -53,6 +53,15 @@ pub struct Piece<'m> {
     pub offset: u64,
 }
 
+/// What [`GpuDevice::upload`] copies: every piece into its region, every
+/// wait bounded by `timeout`, `progress(done, total)` in bytes.
+pub struct Upload<'a, B> {
+    pub regions: &'a [B],
+    pub pieces: &'a [Piece<'a>],
+    pub timeout: Duration,
+    pub progress: &'a mut dyn FnMut(u64, u64),
+}
+
 /// A copy between the host memory and the arena allocation, recorded into
 /// a part: in before its launches, out after them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,7 +134,7 @@ pub trait GpuDevice {
     type Part;
 
     /// The registry name (`vulkan`, `rocm`).
-    fn name(&self) -> &'static str;
+    const NAME: &'static str;
     /// The one-line device summary.
     fn summary(&self) -> String;
     /// Which kernels the lowering may name on this device. The backend
@@ -176,10 +185,7 @@ pub trait GpuDevice {
     unsafe fn upload(
         &mut self,
         staging: &mut Option<Self::Host>,
-        regions: &[Self::Buffer],
-        pieces: &[Piece],
-        timeout: Duration,
-        progress: &mut dyn FnMut(u64, u64),
+        job: Upload<Self::Buffer>,
     ) -> Result<(), BackendError>;
 
     /// Called once the host memory of a reservation is in place (a device

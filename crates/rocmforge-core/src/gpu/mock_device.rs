@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use super::device::{
-    DeviceMemory, Frame, HostCopy, HostMemory, InFlight, Lower, Memory, Piece, Stall,
+    DeviceMemory, Frame, HostCopy, HostMemory, InFlight, Lower, Memory, Stall, Upload,
 };
 use super::mock::{Launch, RecordingSink};
 use super::{GpuDevice, Lowering, MatrixTiles};
@@ -132,9 +132,7 @@ impl GpuDevice for MockDevice {
     type Host = Rc<MockMemory>;
     type Part = MockPart;
 
-    fn name(&self) -> &'static str {
-        "mock"
-    }
+    const NAME: &'static str = "mock";
 
     fn summary(&self) -> String {
         "mock device (host memory)".into()
@@ -184,11 +182,14 @@ impl GpuDevice for MockDevice {
     unsafe fn upload(
         &mut self,
         _: &mut Option<Self::Host>,
-        regions: &[Self::Buffer],
-        pieces: &[Piece],
-        _: Duration,
-        progress: &mut dyn FnMut(u64, u64),
+        job: Upload<Self::Buffer>,
     ) -> Result<(), BackendError> {
+        let Upload {
+            regions,
+            pieces,
+            progress,
+            ..
+        } = job;
         for p in pieces {
             regions[p.region].write(p.offset, p.bytes);
         }
