@@ -57,9 +57,10 @@ pub struct Args {
     n_predict: i64,
     #[command(flatten)]
     backend: BackendArgs,
-    /// Context size in tokens (0 = the model's training context, capped at 4096).
-    #[arg(long, short = 'c', default_value_t = 0, allow_negative_numbers = true)]
-    ctx_size: usize,
+    /// Context size in tokens; 0 = the model's training context, as
+    /// llama.cpp's. Unset: the training context, capped at 4096.
+    #[arg(long, short = 'c', allow_negative_numbers = true)]
+    ctx_size: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Print generated token ids, one per line, instead of text.
@@ -435,10 +436,18 @@ pub fn positive_secs(flag: &str, secs: f64) -> Result<Duration, String> {
 
 /// The context a run uses: `requested`, or with 0 the model's training
 /// context capped at 4096; a warning when it exceeds the training context.
-pub fn context_size(requested: usize, n_ctx_train: usize) -> usize {
+/// The context without `--ctx-size`, at most.
+pub const DEFAULT_CTX: usize = 4096;
+
+/// The context a session gets: `--ctx-size N`, 0 for the model's whole
+/// training context (llama.cpp's `-c 0`), or without the flag the training
+/// context capped at [`DEFAULT_CTX`] (a model trained at 128k would
+/// otherwise reserve a KV cache of many GiB by default).
+pub fn context_size(requested: Option<usize>, n_ctx_train: usize) -> usize {
     let n_ctx = match requested {
-        0 => n_ctx_train.min(4096),
-        n => n,
+        None => n_ctx_train.min(DEFAULT_CTX),
+        Some(0) => n_ctx_train,
+        Some(n) => n,
     };
     if n_ctx > n_ctx_train {
         note(&format!(
@@ -446,4 +455,17 @@ pub fn context_size(requested: usize, n_ctx_train: usize) -> usize {
         ));
     }
     n_ctx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_is_the_training_context_and_no_flag_caps_it() {
+        assert_eq!(context_size(None, 131072), DEFAULT_CTX);
+        assert_eq!(context_size(None, 2048), 2048);
+        assert_eq!(context_size(Some(0), 131072), 131072);
+        assert_eq!(context_size(Some(512), 2048), 512);
+    }
 }

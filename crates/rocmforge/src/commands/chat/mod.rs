@@ -65,10 +65,10 @@ pub struct Args {
     no_think: bool,
     #[command(flatten)]
     backend: BackendArgs,
-    /// Context size in tokens, the whole conversation's (0 = the model's
-    /// training context, capped at 4096).
-    #[arg(long, short = 'c', default_value_t = 0)]
-    ctx_size: usize,
+    /// Context size in tokens, the whole conversation's; 0 = the model's
+    /// training context. Unset: the training context, capped at 4096.
+    #[arg(long, short = 'c')]
+    ctx_size: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
 }

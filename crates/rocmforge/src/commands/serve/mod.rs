@@ -49,10 +49,11 @@ pub struct Args {
     chat_template_file: Option<PathBuf>,
     #[command(flatten)]
     backend: BackendArgs,
-    /// Context size in tokens, each request's prompt and reply together (0
-    /// = the model's training context, capped at 4096).
-    #[arg(long, short = 'c', default_value_t = 0)]
-    ctx_size: usize,
+    /// Context size in tokens, each request's prompt and reply together; 0
+    /// = the model's training context. Unset: the training context, capped
+    /// at 4096.
+    #[arg(long, short = 'c')]
+    ctx_size: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -138,7 +139,7 @@ struct Load {
     model: PathBuf,
     chat_template_file: Option<PathBuf>,
     backend: BackendArgs,
-    ctx_size: usize,
+    ctx_size: Option<usize>,
     metrics: Arc<Metrics>,
 }
 
