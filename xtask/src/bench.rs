@@ -26,7 +26,7 @@ use report::{BackendResult, OutputFormat, Printer};
 use rocmforge_genmodel::presets::{self, Preset};
 
 #[derive(Debug, clap::Args)]
-// A later -p/-n/-r/-t replaces an earlier one (a list as a whole), so
+// A later -p/-n/-d/-r/-t replaces an earlier one (a list as a whole), so
 // scripts can append overrides.
 #[command(args_override_self = true)]
 pub struct BenchArgs {
@@ -69,6 +69,18 @@ pub struct BenchArgs {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
+    /// Depths, comma separated (llama-bench's -d): every pp and tg test
+    /// runs at each, after that many untimed prompt tokens are in the KV
+    /// cache (rows `pp512 @ d4096`); 0 is an empty cache.
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_name = "N,...",
+        value_delimiter = ',',
+        action = clap::ArgAction::Set,
+        default_value = "0"
+    )]
+    pub n_depth: Vec<usize>,
     /// Timed repetitions of each test, after one untimed warm-up.
     #[arg(short = 'r', long = "repetitions", value_name = "N", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -124,6 +136,15 @@ pub struct BenchArgs {
 pub enum BenchError {
     #[error("nothing to measure: every -p and -n size is 0")]
     NoTests,
+    #[error(
+        "{test} needs {needed} cache positions, more than the model's context \
+         length {n_ctx_train}: lower -d, -p or -n"
+    )]
+    ContextTooLong {
+        test: String,
+        needed: usize,
+        n_ctx_train: usize,
+    },
     #[error("generating the model: {0}")]
     Generate(#[from] rocmforge_genmodel::GenError),
     #[error("cannot create {}: {source}", path.display())]
@@ -146,7 +167,7 @@ impl BenchError {
     /// Argument errors exit 2 like clap's; everything else 1.
     fn exit_code(&self) -> u8 {
         match self {
-            BenchError::NoTests => 2,
+            BenchError::NoTests | BenchError::ContextTooLong { .. } => 2,
             _ => 1,
         }
     }
@@ -166,6 +187,7 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
     let plan = measure::Plan {
         n_prompts: args.n_prompt.clone(),
         n_gens: args.n_gen.clone(),
+        n_depths: args.n_depth.clone(),
         repetitions: args.repetitions as usize,
         n_batch: args.batch_size as usize,
         n_ubatch: args.ubatch_size as usize,
@@ -197,6 +219,9 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
     } else {
         None
     };
+    if let Some((model, _)) = &loaded {
+        check_context(&tests, model.config.n_ctx_train)?;
+    }
     let thread_counts: Vec<usize> = args.threads.iter().map(|&t| resolve_threads(t)).collect();
     // clap gives at least one count (the default is 0).
     let first_threads = thread_counts.first().copied().unwrap_or(1);
@@ -284,6 +309,7 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
             model: path,
             n_prompt: &args.n_prompt,
             n_gen: &args.n_gen,
+            n_depth: &args.n_depth,
             repetitions: args.repetitions,
             threads: &thread_counts,
         };
@@ -354,6 +380,21 @@ fn resolve_threads(threads: usize) -> usize {
     match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
+    }
+}
+
+/// Every test must fit the model's context: its depth, then its prompt or
+/// generation (llama-bench makes each test's context n_depth + n_prompt +
+/// n_gen). Checked before any backend runs, so a depth too deep is one
+/// error line, not a failure after the shallower tests ran.
+fn check_context(tests: &[measure::Test], n_ctx_train: usize) -> Result<(), BenchError> {
+    match tests.iter().max_by_key(|t| t.positions()) {
+        Some(t) if t.positions() > n_ctx_train => Err(BenchError::ContextTooLong {
+            test: t.name(),
+            needed: t.positions(),
+            n_ctx_train,
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -185,6 +185,47 @@ fn lists_of_sizes_and_threads_as_llama_bench_takes_them() {
 }
 
 #[test]
+fn depths_fill_the_cache_before_each_test() {
+    let out = bench(&["--backend", "cpu", "-d", "0,16", "-r", "1", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let got: Vec<(u64, u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["n_prompt"].as_u64().unwrap(),
+                r["n_gen"].as_u64().unwrap(),
+                r["n_depth"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [(8, 0, 0), (0, 4, 0), (8, 0, 16), (0, 4, 16)]);
+    assert!(rows.iter().all(|r| r["avg_ts"].as_f64().unwrap() > 0.0));
+
+    let out = bench(&["--backend", "cpu", "-d", "0,16", "-r", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let tests: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("| cpu |"))
+        .filter_map(|l| l.split(" | ").nth(6))
+        .collect();
+    assert_eq!(tests, ["pp8", "tg4", "pp8 @ d16", "tg4 @ d16"], "{text}");
+}
+
+#[test]
+fn a_depth_past_the_model_context_exits_2() {
+    // The reference model's context length is 4096.
+    let out = bench(&["--backend", "cpu", "-d", "0,4090"]);
+    assert_error(
+        &out,
+        2,
+        "pp8 @ d4090 needs 4098 cache positions, more than the model's context length 4096",
+    );
+    assert_eq!(stdout(&out), "", "nothing measured first");
+}
+
+#[test]
 fn csv_header_and_rows() {
     let out = bench(&["--backend", "cpu", "-o", "csv"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -239,6 +280,48 @@ fn compares_with_llama_bench() {
     // llama-bench stand-in: the ratio rounds to 0.00.
     assert!(text.contains("rocmforge ÷ llama.cpp"), "{text}");
     assert!(text.contains("| cpu | 0.00 | 0.00 |"), "{text}");
+}
+
+#[cfg(unix)]
+#[test]
+fn depths_pass_on_to_llama_bench() {
+    let json = r#"[{"n_prompt":8,"n_gen":0,"n_depth":0,"n_threads":2,"avg_ts":1.0e9,"stddev_ts":1.0},
+{"n_prompt":0,"n_gen":4,"n_depth":0,"n_threads":2,"avg_ts":1.0e9,"stddev_ts":1.0},
+{"n_prompt":8,"n_gen":0,"n_depth":16,"n_threads":2,"avg_ts":3.0e9,"stddev_ts":1.0},
+{"n_prompt":0,"n_gen":4,"n_depth":16,"n_threads":2,"avg_ts":4.0e9,"stddev_ts":1.0}]"#;
+    let args_file =
+        std::env::temp_dir().join(format!("fake-llama-bench-args-{}", std::process::id()));
+    let fake = fake_llama_bench(
+        "depth",
+        &format!(
+            "echo \"$@\" > '{}'\ncat <<'EOF'\n{json}\nEOF",
+            args_file.display()
+        ),
+    );
+    let out = bench(&[
+        "--backend",
+        "cpu",
+        "-d",
+        "0,16",
+        "-r",
+        "1",
+        "--vs-llama-bench",
+        fake.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&fake);
+    let args = std::fs::read_to_string(&args_file).unwrap_or_default();
+    let _ = std::fs::remove_file(&args_file);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(args.contains(" -d 0,16 "), "{args}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("| llama.cpp | llama-bench | 2 | tg4 @ d16 | 4000000000.00 ± 1.00 |"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| backend | pp8 | tg4 | pp8 @ d16 | tg4 @ d16 |"),
+        "{text}"
+    );
 }
 
 #[cfg(unix)]

@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use hip_sys::{Event, Flavor, HipError, Runtime, Stream};
 use rocmforge_core::backend::BackendError;
+use rocmforge_core::gpu::cost::Rates;
 use rocmforge_core::gpu::device::{Frame, InFlight, Lower, Memory, Stall, Upload};
 use rocmforge_core::gpu::MatrixTiles;
 use rocmforge_core::gpu::{GpuBackend, GpuDevice, GpuOptions, Lowering};
 
-use crate::commands::{causes, stall, wait, Recorded, Recorder, Replay, WaitError, CRUMB_BYTES};
+use crate::commands::{causes, stall, wait, Recorded, Recorder, Replay, CRUMB_BYTES};
 use crate::device::Device;
 use crate::error::Hip;
 use crate::memory::{DeviceBuffer, Piece, Pinned, Uploader};
@@ -88,13 +89,6 @@ impl HipDevice {
     pub fn flavor(&self) -> Flavor {
         self.dev.flavor
     }
-
-    /// Records an event after everything queued and waits for it.
-    pub(crate) fn drain(&self, timeout: Duration) -> Result<(), WaitError> {
-        // SAFETY: live event and stream.
-        unsafe { self.rt.event_record(self.events[0], self.stream) }.map_err(WaitError::Hip)?;
-        wait(&self.rt, self.events[0], timeout)
-    }
 }
 
 impl Drop for HipDevice {
@@ -154,6 +148,14 @@ impl GpuDevice for HipDevice {
 
     fn max_region(&self) -> u64 {
         self.dev.props.total_mem
+    }
+
+    fn rates(&self) -> Rates {
+        if self.dev.props.integrated {
+            Rates::INTEGRATED
+        } else {
+            Rates::DISCRETE
+        }
     }
 
     fn free_memory(&self) -> Option<u64> {

@@ -81,6 +81,15 @@ pub(crate) fn wait(rt: &Runtime, event: Event, timeout: Duration) -> Result<(), 
     }
 }
 
+impl crate::backend::HipDevice {
+    /// Records an event after everything queued and waits for it.
+    pub(crate) fn drain(&self, timeout: Duration) -> Result<(), WaitError> {
+        // SAFETY: live event and stream.
+        unsafe { self.rt.event_record(self.events[0], self.stream) }.map_err(WaitError::Hip)?;
+        wait(&self.rt, self.events[0], timeout)
+    }
+}
+
 /// A failed wait as core's GPU backend takes it.
 pub(crate) fn stall(e: WaitError) -> Stall {
     match e {

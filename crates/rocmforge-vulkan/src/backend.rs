@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use ash::vk;
 use rocmforge_core::backend::BackendError;
+use rocmforge_core::gpu::cost::Rates;
 use rocmforge_core::gpu::device::{
     Frame, HostCopy, HostMemory, InFlight, Lower, Memory, Stall, Upload,
 };
@@ -188,6 +189,14 @@ impl GpuDevice for VulkanDevice {
 
     fn crumb_bytes(&self) -> usize {
         4
+    }
+
+    fn rates(&self) -> Rates {
+        match self.gpu.props.device_type {
+            vk::PhysicalDeviceType::CPU => Rates::SOFTWARE,
+            vk::PhysicalDeviceType::INTEGRATED_GPU => Rates::INTEGRATED,
+            _ => Rates::DISCRETE,
+        }
     }
 
     fn reads_host_step_inputs(&self) -> bool {

@@ -82,3 +82,31 @@ fn split_weight_regions_and_staged_upload_give_the_same_logits() {
     assert_eq!(n_staged, n);
     assert_eq!(staged, plain);
 }
+
+/// A step over the submission budget runs as several submissions (one per
+/// op with a zero budget; lavapipe is where steps are slowest) and gives
+/// the logits of one submission: only fusions across a cut are undone.
+#[test]
+fn a_step_split_into_submissions_gives_the_same_logits() {
+    let path = generated("tiny-qwen3", QuantType::Q8_0);
+    let Some((whole, n, _)) = run(&path, options(), GpuOptions::from_env()) else {
+        return;
+    };
+    let split = GpuOptions {
+        submit_budget: std::time::Duration::ZERO,
+        ..GpuOptions::from_env()
+    };
+    let (cut, n_cut, _) = run(&path, options(), split).unwrap();
+    assert_eq!(n_cut, n, "no allocation per submission");
+    let sd = {
+        let m = whole.iter().sum::<f32>() / whole.len() as f32;
+        (whole.iter().map(|x| (x - m).powi(2)).sum::<f32>() / whole.len() as f32).sqrt()
+    };
+    let worst = whole
+        .iter()
+        .zip(&cut)
+        .map(|(a, b)| (a - b).abs() / sd)
+        .fold(0f32, f32::max);
+    assert!(cut.iter().all(|v| v.is_finite()));
+    assert!(worst <= 0.01, "split submissions differ by {worst}σ");
+}

@@ -2,12 +2,13 @@
 //! settings and reads its `-o json` output, so the two engines are compared
 //! on one machine in one invocation.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde::Deserialize;
 
-use super::report::{BackendResult, TestResult, LLAMA_CPP};
+use super::report::{test_name, BackendResult, TestResult, LLAMA_CPP};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LlamaBenchError {
@@ -35,6 +36,9 @@ pub enum LlamaBenchError {
 struct Row {
     n_prompt: usize,
     n_gen: usize,
+    /// Absent from llama-bench builds older than its `-d`: depth 0.
+    #[serde(default)]
+    n_depth: usize,
     #[serde(default)]
     n_threads: usize,
     avg_ts: f64,
@@ -53,6 +57,9 @@ pub struct Settings<'a> {
     pub model: &'a Path,
     pub n_prompt: &'a [usize],
     pub n_gen: &'a [usize],
+    /// `-d`: passed on only when some depth is not 0, so a llama-bench
+    /// older than the flag still runs the tests without one.
+    pub n_depth: &'a [usize],
     pub repetitions: u32,
     pub threads: &'a [usize],
 }
@@ -66,15 +73,24 @@ fn list(values: &[usize]) -> String {
         .join(",")
 }
 
+/// The arguments after the binary.
+pub fn args(s: &Settings) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["-m".into(), s.model.into()];
+    let mut push = |flag: &str, value: String| args.extend([flag.into(), value.into()]);
+    push("-p", list(s.n_prompt));
+    push("-n", list(s.n_gen));
+    if s.n_depth.iter().any(|&d| d > 0) {
+        push("-d", list(s.n_depth));
+    }
+    push("-r", s.repetitions.to_string());
+    push("-t", list(s.threads));
+    push("-o", "json".to_string());
+    args
+}
+
 pub fn run(binary: &Path, s: &Settings) -> Result<BackendResult, LlamaBenchError> {
     let output = Command::new(binary)
-        .arg("-m")
-        .arg(s.model)
-        .args(["-p", &list(s.n_prompt)])
-        .args(["-n", &list(s.n_gen)])
-        .args(["-r", &s.repetitions.to_string()])
-        .args(["-t", &list(s.threads)])
-        .args(["-o", "json"])
+        .args(args(s))
         .output()
         .map_err(|source| LlamaBenchError::Spawn {
             path: binary.to_path_buf(),
@@ -114,8 +130,9 @@ pub fn parse(json: &str) -> Result<BackendResult, LlamaBenchError> {
         .map(|r| TestResult {
             mean: r.avg_ts,
             sd: r.stddev_ts,
+            n_depth: r.n_depth,
             ..TestResult::from_samples(
-                test_name(r.n_prompt, r.n_gen),
+                test_name(r.n_prompt, r.n_gen, r.n_depth),
                 r.n_prompt,
                 r.n_gen,
                 r.n_threads,
@@ -129,12 +146,4 @@ pub fn parse(json: &str) -> Result<BackendResult, LlamaBenchError> {
         reason: None,
         tests,
     })
-}
-
-fn test_name(n_prompt: usize, n_gen: usize) -> String {
-    match (n_prompt, n_gen) {
-        (p, 0) => format!("pp{p}"),
-        (0, n) => format!("tg{n}"),
-        (p, n) => format!("pp{p}+tg{n}"),
-    }
 }

@@ -184,7 +184,7 @@ pub fn row<'a>(
         fit_min_ctx: 0,
         n_prompt: t.n_prompt,
         n_gen: t.n_gen,
-        n_depth: 0,
+        n_depth: t.n_depth,
         test_time: &t.started,
         avg_ns,
         stddev_ns,

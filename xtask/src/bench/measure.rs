@@ -1,6 +1,8 @@
 //! The timed runs, as llama-bench defines them: `ppN` evaluates one N-token
 //! batch from an empty cache, `tgN` decodes N single tokens from an empty
-//! cache; tokens are random ids, since throughput does not depend on them.
+//! cache; with a depth D (`pp512 @ d4096`), D untimed prompt tokens are
+//! evaluated first, so the timed tokens attend to a cache of D positions.
+//! Tokens are random ids, since throughput does not depend on them.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,7 +13,7 @@ use rocmforge_core::model::Model;
 use rocmforge_core::session::{Session, SessionOptions};
 
 use super::llama_schema::now_rfc3339;
-use super::report::TestResult;
+use super::report::{test_name, TestResult};
 
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -19,6 +21,9 @@ pub struct Plan {
     pub n_prompts: Vec<usize>,
     /// The tgN tests, after the pp ones; `-n`.
     pub n_gens: Vec<usize>,
+    /// Tokens in the cache before each test (llama-bench's `-d`): every pp
+    /// and tg test runs at each depth, in this order; 0 is an empty cache.
+    pub n_depths: Vec<usize>,
     pub repetitions: usize,
     /// Most prompt tokens per evaluation call (llama-bench's `-b`).
     pub n_batch: usize,
@@ -31,46 +36,104 @@ pub struct Plan {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Test {
-    Prompt(usize),
-    Generate(usize),
+pub enum Kind {
+    /// One prompt of `n_tokens`, passed in `-b` pieces.
+    Prompt,
+    /// `n_tokens` single-token decode steps.
+    Generate,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Test {
+    pub kind: Kind,
+    pub n_tokens: usize,
+    /// Untimed prompt tokens evaluated before the timed ones.
+    pub n_depth: usize,
 }
 
 impl Test {
-    fn tokens(self) -> usize {
-        match self {
-            Test::Prompt(n) | Test::Generate(n) => n,
+    pub fn prompt(n_tokens: usize, n_depth: usize) -> Test {
+        Test {
+            kind: Kind::Prompt,
+            n_tokens,
+            n_depth,
         }
     }
 
+    pub fn generate(n_tokens: usize, n_depth: usize) -> Test {
+        Test {
+            kind: Kind::Generate,
+            n_tokens,
+            n_depth,
+        }
+    }
+
+    /// Cache positions the test fills: its depth and its own tokens.
+    pub fn positions(self) -> usize {
+        self.n_depth.saturating_add(self.n_tokens)
+    }
+
+    fn prompt_gen(self) -> (usize, usize) {
+        match self.kind {
+            Kind::Prompt => (self.n_tokens, 0),
+            Kind::Generate => (0, self.n_tokens),
+        }
+    }
+
+    /// `pp512`, `tg128 @ d4096`: llama-bench's row name.
+    pub fn name(self) -> String {
+        let (n_prompt, n_gen) = self.prompt_gen();
+        test_name(n_prompt, n_gen, self.n_depth)
+    }
+
     fn result(self, n_threads: usize, samples_ns: Vec<u64>) -> TestResult {
-        let (name, n_prompt, n_gen) = match self {
-            Test::Prompt(n) => (format!("pp{n}"), n, 0),
-            Test::Generate(n) => (format!("tg{n}"), 0, n),
-        };
-        TestResult::from_ns(name, n_prompt, n_gen, n_threads, samples_ns)
+        let (n_prompt, n_gen) = self.prompt_gen();
+        // Rates count the timed tokens only, as llama-bench's do.
+        TestResult {
+            n_depth: self.n_depth,
+            ..TestResult::from_ns(self.name(), n_prompt, n_gen, n_threads, samples_ns)
+        }
     }
 }
 
 impl Plan {
-    /// The tests in llama-bench's order: every pp, then every tg; a size of
-    /// 0 is no test.
+    /// The tests in llama-bench's order: for each depth, every pp, then
+    /// every tg; a size of 0 is no test.
     pub fn tests(&self) -> Vec<Test> {
-        let pp = self.n_prompts.iter().map(|&n| Test::Prompt(n));
-        let tg = self.n_gens.iter().map(|&n| Test::Generate(n));
-        pp.chain(tg).filter(|t| t.tokens() > 0).collect()
+        let mut tests = Vec::new();
+        for &d in &self.n_depths {
+            let pp = self.n_prompts.iter().map(|&n| Test::prompt(n, d));
+            let tg = self.n_gens.iter().map(|&n| Test::generate(n, d));
+            tests.extend(pp.chain(tg).filter(|t| t.n_tokens > 0));
+        }
+        tests
     }
 
-    /// One session serves every test: its context holds the longest prompt
-    /// and the longest generation, and its steps are `-ub` tokens, as
-    /// llama.cpp's micro-batches are (a remainder is cut into the session's
-    /// power-of-two steps).
-    fn session_options(&self) -> SessionOptions {
-        let max_prompt = self.n_prompts.iter().copied().max().unwrap_or(0);
-        let max_gen = self.n_gens.iter().copied().max().unwrap_or(0);
+    /// One session serves every test: its context holds the deepest depth,
+    /// the longest prompt and the longest generation, and its steps are
+    /// `-ub` tokens, as llama.cpp's micro-batches are (a remainder is cut
+    /// into the session's power-of-two steps). A step is no longer than
+    /// the longest prompt, so a prompt shorter than `-ub` is one step, as
+    /// in llama.cpp; the depth is cut into steps of that size too (its
+    /// filling is untimed), except in a tg-only plan, where the depth
+    /// alone sets the step size so it is not filled one token at a time.
+    pub(super) fn session_options(&self) -> SessionOptions {
+        let max = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
+        let (max_prompt, max_gen, max_depth) =
+            (max(&self.n_prompts), max(&self.n_gens), max(&self.n_depths));
         SessionOptions {
-            n_ctx: (max_prompt + max_gen).max(1),
-            n_batch: self.n_ubatch.min(max_prompt).max(1),
+            n_ctx: max_depth
+                .saturating_add(max_prompt)
+                .saturating_add(max_gen)
+                .max(1),
+            n_batch: self
+                .n_ubatch
+                .min(if max_prompt > 0 {
+                    max_prompt
+                } else {
+                    max_depth
+                })
+                .max(1),
             all_logits: false,
         }
     }
@@ -115,8 +178,15 @@ impl Runner {
         self.session.backend().info().device
     }
 
+    /// Positions in the cache now.
+    #[cfg(test)]
+    pub fn n_past(&self) -> usize {
+        self.session.n_past()
+    }
+
     /// One untimed warm-up (first-touch page faults and lazy set-up belong
-    /// to no run), then the timed repetitions.
+    /// to no run; it fills the depth too, so the cache positions the timed
+    /// runs read are touched), then the timed repetitions.
     pub fn run(&mut self, test: Test) -> Result<TestResult, String> {
         let started = now_rfc3339();
         self.run_once(test)?;
@@ -130,20 +200,35 @@ impl Runner {
         })
     }
 
-    /// One run from an empty cache; returns its nanoseconds. Token ids are
-    /// drawn before the clock starts so the timing is the model's alone.
+    /// One run from an empty cache: the depth untimed, then the test
+    /// timed; returns the timed nanoseconds. Token ids are drawn before the
+    /// clock starts so the timing is the model's alone.
+    ///
+    /// The depth is evaluated again before every repetition (llama-bench
+    /// clears its cache and refills the depth each repetition; newer
+    /// builds restore a saved copy of the state instead). We cannot rewind:
+    /// [`Session`] offers only `reset` (back to position 0), no truncation
+    /// to a position, so filling once and rewinding to the depth is not
+    /// available. Refilling costs untimed time only, and every repetition
+    /// starts from the same state a real prompt of that length leaves.
     fn run_once(&mut self, test: Test) -> Result<u64, String> {
         let session = &mut self.session;
         session.reset();
-        let ids: Vec<u32> = (0..test.tokens()).map(|_| self.tokens.next_id()).collect();
+        if test.n_depth > 0 {
+            let depth: Vec<u32> = (0..test.n_depth).map(|_| self.tokens.next_id()).collect();
+            for piece in depth.chunks(self.n_batch) {
+                session.eval(piece).map_err(|e| depth_error(test, &e))?;
+            }
+        }
+        let ids: Vec<u32> = (0..test.n_tokens).map(|_| self.tokens.next_id()).collect();
         let start = Instant::now();
-        match test {
-            Test::Prompt(_) => {
+        match test.kind {
+            Kind::Prompt => {
                 for piece in ids.chunks(self.n_batch) {
                     session.eval(piece).map_err(|e| e.to_string())?;
                 }
             }
-            Test::Generate(_) => {
+            Kind::Generate => {
                 for id in &ids {
                     session
                         .eval(std::slice::from_ref(id))
@@ -156,6 +241,16 @@ impl Runner {
             .unwrap_or(u64::MAX)
             .max(1))
     }
+}
+
+/// A failure while filling the depth, saying so (the test's own tokens
+/// have not started).
+fn depth_error(test: Test, e: &impl std::fmt::Display) -> String {
+    format!(
+        "{}: filling the depth of {} tokens: {e}",
+        test.name(),
+        test.n_depth
+    )
 }
 
 /// Random token ids (xorshift64*): no dependency needed, and a fixed seed

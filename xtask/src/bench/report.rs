@@ -99,12 +99,32 @@ pub fn clean_path(path: &Path) -> String {
     }
 }
 
+/// llama-bench's name of a test: `pp512`, `tg128`, `pp512+tg128` for a
+/// combined one, each followed by ` @ d4096` when it ran after that many
+/// tokens were in the cache (nothing for depth 0).
+pub fn test_name(n_prompt: usize, n_gen: usize, n_depth: usize) -> String {
+    let name = match (n_prompt, n_gen) {
+        (p, 0) => format!("pp{p}"),
+        (0, n) => format!("tg{n}"),
+        (p, n) => format!("pp{p}+tg{n}"),
+    };
+    match n_depth {
+        0 => name,
+        d => format!("{name} @ d{d}"),
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TestResult {
-    /// `pp512`, `tg128`, or `pp512+tg128` for a llama-bench combined test.
+    /// [`test_name`]: `pp512`, `tg128 @ d4096`, or `pp512+tg128` for a
+    /// llama-bench combined test.
     pub test: String,
     pub n_prompt: usize,
     pub n_gen: usize,
+    /// Tokens in the KV cache before the timed part began (llama-bench's
+    /// `-d`); 0 for a run from an empty cache.
+    #[serde(default)]
+    pub n_depth: usize,
     /// CPU threads the run used.
     pub n_threads: usize,
     /// Tokens per second.
@@ -131,6 +151,7 @@ impl TestResult {
             test,
             n_prompt,
             n_gen,
+            n_depth: 0,
             n_threads,
             mean,
             sd,
@@ -275,7 +296,7 @@ impl<W: std::io::Write> Printer<W> {
                 }
             }
             OutputFormat::Csv => self.buf.push_str(
-                "model,size_bytes,n_params,backend,device,n_threads,test,n_prompt,n_gen,mean_ts,sd_ts,reason\n",
+                "model,size_bytes,n_params,backend,device,n_threads,test,n_prompt,n_gen,n_depth,mean_ts,sd_ts,reason\n",
             ),
             OutputFormat::Json => self.buf.push('['),
             OutputFormat::Jsonl => {}
@@ -293,7 +314,7 @@ impl<W: std::io::Write> Printer<W> {
         if self.format == OutputFormat::Csv {
             let _ = writeln!(
                 self.buf,
-                "{},{},{},,,,,,,{}",
+                "{},{},{},,,,,,,,{}",
                 self.csv_model(),
                 csv_field(&b.backend),
                 csv_field(b.device.as_deref().unwrap_or("")),
@@ -328,7 +349,7 @@ impl<W: std::io::Write> Printer<W> {
             OutputFormat::Csv => {
                 let _ = writeln!(
                     self.buf,
-                    "{},{},{},{},{},{},{},{:.4},{:.4},",
+                    "{},{},{},{},{},{},{},{},{:.4},{:.4},",
                     self.csv_model(),
                     csv_field(backend),
                     csv_field(device),
@@ -336,6 +357,7 @@ impl<W: std::io::Write> Printer<W> {
                     csv_field(&t.test),
                     t.n_prompt,
                     t.n_gen,
+                    t.n_depth,
                     t.mean,
                     t.sd
                 );

@@ -50,6 +50,8 @@ fn mean_and_sample_sd() {
 fn parses_llama_bench_json() {
     let r = llama_bench::parse(LLAMA_BENCH_JSON).unwrap();
     assert_eq!(r.backend, "llama.cpp");
+    // Rows without n_depth (llama-bench before -d) are at depth 0.
+    assert!(r.tests.iter().all(|t| t.n_depth == 0));
     assert_eq!(r.device.as_deref(), Some("CPU: AMD EPYC 7B13"));
     let names: Vec<&str> = r.tests.iter().map(|t| t.test.as_str()).collect();
     assert_eq!(names, ["pp512", "tg128", "pp512+tg128"]);
@@ -261,15 +263,21 @@ fn csv_rows() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "model,size_bytes,n_params,backend,device,n_threads,test,n_prompt,n_gen,mean_ts,sd_ts,reason"
+        "model,size_bytes,n_params,backend,device,n_threads,test,n_prompt,n_gen,n_depth,mean_ts,sd_ts,reason"
     );
     // 3 backends × 2 tests, plus vulkan's reason row.
     assert_eq!(lines.len(), 1 + 7);
     assert_eq!(
         lines[1],
-        "qwen2 494M Q4_0,1572864,494030000,cpu,\"cpu device, rev 2\",2,pp8,8,0,100.0000,1.0000,"
+        "qwen2 494M Q4_0,1572864,494030000,cpu,\"cpu device, rev 2\",2,pp8,8,0,0,100.0000,1.0000,"
     );
     assert!(lines[3].starts_with("qwen2 494M Q4_0,1572864,494030000,vulkan,,,"));
+    // Every row has the header's columns.
+    for line in &lines {
+        // Quoted fields (the devices) dropped, with their commas.
+        let plain: String = line.split('"').step_by(2).collect();
+        assert_eq!(plain.matches(',').count(), 12, "{line}");
+    }
 }
 
 /// The keys compare-llama-bench.py requires of every row
@@ -358,6 +366,104 @@ fn json_rows_use_llama_bench_schema() {
     assert_eq!(lines, rows);
 }
 
+/// `result`'s tests, run again at depth 16.
+fn at_depth_16(mut b: BackendResult) -> BackendResult {
+    let deep: Vec<TestResult> = b
+        .tests
+        .iter()
+        .map(|t| TestResult {
+            test: report::test_name(t.n_prompt, t.n_gen, 16),
+            n_depth: 16,
+            ..t.clone()
+        })
+        .collect();
+    b.tests.extend(deep);
+    b
+}
+
+#[test]
+fn depth_in_every_format() {
+    let backends = [at_depth_16(result("cpu", 100.0, 10.0))];
+    let json = render(OutputFormat::Json, &backends);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+    let depths: Vec<u64> = rows
+        .iter()
+        .map(|r| r["n_depth"].as_u64().unwrap())
+        .collect();
+    assert_eq!(depths, [0, 0, 16, 16], "{json}");
+    assert_eq!(
+        (rows[2]["n_prompt"].as_u64(), rows[3]["n_gen"].as_u64()),
+        (Some(8), Some(4))
+    );
+
+    let md = render(OutputFormat::Md, &backends);
+    let tests: Vec<&str> = md
+        .lines()
+        .filter(|l| l.starts_with("| qwen2"))
+        .map(|l| l.split(" | ").nth(6).unwrap())
+        .collect();
+    assert_eq!(tests, ["pp8", "tg4", "pp8 @ d16", "tg4 @ d16"], "{md}");
+
+    let csv = render(OutputFormat::Csv, &backends);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[3].contains(",2,pp8 @ d16,8,0,16,"), "{csv}");
+    assert!(lines[4].contains(",2,tg4 @ d16,0,4,16,"), "{csv}");
+}
+
+#[test]
+fn ratios_pair_equal_depths() {
+    let cpu = at_depth_16(result("cpu", 100.0, 10.0));
+    let mut rocm = at_depth_16(result("rocm", 400.0, 40.0));
+    // rocm measured pp8 at depth 16 only.
+    rocm.tests.remove(0);
+    let md = render(OutputFormat::Md, &[cpu, rocm]);
+    assert!(
+        md.contains("| backend | pp8 | tg4 | pp8 @ d16 | tg4 @ d16 |"),
+        "{md}"
+    );
+    assert!(md.contains("| rocm | - | 4.00 | 4.00 | 4.00 |"), "{md}");
+}
+
+#[test]
+fn llama_bench_depth_rows_and_arguments() {
+    let json = r#"[
+      {"n_prompt": 512, "n_gen": 0, "n_depth": 4096, "avg_ts": 90.0, "stddev_ts": 1.0},
+      {"n_prompt": 0, "n_gen": 128, "n_depth": 0, "avg_ts": 20.0, "stddev_ts": 0.5}
+    ]"#;
+    let r = llama_bench::parse(json).unwrap();
+    let got: Vec<(&str, usize)> = r
+        .tests
+        .iter()
+        .map(|t| (t.test.as_str(), t.n_depth))
+        .collect();
+    assert_eq!(got, [("pp512 @ d4096", 4096), ("tg128", 0)]);
+
+    let args = |n_depth: &[usize]| -> Vec<String> {
+        let s = llama_bench::Settings {
+            model: Path::new("m.gguf"),
+            n_prompt: &[512],
+            n_gen: &[128],
+            n_depth,
+            repetitions: 3,
+            threads: &[2],
+        };
+        llama_bench::args(&s)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        args(&[0, 4096]).join(" "),
+        "-m m.gguf -p 512 -n 128 -d 0,4096 -r 3 -t 2 -o json"
+    );
+    // Depth 0 alone is llama-bench's default: no -d, which builds older
+    // than the flag would refuse.
+    assert_eq!(
+        args(&[0]).join(" "),
+        "-m m.gguf -p 512 -n 128 -r 3 -t 2 -o json"
+    );
+}
+
 #[test]
 fn test_time_is_rfc3339_utc() {
     assert_eq!(llama_schema::rfc3339(0), "1970-01-01T00:00:00Z");
@@ -366,25 +472,129 @@ fn test_time_is_rfc3339_utc() {
     assert_eq!(llama_schema::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
 }
 
-#[test]
-fn tests_run_in_llama_bench_order() {
-    let plan = Plan {
-        n_prompts: vec![128, 0, 512],
-        n_gens: vec![16, 32],
+fn plan(n_prompts: &[usize], n_gens: &[usize], n_depths: &[usize]) -> Plan {
+    Plan {
+        n_prompts: n_prompts.to_vec(),
+        n_gens: n_gens.to_vec(),
+        n_depths: n_depths.to_vec(),
         repetitions: 1,
         n_batch: 2048,
         n_ubatch: 512,
         n_cpu_moe: 0,
-    };
+    }
+}
+
+#[test]
+fn tests_run_in_llama_bench_order() {
     assert_eq!(
-        plan.tests(),
+        plan(&[128, 0, 512], &[16, 32], &[0]).tests(),
         [
-            Test::Prompt(128),
-            Test::Prompt(512),
-            Test::Generate(16),
-            Test::Generate(32)
+            Test::prompt(128, 0),
+            Test::prompt(512, 0),
+            Test::generate(16, 0),
+            Test::generate(32, 0)
         ]
     );
+    // Every pp and tg at the first depth, then all of them at the next
+    // (llama-bench loops over depths outside the tests).
+    let tests = plan(&[8], &[4, 0], &[0, 16]).tests();
+    assert_eq!(
+        tests,
+        [
+            Test::prompt(8, 0),
+            Test::generate(4, 0),
+            Test::prompt(8, 16),
+            Test::generate(4, 16)
+        ]
+    );
+    let names: Vec<String> = tests.iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["pp8", "tg4", "pp8 @ d16", "tg4 @ d16"]);
+    assert_eq!(tests[3].positions(), 20);
+}
+
+#[test]
+fn test_names_follow_llama_bench() {
+    assert_eq!(report::test_name(512, 0, 0), "pp512");
+    assert_eq!(report::test_name(0, 128, 0), "tg128");
+    assert_eq!(report::test_name(512, 128, 0), "pp512+tg128");
+    assert_eq!(report::test_name(512, 0, 4096), "pp512 @ d4096");
+    assert_eq!(report::test_name(0, 128, 4096), "tg128 @ d4096");
+    assert_eq!(report::test_name(512, 128, 4096), "pp512+tg128 @ d4096");
+}
+
+#[test]
+fn session_holds_the_deepest_test() {
+    // Depth 0: as before the flag, prompt + generation.
+    let o = plan(&[8, 512], &[128], &[0]).session_options();
+    assert_eq!((o.n_ctx, o.n_batch), (640, 512));
+    let o = plan(&[512], &[128], &[0, 4096]).session_options();
+    assert_eq!((o.n_ctx, o.n_batch), (4096 + 512 + 128, 512));
+    // A tg-only plan fills its depth in -ub steps, not single tokens.
+    let o = plan(&[0], &[16], &[1024]).session_options();
+    assert_eq!((o.n_ctx, o.n_batch), (1040, 512));
+    // A prompt shorter than -ub stays one step whatever the depth.
+    let o = plan(&[100], &[4], &[0, 4096]).session_options();
+    assert_eq!((o.n_ctx, o.n_batch), (4200, 100));
+}
+
+#[test]
+fn a_depth_past_the_model_context_is_an_argument_error() {
+    let tests = plan(&[512], &[128], &[0, 4096]).tests();
+    let err = super::check_context(&tests, 4096).unwrap_err();
+    assert_eq!(err.exit_code(), 2);
+    assert_eq!(
+        err.to_string(),
+        "pp512 @ d4096 needs 4608 cache positions, more than the model's \
+         context length 4096: lower -d, -p or -n"
+    );
+    assert!(super::check_context(&tests, 4608).is_ok());
+    assert!(super::check_context(&[], 1).is_ok());
+}
+
+/// `cargo xtask bench` arguments as clap parses them.
+fn parse_args(args: &[&str]) -> Result<super::BenchArgs, clap::Error> {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: super::BenchArgs,
+    }
+    let all = std::iter::once("bench").chain(args.iter().copied());
+    Cli::try_parse_from(all).map(|c| c.bench)
+}
+
+#[test]
+fn depth_arguments() {
+    assert_eq!(parse_args(&[]).unwrap().n_depth, [0]);
+    assert_eq!(parse_args(&["-d", "0,16"]).unwrap().n_depth, [0, 16]);
+    assert_eq!(parse_args(&["--n-depth", "4096"]).unwrap().n_depth, [4096]);
+    // A later list replaces an earlier one, as -p and -n do.
+    assert_eq!(parse_args(&["-d", "1,2", "-d", "3"]).unwrap().n_depth, [3]);
+    assert!(parse_args(&["-d", "-1"]).is_err());
+    assert!(parse_args(&["-d", "x"]).is_err());
+}
+
+#[test]
+fn depth_reaches_the_cache_untimed() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/reference/tiny-qwen2-Q8_0.gguf");
+    let model = std::sync::Arc::new(rocmforge_core::model::Model::load(&path).unwrap());
+    let opts = rocmforge::registry::BackendOptions {
+        threads: 1,
+        ..Default::default()
+    };
+    let backend = rocmforge::registry::create("cpu", &opts).unwrap();
+    let plan = plan(&[8], &[4], &[0, 16]);
+    let mut runner = super::measure::Runner::start(backend, model, &plan, 1).unwrap();
+    for (test, n_past) in plan.tests().into_iter().zip([8, 4, 24, 20]) {
+        let t = runner.run(test).unwrap();
+        // The last repetition left its depth and its own tokens.
+        assert_eq!(runner.n_past(), n_past, "{test:?}");
+        assert_eq!((t.test.as_str(), t.n_depth), (&*test.name(), test.n_depth));
+        // The rate counts the timed tokens only.
+        let ns = t.samples_ns[0] as f64;
+        assert!((t.samples[0] - 1e9 * test.n_tokens as f64 / ns).abs() < 1e-6 * t.samples[0]);
+    }
 }
 
 #[test]

@@ -17,6 +17,7 @@
 
 use std::sync::atomic::{fence, Ordering};
 
+use super::cost;
 use super::device::{
     DeviceMemory, Frame, GpuDevice, HostCopy, HostMemory, Memory, Piece, Stall, Upload,
 };
@@ -64,11 +65,19 @@ struct Recorded<P> {
     n_tokens: usize,
 }
 
+/// A part: one or more submissions (runs of its ops, each estimated under
+/// the submission budget), the first copying its imports in, the last its
+/// exports out.
 struct RecordedPart<P> {
-    part: P,
-    labels: Vec<String>,
+    runs: Vec<Run<P>>,
     imports: Vec<Staged>,
     exports: Vec<Staged>,
+}
+
+/// One submission of a part.
+struct Run<P> {
+    part: P,
+    labels: Vec<String>,
 }
 
 /// A [`Backend`] made of a [`GpuDevice`]: see the module doc.
@@ -165,8 +174,13 @@ impl<D: GpuDevice> GpuBackend<D> {
         // SAFETY: the device is idle and the fields are emptied, so nothing
         // freed here is submitted again.
         unsafe {
-            for p in self.graphs.drain(..).flat_map(|g| g.parts) {
-                self.device.free_part(p.part);
+            for run in self
+                .graphs
+                .drain(..)
+                .flat_map(|g| g.parts)
+                .flat_map(|p| p.runs)
+            {
+                self.device.free_part(run.part);
             }
             if let Some(r) = self.reserved.take() {
                 self.device.free(r.arena);
@@ -399,46 +413,58 @@ impl<D: GpuDevice> GpuBackend<D> {
                 bytes: plan.step_inputs.bytes(),
             })
         };
+        let seconds = cost::op_seconds(
+            graph,
+            &loaded.weights,
+            &loaded.kv_layout,
+            self.device.rates(),
+        );
+        let budget = self.opts.submit_budget.as_secs_f64();
         let mut recorded: Vec<RecordedPart<D::Part>> = Vec::with_capacity(parts.len());
         for (part, (imports, exports)) in parts.iter().zip(staged) {
             let copies_in: Vec<HostCopy> = (step_in.iter().copied())
                 .chain(imports.iter().map(host_copy))
                 .collect();
             let copies_out: Vec<HostCopy> = exports.iter().map(host_copy).collect();
-            let frame = Frame {
-                arena: &r.arena,
-                host,
-                copies_in: &copies_in,
-                copies_out: &copies_out,
-                crumbs: r.crumbs,
-            };
-            let (lowering, skip) = (&self.lowering, self.opts.skip_launches.as_deref());
-            let mut labels = Vec::new();
-            let done = self.device.record(&frame, &mut |sink| {
-                let mut sink = Labelled {
-                    inner: sink,
-                    labels: &mut labels,
-                    skip,
+            let cuts = cost::segments(part.ops.clone(), &seconds, budget);
+            let mut runs = Vec::with_capacity(cuts.len());
+            for (k, ops) in cuts.iter().enumerate() {
+                let frame = Frame {
+                    arena: &r.arena,
+                    host,
+                    copies_in: if k == 0 { &copies_in } else { &[] },
+                    copies_out: if k + 1 == cuts.len() {
+                        &copies_out
+                    } else {
+                        &[]
+                    },
+                    crumbs: r.crumbs,
                 };
-                record_graph(&mut sink, lowering, graph, plan, &addrs, part.ops.clone())
-            });
-            match done {
-                Ok(p) => recorded.push(RecordedPart {
-                    part: p,
-                    labels,
-                    imports,
-                    exports,
-                }),
-                Err(e) => {
-                    // SAFETY: never submitted.
-                    unsafe {
-                        recorded
-                            .into_iter()
-                            .for_each(|p| self.device.free_part(p.part))
+                let (lowering, skip) = (&self.lowering, self.opts.skip_launches.as_deref());
+                let mut labels = Vec::new();
+                let done = self.device.record(&frame, &mut |sink| {
+                    let mut sink = Labelled {
+                        inner: sink,
+                        labels: &mut labels,
+                        skip,
                     };
-                    return Err(e);
+                    record_graph(&mut sink, lowering, graph, plan, &addrs, ops.clone())
+                });
+                match done {
+                    Ok(part) => runs.push(Run { part, labels }),
+                    Err(e) => {
+                        let made = recorded.into_iter().flat_map(|p| p.runs).chain(runs);
+                        // SAFETY: never submitted.
+                        unsafe { made.for_each(|run| self.device.free_part(run.part)) };
+                        return Err(e);
+                    }
                 }
             }
+            recorded.push(RecordedPart {
+                runs,
+                imports,
+                exports,
+            });
         }
         self.log(graph, &recorded);
         self.graphs.push(Recorded {
@@ -454,19 +480,20 @@ impl<D: GpuDevice> GpuBackend<D> {
         if self.opts.log_launches == LogLaunches::Off {
             return;
         }
-        let n: usize = parts.iter().map(|p| p.labels.len()).sum();
-        let how = parts.first().and_then(|p| self.device.describe(&p.part));
+        let runs: Vec<&Run<D::Part>> = parts.iter().flat_map(|p| &p.runs).collect();
+        let n: usize = runs.iter().map(|r| r.labels.len()).sum();
+        let how = runs.first().and_then(|r| self.device.describe(&r.part));
         eprintln!(
-            "{}: graph of {} tokens records {n} launches in {} part(s){}",
+            "{}: graph of {} tokens records {n} launches in {} part(s), {} submission(s){}",
             D::NAME,
             graph.n_tokens,
             parts.len(),
+            runs.len(),
             how.map_or(String::new(), |h| format!(", {h}"))
         );
         if self.opts.log_launches == LogLaunches::All {
-            parts
-                .iter()
-                .flat_map(|p| &p.labels)
+            runs.iter()
+                .flat_map(|r| &r.labels)
                 .for_each(|l| eprintln!("  {l}"));
         }
     }
@@ -509,30 +536,35 @@ impl<D: GpuDevice> GpuBackend<D> {
                 write_f32s(dst, src);
             }
         }
-        // SAFETY: recorded against this arena and host buffer, both live;
-        // nothing else is queued.
-        let ran = unsafe { (self.device).submit(&p.part, &r.arena, host, self.opts.timeout) };
-        if let Err(stall) = ran {
+        for (k, run) in p.runs.iter().enumerate() {
+            if k > 0 {
+                // SAFETY: inside the host buffer; the last submit finished.
+                unsafe { std::ptr::write_bytes(base.add(r.crumbs as usize), 0, crumb_bytes) };
+            }
+            // SAFETY: recorded against this arena and host buffer, both
+            // live; nothing else is queued.
+            let ran = unsafe { (self.device).submit(&run.part, &r.arena, host, self.opts.timeout) };
+            let Err(stall) = ran else { continue };
             let crumbs: Vec<u8> = (0..crumb_bytes)
                 // SAFETY: inside the crumb area; the device may still write
                 // it, hence the volatile reads (a stale byte only makes the
                 // message less precise).
                 .map(|i| unsafe { std::ptr::read_volatile(base.add(r.crumbs as usize + i)) })
                 .collect();
-            let mut how: Vec<String> = self.device.describe(&p.part).into_iter().collect();
+            let mut how: Vec<String> = self.device.describe(&run.part).into_iter().collect();
             if g.parts.len() > 1 {
                 how.push(format!("part {} of {}", part + 1, g.parts.len()));
             }
-            let what = format!(
-                "{} of the {}-token graph{}",
-                in_flight(&p.labels, self.device.in_flight(&p.part, &crumbs)),
-                g.n_tokens,
-                if how.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", how.join(", "))
-                }
-            );
+            if p.runs.len() > 1 {
+                how.push(format!("submission {} of {}", k + 1, p.runs.len()));
+            }
+            let how = if how.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", how.join(", "))
+            };
+            let window = in_flight(&run.labels, self.device.in_flight(&run.part, &crumbs));
+            let what = format!("{window} of the {}-token graph{how}", g.n_tokens);
             return Err(self.stalled(stall, &what));
         }
         fence(Ordering::Acquire);

@@ -289,3 +289,54 @@ fn the_spin_test_times_out_and_stops_the_backend() {
         Err(BackendError::Unusable { .. })
     ));
 }
+
+#[test]
+fn a_step_over_the_submission_budget_is_split_and_still_moves_its_data() {
+    let t = with_bytes(dense_llama(QuantType::Q8_0));
+    let tight = GpuOptions {
+        submit_budget: Duration::ZERO,
+        ..GpuOptions::default()
+    };
+    let (mut b, seen) = loaded(&t, tight);
+    let g = t.graph(3);
+    let plan = ArenaPlan::new(&g);
+    let id = b.prepare(&g, &plan).unwrap();
+    // A zero budget: one submission per op, each recorded once.
+    let runs = seen.recorded.borrow().len();
+    assert_eq!(runs, g.ops.len());
+    let arena = seen.find("activation arena and scratch");
+    let n = g.tensor(g.logits).rows * g.tensor(g.logits).cols;
+    let logits: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
+    arena.write(plan.offsets[g.logits] as u64, &bytes);
+    let mut exchange = Exchange::new(&g, &[GraphPart::whole(&g)]);
+    let inputs = StepInputs {
+        tokens: &[1, 2, 3],
+        pos0: 0,
+    };
+    b.execute_part(id, 0, &inputs, &mut exchange).unwrap();
+    assert_eq!(exchange.tensor(g.logits), &logits[..]);
+    // The step inputs go in with the first submission, the logits come
+    // out with the last, and nothing crosses between them.
+    let copies = seen.copies.borrow().clone();
+    assert_eq!(copies[0], (1, 0));
+    assert_eq!(copies[runs - 1], (0, 1));
+    assert!(
+        copies[1..runs - 1].iter().all(|&c| c == (0, 0)),
+        "{copies:?}"
+    );
+    // A stall names the submission.
+    *seen.stall_with.borrow_mut() = Some(vec![0; 8]);
+    let err = b.execute_part(id, 0, &inputs, &mut exchange).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains(&format!("submission 1 of {runs}")), "{msg}");
+}
+
+#[test]
+fn the_default_budget_keeps_a_small_step_in_one_submission() {
+    let t = with_bytes(dense_llama(QuantType::Q8_0));
+    let (mut b, seen) = loaded(&t, GpuOptions::default());
+    let g = t.graph(8);
+    b.prepare(&g, &ArenaPlan::new(&g)).unwrap();
+    assert_eq!(seen.recorded.borrow().len(), 1);
+}

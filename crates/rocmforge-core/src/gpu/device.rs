@@ -12,6 +12,7 @@
 use std::ptr::NonNull;
 use std::time::Duration;
 
+use super::cost::Rates;
 use super::{KernelSink, Lowering};
 use crate::backend::BackendError;
 
@@ -148,6 +149,11 @@ pub trait GpuDevice {
     fn allocation_calls(&self) -> usize;
     /// Bytes of host memory the breadcrumbs of one part take.
     fn crumb_bytes(&self) -> usize;
+    /// What the device sustains, on the low side, for the estimate that
+    /// splits a long step into submissions ([`super::cost`]).
+    fn rates(&self) -> Rates {
+        Rates::DISCRETE
+    }
     /// Whether kernels read the step inputs straight from host memory
     /// (a few words read by every launch that needs them) rather than from
     /// a copy the part makes into device memory first. Measured per device

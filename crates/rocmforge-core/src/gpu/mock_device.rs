@@ -74,6 +74,8 @@ pub(crate) struct Seen {
     pub stall_with: std::cell::RefCell<Option<Vec<u8>>>,
     /// Launches of the parts recorded so far, in order.
     pub recorded: std::cell::RefCell<Vec<Vec<Launch>>>,
+    /// How many copies in and out each of them has.
+    pub copies: std::cell::RefCell<Vec<(usize, usize)>>,
 }
 
 impl Seen {
@@ -202,6 +204,8 @@ impl GpuDevice for MockDevice {
         let mut sink = RecordingSink::new();
         lower(&mut sink)?;
         self.seen.recorded.borrow_mut().push(sink.launches.clone());
+        let copies = (frame.copies_in.len(), frame.copies_out.len());
+        self.seen.copies.borrow_mut().push(copies);
         Ok(MockPart {
             launches: sink.launches,
             copies_in: frame.copies_in.to_vec(),

@@ -22,6 +22,7 @@
 mod backend;
 #[cfg(test)]
 mod backend_tests;
+pub mod cost;
 pub mod device;
 pub mod iq_tables;
 mod lower;

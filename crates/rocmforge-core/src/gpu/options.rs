@@ -5,6 +5,9 @@ use std::time::Duration;
 
 /// Default bound on every wait for the device.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default estimated GPU time of one submission (see
+/// [`GpuOptions::submit_budget`]).
+pub const DEFAULT_SUBMIT_BUDGET: Duration = Duration::from_secs(1);
 
 /// Which recorded launches [`super::GpuBackend`] lists when it records a
 /// graph (`ROCMFORGE_GPU_LOG_LAUNCHES`).
@@ -27,6 +30,7 @@ pub enum LogLaunches {
 /// | `ROCMFORGE_GPU_MATVEC_INT=0` | `int_matvec` |
 /// | `ROCMFORGE_GPU_LOG_LAUNCHES` (`1`, `all`) | `log_launches` |
 /// | `ROCMFORGE_GPU_SKIP_LAUNCHES` (text) | `skip_launches` |
+/// | `ROCMFORGE_GPU_SUBMIT_MS` (milliseconds) | `submit_budget` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Bound on every wait for the device.
@@ -44,6 +48,10 @@ pub struct GpuOptions {
     /// text (`Attention`, `MatMul`), so a benchmark shows what the rest
     /// costs. Results are wrong then.
     pub skip_launches: Option<String>,
+    /// The estimated GPU time one submission may take: a step estimated
+    /// longer is split into several ([`super::cost`]). The APU watchdog
+    /// (about 2 s) ends longer jobs with a lost device.
+    pub submit_budget: Duration,
 }
 
 impl Default for GpuOptions {
@@ -55,6 +63,7 @@ impl Default for GpuOptions {
             int_matvec: true,
             log_launches: LogLaunches::Off,
             skip_launches: None,
+            submit_budget: DEFAULT_SUBMIT_BUDGET,
         }
     }
 }
@@ -84,6 +93,10 @@ impl GpuOptions {
                 Some(_) => LogLaunches::Count,
             },
             skip_launches: var("ROCMFORGE_GPU_SKIP_LAUNCHES"),
+            submit_budget: var("ROCMFORGE_GPU_SUBMIT_MS")
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|ms| ms.is_finite() && *ms >= 0.0)
+                .map_or(d.submit_budget, |ms| Duration::from_secs_f64(ms / 1e3)),
         }
     }
 }
@@ -101,6 +114,7 @@ mod tests {
             ("ROCMFORGE_GPU_MATVEC_INT", "0"),
             ("ROCMFORGE_GPU_LOG_LAUNCHES", "all"),
             ("ROCMFORGE_GPU_SKIP_LAUNCHES", "MatMul"),
+            ("ROCMFORGE_GPU_SUBMIT_MS", "250"),
         ];
         let get = |k: &str| {
             vars.iter()
@@ -117,6 +131,7 @@ mod tests {
                 int_matvec: false,
                 log_launches: LogLaunches::All,
                 skip_launches: Some("MatMul".into()),
+                submit_budget: Duration::from_millis(250),
             }
         );
         assert_eq!(GpuOptions::from_vars(|_| None), GpuOptions::default());
