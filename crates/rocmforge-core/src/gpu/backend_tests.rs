@@ -12,6 +12,7 @@ use crate::backend::{Backend, BackendError, StepInputs};
 use crate::expert_offload::expert_weights;
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::graph::split::{split_graph, Exchange, GraphPart, Side};
+use crate::graph::Graph;
 use crate::model::WEIGHT_ALIGN;
 use crate::plan::{split_regions, ArenaPlan};
 use crate::quant::QuantType;
@@ -114,11 +115,7 @@ fn a_step_moves_its_inputs_in_and_its_logits_out() {
     let plan = ArenaPlan::new(&g);
     let id = b.prepare(&g, &plan).unwrap();
     let arena = seen.find("activation arena and scratch");
-    // What the launches would have written: a pattern in the logits.
-    let n = g.tensor(g.logits).rows * g.tensor(g.logits).cols;
-    let logits: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
-    let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
-    arena.write(plan.offsets[g.logits] as u64, &bytes);
+    let logits = launches_wrote_logits(&seen, &g, &plan);
     let mut exchange = Exchange::new(&g, &[GraphPart::whole(&g)]);
     let inputs = StepInputs {
         tokens: &[5, 6, 7],
@@ -135,6 +132,17 @@ fn a_step_moves_its_inputs_in_and_its_logits_out() {
         .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     assert_eq!(words, [11, 14, 3, 0, 5, 6, 7, 0]);
+}
+
+/// What the launches would have written: a pattern in the arena's logits
+/// (the mock's launches do nothing), returned for comparison.
+fn launches_wrote_logits(seen: &Seen, g: &Graph, plan: &ArenaPlan) -> Vec<f32> {
+    let n = g.tensor(g.logits).rows * g.tensor(g.logits).cols;
+    let logits: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
+    let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let arena = seen.find("activation arena and scratch");
+    arena.write(plan.offsets[g.logits] as u64, &bytes);
+    logits
 }
 
 /// The step-input address the recorded launches were given.
@@ -304,11 +312,7 @@ fn a_step_over_the_submission_budget_is_split_and_still_moves_its_data() {
     // A zero budget: one submission per op, each recorded once.
     let runs = seen.recorded.borrow().len();
     assert_eq!(runs, g.ops.len());
-    let arena = seen.find("activation arena and scratch");
-    let n = g.tensor(g.logits).rows * g.tensor(g.logits).cols;
-    let logits: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
-    arena.write(plan.offsets[g.logits] as u64, &bytes);
+    let logits = launches_wrote_logits(&seen, &g, &plan);
     let mut exchange = Exchange::new(&g, &[GraphPart::whole(&g)]);
     let inputs = StepInputs {
         tokens: &[1, 2, 3],

@@ -86,18 +86,11 @@ impl RecordingSink {
 
 impl KernelSink for RecordingSink {
     fn launch(&mut self, d: Dispatch) -> Result<(), BackendError> {
-        let Dispatch {
-            kernel,
-            push,
-            groups,
-            label,
-        } = d;
-        let label = label.to_owned();
         self.launches.push(Launch {
-            kernel: kernel.to_owned(),
-            push: push.to_vec(),
-            groups,
-            label,
+            kernel: d.kernel.to_owned(),
+            push: d.push.to_vec(),
+            groups: d.groups,
+            label: d.label.to_owned(),
         });
         Ok(())
     }
