@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::mock::{addresses, dense_llama, qwen3_moe, TinyModel};
 use super::mock_device::{MockDevice, Seen};
 use super::{GpuBackend, GpuOptions};
-use crate::backend::{Backend, BackendError, StepInputs};
+use crate::backend::{Backend, BackendError, GraphId, StepInputs};
 use crate::expert_offload::expert_weights;
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::graph::split::{split_graph, Exchange, GraphPart, Side};
@@ -115,14 +115,11 @@ fn a_step_moves_its_inputs_in_and_its_logits_out() {
     let plan = ArenaPlan::new(&g);
     let id = b.prepare(&g, &plan).unwrap();
     let arena = seen.find("activation arena and scratch");
-    let logits = launches_wrote_logits(&seen, &g, &plan);
-    let mut exchange = Exchange::new(&g, &[GraphPart::whole(&g)]);
     let inputs = StepInputs {
         tokens: &[5, 6, 7],
         pos0: 11,
     };
-    b.execute_part(id, 0, &inputs, &mut exchange).unwrap();
-    assert_eq!(exchange.tensor(g.logits), &logits[..]);
+    step_returns_logits(&mut b, &seen, id, &g, &plan, &inputs);
     // The step inputs reached the device's copy, where the launches read
     // them (pos0, n_kv, n_tokens, 0, then the tokens).
     let step = launches_step(&seen);
@@ -134,15 +131,26 @@ fn a_step_moves_its_inputs_in_and_its_logits_out() {
     assert_eq!(words, [11, 14, 3, 0, 5, 6, 7, 0]);
 }
 
-/// What the launches would have written: a pattern in the arena's logits
-/// (the mock's launches do nothing), returned for comparison.
-fn launches_wrote_logits(seen: &Seen, g: &Graph, plan: &ArenaPlan) -> Vec<f32> {
+/// Runs a whole graph's step after writing a pattern where its launches
+/// would have left the logits (the mock's launches do nothing), and checks
+/// the pattern comes back; returns the exchange for more steps.
+fn step_returns_logits(
+    b: &mut GpuBackend<MockDevice>,
+    seen: &Seen,
+    id: GraphId,
+    g: &Graph,
+    plan: &ArenaPlan,
+    inputs: &StepInputs,
+) -> Exchange {
     let n = g.tensor(g.logits).rows * g.tensor(g.logits).cols;
     let logits: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
     let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
     let arena = seen.find("activation arena and scratch");
     arena.write(plan.offsets[g.logits] as u64, &bytes);
-    logits
+    let mut exchange = Exchange::new(g, &[GraphPart::whole(g)]);
+    b.execute_part(id, 0, inputs, &mut exchange).unwrap();
+    assert_eq!(exchange.tensor(g.logits), &logits[..]);
+    exchange
 }
 
 /// The step-input address the recorded launches were given.
@@ -312,14 +320,11 @@ fn a_step_over_the_submission_budget_is_split_and_still_moves_its_data() {
     // A zero budget: one submission per op, each recorded once.
     let runs = seen.recorded.borrow().len();
     assert_eq!(runs, g.ops.len());
-    let logits = launches_wrote_logits(&seen, &g, &plan);
-    let mut exchange = Exchange::new(&g, &[GraphPart::whole(&g)]);
     let inputs = StepInputs {
         tokens: &[1, 2, 3],
         pos0: 0,
     };
-    b.execute_part(id, 0, &inputs, &mut exchange).unwrap();
-    assert_eq!(exchange.tensor(g.logits), &logits[..]);
+    let mut exchange = step_returns_logits(&mut b, &seen, id, &g, &plan, &inputs);
     // The step inputs go in with the first submission, the logits come
     // out with the last, and nothing crosses between them.
     let copies = seen.copies.borrow().clone();
