@@ -68,8 +68,9 @@ pub enum MatrixTiles {
 /// What a backend's kernels offer, and measurement switches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lowering {
-    /// Fuse where core's fusion rules allow (off: one launch per op, for
-    /// measurement).
+    /// Fuse where core's fusion rules allow (off, for measurement: no op
+    /// folds into the one before it; matmuls that read one input, such as
+    /// Q/K/V or gate/up, still share a launch).
     pub fuse: bool,
     /// Decode mat-vecs of the 32-element types in integers over Q8-packed
     /// activations (off: the f32 mat-vec, for measurement).

@@ -37,8 +37,9 @@ pub struct GpuOptions {
     pub timeout: Duration,
     /// Cap on one weight region, below the device's own (tests splitting).
     pub max_region: Option<u64>,
-    /// Fuse where core's fusion rules allow (off: one launch per op, for
-    /// measurement).
+    /// Fuse where core's fusion rules allow (off, for measurement: no op
+    /// folds into the one before it; matmuls that read one input, such as
+    /// Q/K/V or gate/up, still share a launch).
     pub fuse: bool,
     /// Integer decode mat-vecs over Q8-packed activations (off: the f32
     /// mat-vec, for measurement).
