@@ -34,7 +34,7 @@ use rocmforge_core::gguf::{GgufFile, GgufWriter};
 use rocmforge_core::graph::split::{Exchange, GraphPart, Side};
 use rocmforge_core::graph::{AttentionSpec, Graph, Op, RopeSpec, TensorDesc, TensorId};
 use rocmforge_core::model::{Model, ModelWeights, WeightRef, WEIGHT_ALIGN};
-use rocmforge_core::plan::{ArenaPlan, KvLayout, StepInputLayout, ARENA_ALIGN};
+use rocmforge_core::plan::{ArenaPlan, KvLayout};
 use rocmforge_core::quant::{self, QuantType};
 
 const MAX_SIGMA: f32 = 0.03;
@@ -345,18 +345,7 @@ fn graph_of(cases: &Cases) -> Graph {
 /// Every tensor in a place of its own: the ops are independent and every
 /// output is read back, so nothing may share space.
 fn plan_of(graph: &Graph) -> ArenaPlan {
-    let mut offsets = Vec::with_capacity(graph.tensors.len());
-    let mut at = 0;
-    for t in &graph.tensors {
-        offsets.push(at);
-        at += t.bytes().next_multiple_of(ARENA_ALIGN);
-    }
-    ArenaPlan {
-        offsets,
-        arena_bytes: at,
-        naive_bytes: at,
-        step_inputs: StepInputLayout { n_tokens: 1 },
-    }
+    ArenaPlan::unshared(graph)
 }
 
 /// The part's imports and exports as a GPU backend stages them, each

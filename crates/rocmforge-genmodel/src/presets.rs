@@ -5,53 +5,9 @@
 //! the tiny ones copy the shapes of `testdata/reference/*.gguf`, so a generated
 //! tiny model and the reference fixture of the same name differ only in weights.
 
-/// Architectures as llama.cpp names them (`general.architecture`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
-    Llama,
-    /// Llama layout plus biases on the q/k/v projections.
-    Qwen2,
-    /// Llama layout plus a per-head RMSNorm on q and k (`attn_q_norm`, `attn_k_norm`).
-    Qwen3,
-    /// Qwen3's attention; every feed-forward block a routed mixture of experts.
-    Qwen3Moe,
-    /// Qwen2's attention; routed experts plus a gated shared expert.
-    Qwen2Moe,
-    /// Llama layout with Q/K/V fused in `attn_qkv` and gate/up in `ffn_up`.
-    Phi3,
-    /// Qwen3's layout plus norms after attention and after the FFN
-    /// (`post_attention_norm`, `post_ffw_norm`).
-    Gemma3,
-    /// Llama's layout under its own name (Mistral Small 3.x, Ministral 3).
-    Mistral3,
-    /// gpt-oss: biased Q/K/V/output projections, attention sinks, one norm
-    /// before the experts (`post_attention_norm`), biased router and experts.
-    GptOss,
-}
-
-impl Arch {
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-            Arch::Qwen3Moe => "qwen3moe",
-            Arch::Qwen2Moe => "qwen2moe",
-            Arch::Phi3 => "phi3",
-            Arch::Gemma3 => "gemma3",
-            Arch::GptOss => "gpt-oss",
-            Arch::Mistral3 => "mistral3",
-        }
-    }
-
-    pub fn has_qkv_bias(self) -> bool {
-        matches!(self, Arch::Qwen2 | Arch::Qwen2Moe | Arch::GptOss)
-    }
-
-    pub fn has_qk_norm(self) -> bool {
-        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3)
-    }
-}
+/// Architectures as llama.cpp names them (`general.architecture`): core's,
+/// so a preset names only what the loader builds.
+pub use rocmforge_core::model::Arch;
 
 /// Where the `tokenizer.*` metadata comes from (files in `testdata/tokenizer/`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -311,12 +311,12 @@ impl GpuDevice for HipDevice {
         // host touches either buffer again.
         let queued = unsafe {
             let mut q = Ok(());
-            for c in part.copies_in.iter().filter(|c| c.bytes > 0) {
+            for c in &part.copies_in {
                 let (dst, src) = (arena.ptr.offset(c.arena), host.at(c.host as usize));
                 q = q.and_then(|()| rt.memcpy_htod_async(dst, src, c.bytes, stream));
             }
             q = q.and_then(|()| part.replay(rt, stream, host.device_ptr(part.crumb_offset)));
-            for c in part.copies_out.iter().filter(|c| c.bytes > 0) {
+            for c in &part.copies_out {
                 let (dst, src) = (host.at(c.host as usize), arena.ptr.offset(c.arena));
                 q = q.and_then(|()| rt.memcpy_dtoh_async(dst, src, c.bytes, stream));
             }

@@ -142,7 +142,7 @@ fn copies(list: &[HostCopy], inward: bool) -> Vec<vk::BufferCopy> {
             size: c.bytes as u64,
         }
     };
-    list.iter().filter(|c| c.bytes > 0).map(copy).collect()
+    list.iter().map(copy).collect()
 }
 
 impl GpuDevice for VulkanDevice {
@@ -197,10 +197,6 @@ impl GpuDevice for VulkanDevice {
             vk::PhysicalDeviceType::INTEGRATED_GPU => Rates::INTEGRATED,
             _ => Rates::DISCRETE,
         }
-    }
-
-    fn reads_host_step_inputs(&self) -> bool {
-        self.opts.host_step_inputs
     }
 
     fn alloc(

@@ -21,9 +21,6 @@ pub struct VulkanOptions {
     pub big_tiles: Option<usize>,
     /// No register prefetch in the matrix-core matmuls (measurement).
     pub no_prefetch: bool,
-    /// Kernels read the step inputs from host-visible memory instead of a
-    /// device copy (`ROCMFORGE_VULKAN_HOST_STEP=1`, measurement).
-    pub host_step_inputs: bool,
 }
 
 impl VulkanOptions {
@@ -43,7 +40,6 @@ impl VulkanOptions {
                 .map_or(SubgroupSize::Auto, |v| SubgroupSize::parse(&v)),
             big_tiles: var("ROCMFORGE_VULKAN_BIG_TILES").and_then(|v| v.parse().ok()),
             no_prefetch: var("ROCMFORGE_VULKAN_COOPMAT_PREFETCH").is_some_and(|v| v == "0"),
-            host_step_inputs: flag("ROCMFORGE_VULKAN_HOST_STEP"),
         }
     }
 }

@@ -119,10 +119,6 @@ impl<D: GpuDevice> GpuBackend<D> {
         &self.device
     }
 
-    pub fn options(&self) -> &GpuOptions {
-        &self.opts
-    }
-
     /// What the lowering names on this device, after the switches.
     pub fn lowering(&self) -> Lowering {
         self.lowering
@@ -392,7 +388,7 @@ impl<D: GpuDevice> GpuBackend<D> {
             staged.push(stage_part(graph, plan, part, r.readback, r.readback_bytes)?);
         }
         let base = r.arena.address();
-        let mut addrs = GraphAddresses {
+        let addrs = GraphAddresses {
             weights: &loaded.weights,
             arena: base,
             scratch: base + r.arena_bytes,
@@ -401,17 +397,11 @@ impl<D: GpuDevice> GpuBackend<D> {
             step: base + r.step_offset,
             n_vocab: loaded.n_vocab,
         };
-        // Kernels read the step inputs from the device's copy, or straight
-        // from host memory where the device reads that at no extra cost.
-        let step_in = if self.device.reads_host_step_inputs() {
-            addrs.step = host.address();
-            None
-        } else {
-            Some(HostCopy {
-                host: 0,
-                arena: r.step_offset,
-                bytes: plan.step_inputs.bytes(),
-            })
+        // Kernels read the step inputs from the device's copy.
+        let step_in = HostCopy {
+            host: 0,
+            arena: r.step_offset,
+            bytes: plan.step_inputs.bytes(),
         };
         let seconds = cost::op_seconds(
             graph,
@@ -422,10 +412,13 @@ impl<D: GpuDevice> GpuBackend<D> {
         let budget = self.opts.submit_budget.as_secs_f64();
         let mut recorded: Vec<RecordedPart<D::Part>> = Vec::with_capacity(parts.len());
         for (part, (imports, exports)) in parts.iter().zip(staged) {
-            let copies_in: Vec<HostCopy> = (step_in.iter().copied())
+            let copies_in: Vec<HostCopy> = std::iter::once(step_in)
                 .chain(imports.iter().map(host_copy))
+                .filter(|c| c.bytes > 0)
                 .collect();
-            let copies_out: Vec<HostCopy> = exports.iter().map(host_copy).collect();
+            let copies_out: Vec<HostCopy> = (exports.iter().map(host_copy))
+                .filter(|c| c.bytes > 0)
+                .collect();
             let cuts = cost::segments(part.ops.clone(), &seconds, budget);
             let mut runs = Vec::with_capacity(cuts.len());
             for (k, ops) in cuts.iter().enumerate() {
@@ -528,7 +521,6 @@ impl<D: GpuDevice> GpuBackend<D> {
         unsafe {
             let words = std::slice::from_raw_parts_mut(base.cast::<u32>(), g.step.words());
             g.step.encode(inputs, words);
-            std::ptr::write_bytes(base.add(r.crumbs as usize), 0, crumb_bytes);
             for s in &p.imports {
                 let src = exchange.tensor(s.tensor);
                 assert_eq!(src.len() * 4, s.bytes, "exchange sized by the split");
@@ -537,10 +529,9 @@ impl<D: GpuDevice> GpuBackend<D> {
             }
         }
         for (k, run) in p.runs.iter().enumerate() {
-            if k > 0 {
-                // SAFETY: inside the host buffer; the last submit finished.
-                unsafe { std::ptr::write_bytes(base.add(r.crumbs as usize), 0, crumb_bytes) };
-            }
+            // SAFETY: inside the host buffer (laid out at reserve); no
+            // submit is pending.
+            unsafe { std::ptr::write_bytes(base.add(r.crumbs as usize), 0, crumb_bytes) };
             // SAFETY: recorded against this arena and host buffer, both
             // live; nothing else is queued.
             let ran = unsafe { (self.device).submit(&run.part, &r.arena, host, self.opts.timeout) };

@@ -79,7 +79,7 @@ pub struct Frame<'a, D: GpuDevice + ?Sized> {
     pub arena: &'a D::Buffer,
     pub host: &'a D::Host,
     /// Host to arena before the launches: the step inputs, then the part's
-    /// imports.
+    /// imports (none of zero bytes, here or in `copies_out`).
     pub copies_in: &'a [HostCopy],
     /// Arena to host after the launches: the part's exports (a whole
     /// graph's: its logits).
@@ -153,13 +153,6 @@ pub trait GpuDevice {
     /// splits a long step into submissions ([`super::cost`]).
     fn rates(&self) -> Rates {
         Rates::DISCRETE
-    }
-    /// Whether kernels read the step inputs straight from host memory
-    /// (a few words read by every launch that needs them) rather than from
-    /// a copy the part makes into device memory first. Measured per device
-    /// (docs/gpu-backend.md).
-    fn reads_host_step_inputs(&self) -> bool {
-        false
     }
     /// Makes the device current on the calling thread, where the runtime
     /// keeps such a thing per thread.

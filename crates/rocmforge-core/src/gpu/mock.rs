@@ -18,7 +18,7 @@ use crate::model::{
     Arch, ExpertActivation, FfnWeights, LayerWeights, Model, ModelConfig, ModelWeights, MoeConfig,
     WeightId, WeightRef, WEIGHT_ALIGN,
 };
-use crate::plan::{ArenaPlan, KvLayout, StepInputLayout, ARENA_ALIGN};
+use crate::plan::{ArenaPlan, KvLayout};
 use crate::quant::QuantType;
 
 use super::push::*;
@@ -554,24 +554,10 @@ pub(crate) fn scratch_base(plan: &ArenaPlan) -> u64 {
     ARENA_BASE + plan.arena_bytes.next_multiple_of(256) as u64
 }
 
-/// A plan that gives every tensor bytes of its own, in tensor order: no
-/// reuse, so no fusion is refused for overlapping bytes and every address
-/// is easy to predict.
+/// [`ArenaPlan::unshared`]: no reuse, so no fusion is refused for
+/// overlapping bytes and every address is easy to predict.
 pub(crate) fn naive_plan(graph: &Graph) -> ArenaPlan {
-    let mut offsets = Vec::with_capacity(graph.tensors.len());
-    let mut at = 0;
-    for t in &graph.tensors {
-        offsets.push(at);
-        at += t.bytes().next_multiple_of(ARENA_ALIGN);
-    }
-    ArenaPlan {
-        offsets,
-        arena_bytes: at,
-        naive_bytes: at,
-        step_inputs: StepInputLayout {
-            n_tokens: graph.n_tokens,
-        },
-    }
+    ArenaPlan::unshared(graph)
 }
 
 /// A graph of `ops` over `tensors` by hand, with the tiny models' RoPE and

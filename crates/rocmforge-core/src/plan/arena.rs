@@ -82,6 +82,26 @@ impl ArenaPlan {
         }
     }
 
+    /// Every tensor at bytes of its own, in tensor order: no reuse, so
+    /// every address is easy to predict and nothing may clash whatever is
+    /// read back (tests of single ops and of the lowering).
+    pub fn unshared(graph: &Graph) -> ArenaPlan {
+        let mut offsets = Vec::with_capacity(graph.tensors.len());
+        let mut at = 0;
+        for t in &graph.tensors {
+            offsets.push(at);
+            at += t.bytes().next_multiple_of(ARENA_ALIGN);
+        }
+        ArenaPlan {
+            offsets,
+            arena_bytes: at,
+            naive_bytes: at,
+            step_inputs: StepInputLayout {
+                n_tokens: graph.n_tokens,
+            },
+        }
+    }
+
     /// Checks that no two tensors alive at the same time overlap; the
     /// planner's invariant, exposed for tests and debug builds of backends.
     pub fn verify(&self, graph: &Graph) -> Result<(), String> {
