@@ -38,7 +38,15 @@
 //                        cache blocks 16-byte aligned (the host checks);
 //   attention_staged_q8  also writes the head's output Q8-packed
 //                        (wave_store_q8_packed) for the integer mat-vec that
-//                        reads it; head_dim a multiple of 32.
+//                        reads it; head_dim a multiple of 32;
+//   attention_split      attention_staged over one run of consecutive
+//                        positions per workgroup (grid n_tokens * n_head *
+//                        n_split; rocmforge_core::gpu::split), writing the
+//                        run's maximum, sum and unnormalised output to the
+//                        partials;
+//   attention_combine    one workgroup per (token, head): merges the row's
+//   attention_combine_q8 runs in f32, folds in the sink, normalises (and
+//                        writes Q8-packed), as shaders/attention_combine.comp.
 #include "ops_common.h"
 
 // Shared words per staged K (and V) chunk: 14 KiB each, as the shader.
@@ -216,9 +224,65 @@ DEV void walk_chunk(float (&acc)[DIMS], float& l, uint32_t cnt,
     }
 }
 
-template <uint32_t WG, uint32_t DIMS, bool STAGE, bool OUT_Q8>
+// An attention sink joins the denominator after the positions, as ggml
+// folds it in: the accumulator is rescaled unrounded.
+template <uint32_t DIMS>
+DEV void fold_sink(const AttentionPush& p, uint32_t h, float m, float& l, float (&acc)[DIMS]) {
+    if (p.sinks != 0u) {
+        float s = dev_ptr<const float>(p.sinks)[h];
+        float ms = 1.0f;
+        float vs = 1.0f;
+        if (s > m) {
+            ms = libm_expf(m - s); // 0 when m = -inf
+#pragma unroll
+            for (uint32_t i = 0u; i < DIMS; i++) {
+                acc[i] *= ms;
+            }
+        } else {
+            vs = libm_expf(s - m);
+        }
+        l = l * ms + vs;
+    }
+}
+
+// The row's output acc / l (0 for l = 0), and its Q8-packed form.
+template <uint32_t WG, uint32_t DIMS, bool OUT_Q8>
+DEV void write_output(const AttentionPush& p, uint32_t t, uint32_t h, float l,
+                      const float (&acc)[DIMS]) {
+    uint32_t tid = thread_id_x();
+    uint32_t hd = p.head_dim;
+    uint64_t at = (uint64_t)t * p.n_head * hd + h * hd;
+    float* o = dev_ptr<float>(p.out) + at;
+    float inv = l == 0.0f ? 0.0f : 1.0f / l;
+#pragma unroll
+    for (uint32_t i = 0u; i < DIMS; i++) {
+        uint32_t d = tid + i * WG;
+        if (d < hd) {
+            o[d] = acc[i] * inv;
+        }
+    }
+    if (OUT_Q8) {
+        // head_dim % 32 == 0: a wave's 32 dims tid + i * WG are one block,
+        // all inside the head or all past it.
+#pragma unroll
+        for (uint32_t i = 0u; i < DIMS; i++) {
+            uint32_t first = i * WG + wave_id() * WAVE_SIZE;
+            if (first < hd) {
+                wave_store_q8_packed(acc[i] * inv, dev_ptr<int8_t>(p.q8),
+                                     dev_ptr<float2>(p.q8_scales), (uint32_t)((at + first) / 32u));
+            }
+        }
+    }
+}
+
+template <uint32_t WG, uint32_t DIMS, bool STAGE, bool OUT_Q8, bool SPLIT>
 DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
     uint32_t g = wg_linear();
+    uint32_t run = 0u;
+    if (SPLIT) {
+        run = g % p.n_split;
+        g /= p.n_split;
+    }
     if (g >= p.n_tokens * p.n_head) {
         return; // the whole workgroup
     }
@@ -232,6 +296,15 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
     uint32_t n_kv = step_pos0(p.step) + t + 1u;
     // A sliding window skips what ggml masks: positions with pos - p >= window.
     uint32_t first = (p.window != 0u && n_kv > p.window) ? n_kv - p.window : 0u;
+    if (SPLIT) {
+        // This workgroup's run of the span first .. n_kv: runs of `per`
+        // positions, the last one shorter; runs past the span are empty.
+        uint32_t span = n_kv - first;
+        uint32_t per = __builtin_elementwise_max(p.split_min, (span + p.n_split - 1u) / p.n_split);
+        bool in_span = run < (span + per - 1u) / per;
+        first = in_span ? first + run * per : n_kv;
+        n_kv = in_span ? __builtin_elementwise_min(n_kv, first + per) : n_kv;
+    }
     const float* q = dev_ptr<const float>(p.q) + (uint64_t)t * q_dim + h * hd;
     for (uint32_t d = tid; d < hd; d += WG) {
         sh.qs[d] = round_f16(q[d]);
@@ -345,45 +418,72 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
         }
     }
 
-    // An attention sink joins the denominator after the positions, as
-    // ggml folds it in: the accumulator is rescaled unrounded.
-    if (p.sinks != 0u) {
-        float s = dev_ptr<const float>(p.sinks)[h];
-        float ms = 1.0f;
-        float vs = 1.0f;
-        if (s > m) {
-            ms = libm_expf(m - s); // 0 when m = -inf
-#pragma unroll
-            for (uint32_t i = 0u; i < DIMS; i++) {
-                acc[i] *= ms;
-            }
-        } else {
-            vs = libm_expf(s - m);
-        }
-        l = l * ms + vs;
-    }
-    uint64_t at = (uint64_t)t * q_dim + h * hd;
-    float* o = dev_ptr<float>(p.out) + at;
-    float inv = l == 0.0f ? 0.0f : 1.0f / l;
-#pragma unroll
-    for (uint32_t i = 0u; i < DIMS; i++) {
-        uint32_t d = tid + i * WG;
-        if (d < hd) {
-            o[d] = acc[i] * inv;
-        }
-    }
-    if (OUT_Q8) {
-        // head_dim % 32 == 0: a wave's 32 dims tid + i * WG are one block,
-        // all inside the head or all past it.
+    if (SPLIT) {
+        uint32_t idx = g * p.n_split + run;
+        float* part = dev_ptr<float>(p.partials);
 #pragma unroll
         for (uint32_t i = 0u; i < DIMS; i++) {
-            uint32_t first = i * WG + wave_id() * WAVE_SIZE;
-            if (first < hd) {
-                wave_store_q8_packed(acc[i] * inv, dev_ptr<int8_t>(p.q8),
-                                     dev_ptr<float2>(p.q8_scales), (uint32_t)((at + first) / 32u));
+            uint32_t d = tid + i * WG;
+            if (d < hd) {
+                part[(uint64_t)idx * hd + d] = acc[i];
+            }
+        }
+        if (tid == 0u) {
+            uint64_t ml = (uint64_t)p.n_tokens * p.n_head * p.n_split * hd + 2u * idx;
+            part[ml] = m;
+            part[ml + 1u] = l;
+        }
+        return;
+    }
+    fold_sink(p, h, m, l, acc);
+    write_output<WG, DIMS, OUT_Q8>(p, t, h, l, acc);
+}
+
+// Merges a row's runs (attention_split's partials): with M the largest
+// maximum of a non-empty run, out = sum o_c e^(m_c - M) / sum l_c e^(m_c - M)
+// in f32, the sink folded in as the unsplit kernel does. Empty runs (l_c
+// = 0, past a short span) weigh nothing.
+template <uint32_t WG, uint32_t DIMS, bool OUT_Q8>
+DEV void attention_combine_run(const AttentionPush& p) {
+    uint32_t g = wg_linear();
+    if (g >= p.n_tokens * p.n_head) {
+        return; // the whole workgroup
+    }
+    uint32_t tid = thread_id_x();
+    uint32_t hd = p.head_dim;
+    const float* part = dev_ptr<const float>(p.partials);
+    uint64_t ml = (uint64_t)p.n_tokens * p.n_head * p.n_split * hd;
+    uint32_t first = g * p.n_split;
+    float m = -__builtin_inff();
+    for (uint32_t c = 0u; c < p.n_split; c++) {
+        uint64_t i = ml + 2u * (first + c);
+        if (part[i + 1u] > 0.0f) {
+            m = dev_fmaxf(m, part[i]);
+        }
+    }
+    float l = 0.0f;
+    float acc[DIMS];
+#pragma unroll
+    for (uint32_t i = 0u; i < DIMS; i++) {
+        acc[i] = 0.0f;
+    }
+    for (uint32_t c = 0u; c < p.n_split; c++) {
+        uint32_t idx = first + c;
+        float lc = part[ml + 2u * idx + 1u];
+        if (lc > 0.0f) {
+            float w = libm_expf(part[ml + 2u * idx] - m);
+            l += lc * w;
+#pragma unroll
+            for (uint32_t i = 0u; i < DIMS; i++) {
+                uint32_t d = tid + i * WG;
+                if (d < hd) {
+                    acc[i] += part[(uint64_t)idx * hd + d] * w;
+                }
             }
         }
     }
+    fold_sink(p, g % p.n_head, m, l, acc);
+    write_output<WG, DIMS, OUT_Q8>(p, g / p.n_head, g % p.n_head, l, acc);
 }
 
 } // namespace ops
@@ -405,12 +505,20 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
 #define ATT_OPS_PREFILL_OCCUPANCY
 #endif
 
-#define ATT_OPS_KERNEL(name, wg, dims, stage, q8, occupancy)                                       \
+#define ATT_OPS_KERNEL(name, wg, dims, stage, q8, split, occupancy)                                \
     KERNEL LAUNCH_BOUNDS(wg) occupancy void name(AttentionPush p) {                                \
         __shared__ ops::AttShared<wg, dims, stage> sh;                                             \
-        ops::attention_run<wg, dims, stage, q8>(p, sh);                                            \
+        ops::attention_run<wg, dims, stage, q8, split>(p, sh);                                     \
     }
-ATT_OPS_KERNEL(attention, 64u, 4u, false, false, ATT_OPS_PREFILL_OCCUPANCY)
-ATT_OPS_KERNEL(attention_staged, 128u, 2u, true, false, )
-ATT_OPS_KERNEL(attention_staged_q8, 128u, 2u, true, true, )
+ATT_OPS_KERNEL(attention, 64u, 4u, false, false, false, ATT_OPS_PREFILL_OCCUPANCY)
+ATT_OPS_KERNEL(attention_staged, 128u, 2u, true, false, false, )
+ATT_OPS_KERNEL(attention_staged_q8, 128u, 2u, true, true, false, )
+ATT_OPS_KERNEL(attention_split, 128u, 2u, true, false, true, )
 #undef ATT_OPS_KERNEL
+
+KERNEL LAUNCH_BOUNDS(128u) void attention_combine(AttentionPush p) {
+    ops::attention_combine_run<128u, 2u, false>(p);
+}
+KERNEL LAUNCH_BOUNDS(128u) void attention_combine_q8(AttentionPush p) {
+    ops::attention_combine_run<128u, 2u, true>(p);
+}

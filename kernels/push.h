@@ -137,6 +137,11 @@ struct AttentionPush {
     // One f32 logit per query head joining every softmax's denominator
     // (attention sinks), 0 for none.
     uint64_t sinks;
+    // Split decode attention (attention_split, attention_combine*; 0
+    // otherwise): per split its maximum, sum and unnormalised output.
+    uint64_t partials;
+    uint32_t n_split;   // splits of each (token, head) row's positions
+    uint32_t split_min; // fewest positions a split takes
 };
 
 struct EltwisePush {
@@ -288,7 +293,7 @@ RF_PUSH_AT(StoreKvPush, rows, 40);
 RF_PUSH_AT(StoreKvPush, kv_dim, 44);
 RF_PUSH_AT(StoreKvPush, ring, 48);
 
-static_assert(sizeof(AttentionPush) == 96, "AttentionPush size");
+static_assert(sizeof(AttentionPush) == 112, "AttentionPush size");
 RF_PUSH_AT(AttentionPush, q, 0);
 RF_PUSH_AT(AttentionPush, out, 8);
 RF_PUSH_AT(AttentionPush, k_cache, 16);
@@ -305,6 +310,9 @@ RF_PUSH_AT(AttentionPush, q8_scales, 72);
 RF_PUSH_AT(AttentionPush, window, 80);
 RF_PUSH_AT(AttentionPush, ring, 84);
 RF_PUSH_AT(AttentionPush, sinks, 88);
+RF_PUSH_AT(AttentionPush, partials, 96);
+RF_PUSH_AT(AttentionPush, n_split, 104);
+RF_PUSH_AT(AttentionPush, split_min, 108);
 
 static_assert(sizeof(EltwisePush) == 40, "EltwisePush size");
 RF_PUSH_AT(EltwisePush, a, 0);

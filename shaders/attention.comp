@@ -26,6 +26,12 @@
 // OUT_Q8 (decode, when the output projection is the integer mat-vec) also
 // writes the head's output Q8-packed (q8_packed.glsl), so that projection
 // needs no rounding pass; the head size is then a multiple of 32.
+//
+// SPLIT (with STAGE_KV; rocmforge_core::gpu::split) runs n_split
+// workgroups per (token, head) row, each over one run of consecutive
+// positions, and writes its running maximum, sum and unnormalised output
+// to the partials for attention_combine.comp to merge; sinks, the
+// normalisation and OUT_Q8 are the combine's.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -40,24 +46,7 @@ layout(local_size_x = WG_SIZE) in;
 #endif
 #define MAX_HEAD_DIM (ATT_DIMS * WG_SIZE)
 
-layout(push_constant, std430) uniform Push {
-    uint64_t q;
-    uint64_t out_;
-    uint64_t k_cache; // the layer's K block
-    uint64_t v_cache;
-    uint64_t step;
-    uint n_tokens;
-    uint n_head;
-    uint n_head_kv;
-    uint head_dim;
-    uint kv_dim;
-    float scale;
-    uint64_t q8; // OUT_Q8 only
-    uint64_t q8_scales;
-    uint window; // 0: every position; else the last `window` (sliding)
-    uint ring; // position p is row p % ring of the blocks (a sliding ring)
-    uint64_t sinks; // one f32 logit per head, 0: none
-} pc;
+#include "attention_push.glsl"
 
 shared float qs[MAX_HEAD_DIM];
 shared float scores[WG_SIZE];
@@ -134,6 +123,10 @@ void walk(float s, uint vw, uint hd, inout float m, inout float l, inout float a
 
 void main() {
     uint g = wg_linear();
+#ifdef SPLIT
+    uint run = g % pc.n_split;
+    g /= pc.n_split;
+#endif
     if (g >= pc.n_tokens * pc.n_head) {
         return;
     }
@@ -147,6 +140,15 @@ void main() {
     // A sliding window skips what ggml masks: positions p with
     // pos - p >= window.
     uint first = (pc.window != 0u && n_kv > pc.window) ? n_kv - pc.window : 0u;
+#ifdef SPLIT
+    // This workgroup's run of the span first .. n_kv: runs of `per`
+    // positions, the last one shorter; runs past the span are empty.
+    uint span = n_kv - first;
+    uint per = max(pc.split_min, (span + pc.n_split - 1u) / pc.n_split);
+    bool in_span = run < (span + per - 1u) / per;
+    first = in_span ? first + run * per : n_kv;
+    n_kv = in_span ? min(n_kv, first + per) : n_kv;
+#endif
 
     F32s q = F32s(pc.q + (uint64_t(t) * q_dim + h * hd) * 4u);
     for (uint d = tid; d < hd; d += WG_SIZE) {
@@ -233,6 +235,22 @@ void main() {
         memoryBarrierShared();
         barrier();
     }
+#endif
+#ifdef SPLIT
+    uint idx = g * pc.n_split + run;
+    F32s part = F32s(pc.partials);
+    for (uint i = 0u; i < ATT_DIMS; i++) {
+        uint d = tid + i * WG_SIZE;
+        if (d < hd) {
+            part.v[idx * hd + d] = acc[i];
+        }
+    }
+    if (tid == 0u) {
+        uint ml = pc.n_tokens * pc.n_head * pc.n_split * hd + 2u * idx;
+        part.v[ml] = m;
+        part.v[ml + 1u] = l;
+    }
+    return;
 #endif
     // An attention sink joins the denominator after the positions, as
     // ggml folds it in: the accumulator is rescaled unrounded.

@@ -126,6 +126,28 @@ const KERNELS: &[(&str, &str, Defines)] = &[
             ("OUT_Q8", "1"),
         ],
     ),
+    // Decode at depth: runs of positions per workgroup, merged by the
+    // combine (rocmforge_core::gpu::split).
+    (
+        "attention_split",
+        "attention.comp",
+        &[
+            ("WG_SIZE", "128"),
+            ("ATT_DIMS", "2"),
+            ("STAGE_KV", "1"),
+            ("SPLIT", "1"),
+        ],
+    ),
+    (
+        "attention_combine",
+        "attention_combine.comp",
+        &[("WG_SIZE", "128"), ("ATT_DIMS", "2")],
+    ),
+    (
+        "attention_combine_q8",
+        "attention_combine.comp",
+        &[("WG_SIZE", "128"), ("ATT_DIMS", "2"), ("OUT_Q8", "1")],
+    ),
     ("add", "eltwise.comp", &[("OP_ADD", "1")]),
     ("swiglu", "eltwise.comp", &[("OP_SWIGLU", "1")]),
     ("copy", "eltwise.comp", &[("OP_COPY", "1")]),

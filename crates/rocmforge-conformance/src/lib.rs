@@ -306,10 +306,31 @@ pub fn compare_made_with_cpu(
         let cpu = cpu_s.eval(&prompt).unwrap().to_vec();
         check(format!("prompt of {n}"), &ours, &cpu);
     }
-    // Greedy decoding, teacher-forced on the CPU's tokens so that one near
-    // tie does not end the comparison: at every step our top token must be
-    // the CPU's, or one whose CPU logit lies within twice the largest
-    // difference seen on that row (a tie rounding may break either way).
+    let equal = greedy_with_cpu(backend, what, &mut ours_s, &mut cpu_s, &mut check);
+    eprintln!(
+        "{backend} vs cpu, {what}: worst max {:.4}σ mean {:.4}σ, greedy {equal}/{GREEDY_STEPS} \
+         tokens equal (the rest near ties)",
+        worst.0, worst.1
+    );
+    worst
+}
+
+/// Checks one step's logits, ours and the CPU's, under a label.
+type RowCheck<'a> = dyn FnMut(String, &[f32], &[f32]) + 'a;
+
+/// Greedy decoding of [`GREEDY_STEPS`] tokens after what both sessions
+/// hold, teacher-forced on the CPU's tokens so that one near tie does not
+/// end the comparison: every row goes through `check`, and at every step
+/// our top token must be the CPU's, or one whose CPU logit lies within
+/// twice the largest difference seen on that row (a tie rounding may break
+/// either way). Returns the steps whose tokens were equal.
+fn greedy_with_cpu(
+    backend: &str,
+    what: &str,
+    ours_s: &mut Session,
+    cpu_s: &mut Session,
+    check: &mut RowCheck,
+) -> usize {
     let (mut ours, mut cpu) = (
         ours_s.eval(&[1]).unwrap().to_vec(),
         cpu_s.eval(&[1]).unwrap().to_vec(),
@@ -337,6 +358,47 @@ pub fn compare_made_with_cpu(
         ours = ours_s.eval(&[t_cpu]).unwrap().to_vec();
         cpu = cpu_s.eval(&[t_cpu]).unwrap().to_vec();
     }
+    equal
+}
+
+/// [`compare_with_cpu`] at depth: a random prompt of `prompt` tokens in a
+/// context of `n_ctx` (evaluated in pieces of 256), its last row checked,
+/// then greedy decoding over it, every row within `tol`. Decode attention
+/// here walks hundreds of positions, split over runs on a GPU
+/// (`rocmforge_core::gpu::split`).
+pub fn compare_at_depth_with_cpu(
+    model: &Arc<Model>,
+    backend: &str,
+    label: &str,
+    (prompt, n_ctx): (usize, usize),
+    tol: Tolerance,
+) -> (f32, f32) {
+    let what = format!("{label}, prompt of {prompt} in a context of {n_ctx}");
+    let n_vocab = model.config.n_vocab;
+    let mut worst = (0f32, 0f32);
+    let mut check = |label: String, ours: &[f32], cpu: &[f32]| {
+        assert_eq!(ours.len(), cpu.len(), "{label}: logits size");
+        for (a, b) in ours.chunks(n_vocab).zip(cpu.chunks(n_vocab)) {
+            let (max, mean) = row_error(a, b);
+            worst = (worst.0.max(max), worst.1.max(mean));
+            assert!(
+                max <= tol.max && mean <= tol.mean,
+                "{backend} vs cpu, {what}, {label}: max {max:.4}σ mean {mean:.4}σ (allowed {tol:?})"
+            );
+        }
+    };
+    let opts = SessionOptions {
+        n_ctx,
+        n_batch: 256,
+        all_logits: false,
+    };
+    let mut ours_s = session(model, backend, opts);
+    let mut cpu_s = session(model, "cpu", opts);
+    let tokens = random_tokens(prompt, n_vocab, 7);
+    let ours = ours_s.eval(&tokens).unwrap().to_vec();
+    let cpu = cpu_s.eval(&tokens).unwrap().to_vec();
+    check("the prompt's last row".into(), &ours, &cpu);
+    let equal = greedy_with_cpu(backend, &what, &mut ours_s, &mut cpu_s, &mut check);
     eprintln!(
         "{backend} vs cpu, {what}: worst max {:.4}σ mean {:.4}σ, greedy {equal}/{GREEDY_STEPS} \
          tokens equal (the rest near ties)",

@@ -143,7 +143,7 @@ impl GpuDevice for HipDevice {
     /// prefetch (`matmul_cmps_*`), Q8-packed roundings one block per wave
     /// (`kernels/ops_quantize.hip`).
     fn lowering(&self) -> Lowering {
-        hip_lowering()
+        hip_lowering(self.dev.props.compute_units)
     }
 
     fn max_region(&self) -> u64 {
@@ -363,7 +363,7 @@ impl GpuDevice for HipDevice {
     }
 }
 
-fn hip_lowering() -> Lowering {
+fn hip_lowering(compute_units: u32) -> Lowering {
     Lowering {
         fuse: true,
         int_matvec: true,
@@ -371,6 +371,7 @@ fn hip_lowering() -> Lowering {
         matrix: MatrixTiles::Small,
         matrix_prefetch: true,
         q8_packed_blocks_per_group: 2,
+        compute_units,
     }
 }
 
@@ -387,7 +388,7 @@ mod tests {
 
     #[test]
     fn hip_lowering_names_the_hip_kernels() {
-        let l = hip_lowering();
+        let l = hip_lowering(96);
         assert!(!l.int_dot_names, "HIP kernels have no _dot variants");
         assert_eq!(l.matrix, MatrixTiles::Small, "64x64 tiles: matmul_cmps_*");
         assert!(l.matrix_prefetch);
@@ -395,5 +396,6 @@ mod tests {
             l.q8_packed_blocks_per_group, 2,
             "ops_quantize.hip's mapping"
         );
+        assert_eq!(l.compute_units, 96, "the device's, for split attention");
     }
 }

@@ -159,6 +159,24 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 128,
         max_lds: 32768,
     },
+    // Split decode attention: the staged kernel over one run of positions
+    // (rocmforge_core::gpu::split), then the combine, which streams each
+    // run's partial once (13-16 VGPRs, no LDS).
+    Budget {
+        kernel: "attention_split",
+        max_vgprs: 128,
+        max_lds: 32768,
+    },
+    Budget {
+        kernel: "attention_combine",
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "attention_combine_q8",
+        max_vgprs: 32,
+        max_lds: 0,
+    },
     // Weight kernels (kernels/embed.hip, matvec*.hip, matmul*.hip): one
     // variant per weight type, named and sized as the Vulkan pipelines
     // (rocmforge_core::gpu::workgroup_size). Measured with clang 19.1.7.

@@ -199,6 +199,10 @@ pub struct DeviceProps {
     /// this process's usage.
     pub memory_budget: bool,
     pub max_workgroups: [u32; 3],
+    /// Compute units (CUs, SMs; a CPU implementation's threads), or a
+    /// guess where the driver does not say: split decode attention fills
+    /// them (rocmforge_core::gpu::split).
+    pub compute_units: u32,
     /// One line in the style of llama.cpp's device report.
     pub summary: String,
 }
@@ -609,6 +613,7 @@ fn candidate(
             vk::PhysicalDeviceType::INTEGRATED_GPU | vk::PhysicalDeviceType::CPU
         );
     let max_region = maint3.max_memory_allocation_size;
+    let compute_units = compute_units(instance, pd, p.device_type, &has_ext);
     let summary_head = format!(
         "{name} ({}: {}) | uma: {} | fp16: {}",
         cstr(&driver.driver_name),
@@ -617,7 +622,7 @@ fn candidate(
         u8::from(fp16),
     );
     let summary_tail = format!(
-        "shared memory: {} | int dot: {}",
+        "shared memory: {} | int dot: {} | compute units: {compute_units}",
         p.limits.max_compute_shared_memory_size,
         u8::from(use_int_dot),
     );
@@ -642,9 +647,47 @@ fn candidate(
             max_region,
             memory_budget: has_ext(ash::ext::memory_budget::NAME),
             max_workgroups: p.limits.max_compute_work_group_count,
+            compute_units,
             summary: String::new(),
         },
     })
+}
+
+/// Compute units the device reports: `VK_AMD_shader_core_properties`
+/// (engines × arrays × CUs per array), `VK_NV_shader_sm_builtins` (SMs),
+/// a CPU implementation's threads; else 32, a mid-sized GPU.
+fn compute_units(
+    instance: &ash::Instance,
+    pd: vk::PhysicalDevice,
+    device_type: vk::PhysicalDeviceType,
+    has_ext: &dyn Fn(&CStr) -> bool,
+) -> u32 {
+    if has_ext(ash::amd::shader_core_properties::NAME) {
+        let mut core = vk::PhysicalDeviceShaderCorePropertiesAMD::default();
+        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut core);
+        // SAFETY: `pd` came from this instance and offers the extension
+        // whose properties struct is chained.
+        unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
+        let cus = core.shader_engine_count
+            * core.shader_arrays_per_engine_count
+            * core.compute_units_per_shader_array;
+        if cus > 0 {
+            return cus;
+        }
+    }
+    if has_ext(ash::nv::shader_sm_builtins::NAME) {
+        let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut sm);
+        // SAFETY: as above.
+        unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
+        if sm.shader_sm_count > 0 {
+            return sm.shader_sm_count;
+        }
+    }
+    if device_type == vk::PhysicalDeviceType::CPU {
+        return std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    }
+    32
 }
 
 /// The device's subgroup sizes: `VK_EXT_subgroup_size_control`'s range and

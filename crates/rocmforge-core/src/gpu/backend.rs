@@ -22,6 +22,7 @@ use super::device::{
     DeviceMemory, Frame, GpuDevice, HostCopy, HostMemory, Memory, Piece, Stall, Upload,
 };
 use super::options::{GpuOptions, LogLaunches};
+use super::split;
 use super::staging::{read_f32s, stage_part, write_f32s, Staged, STAGING_SLACK};
 use super::{check_graph, check_part, record_graph, scratch_bytes, weight_kernel};
 use super::{DeviceWeight, Dispatch, GraphAddresses, KernelSink, Lowering, Reserved as Limits};
@@ -37,8 +38,11 @@ use crate::quant::QuantType;
 struct Loaded<B> {
     weights: Vec<DeviceWeight>,
     regions: Vec<B>,
+    /// The KV cache, then split attention's partials from `partials_at`.
     kv: B,
     kv_layout: KvLayout,
+    partials_at: u64,
+    partials_bytes: u64,
     n_vocab: usize,
     weight_bytes: u64,
     /// Host copy of the rope frequency factors, for the parameter check.
@@ -97,10 +101,12 @@ pub struct GpuBackend<D: GpuDevice> {
 
 impl<D: GpuDevice> GpuBackend<D> {
     pub fn new(device: D, opts: GpuOptions) -> GpuBackend<D> {
+        let from_device = device.lowering();
         let lowering = Lowering {
             fuse: opts.fuse,
             int_matvec: opts.int_matvec,
-            ..device.lowering()
+            compute_units: opts.compute_units.unwrap_or(from_device.compute_units),
+            ..from_device
         };
         GpuBackend {
             calls_at_load: device.allocation_calls(),
@@ -266,9 +272,19 @@ impl<D: GpuDevice> GpuBackend<D> {
                 },
             )
         };
+        // Split decode attention's partials share the cache's allocation
+        // (one allocation call fewer), sized for every graph up front.
+        let partials_at = (kv_layout.bytes() as u64).next_multiple_of(256);
+        let positions = (0..kv_layout.n_layer)
+            .map(|l| kv_layout.capacity(l))
+            .max()
+            .unwrap_or(0);
+        let c = &model.config;
+        let cus = self.lowering.compute_units;
+        let partials_bytes = split::partials_bound(c.n_head, c.head_dim, positions, cus) as u64;
         let kv = uploaded.and_then(|()| {
             self.device
-                .alloc("KV cache", kv_layout.bytes() as u64, Memory::KvCache)
+                .alloc("KV cache", partials_at + partials_bytes, Memory::KvCache)
         });
         let kv = match kv {
             Ok(kv) => kv,
@@ -300,6 +316,8 @@ impl<D: GpuDevice> GpuBackend<D> {
             regions,
             kv,
             kv_layout: kv_layout.clone(),
+            partials_at,
+            partials_bytes,
             n_vocab: model.config.n_vocab,
             weight_bytes: split.region_bytes.iter().sum(),
             rope_freqs,
@@ -394,6 +412,8 @@ impl<D: GpuDevice> GpuBackend<D> {
             scratch: base + r.arena_bytes,
             kv: loaded.kv.address(),
             kv_layout: &loaded.kv_layout,
+            partials: loaded.kv.address() + loaded.partials_at,
+            partials_bytes: loaded.partials_bytes,
             step: base + r.step_offset,
             n_vocab: loaded.n_vocab,
         };

@@ -28,6 +28,7 @@ use crate::quant::QuantType;
 use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
 use super::moe::record_moe_op;
 use super::push::*;
+use super::split::{attention_splits, partials_bytes, SPLIT_MIN_POSITIONS};
 use super::{groups_for, weight_suffix, KernelSink, Lowering};
 
 /// The form in which the scratch holds a tensor, for ops that can reuse it.
@@ -95,6 +96,10 @@ pub struct GraphAddresses<'a> {
     pub scratch: u64,
     pub kv: u64,
     pub kv_layout: &'a KvLayout,
+    /// Split decode attention's partials ([`super::split`]) and their
+    /// bytes (0: no graph is split).
+    pub partials: u64,
+    pub partials_bytes: u64,
     pub step: u64,
     pub n_vocab: usize,
 }
@@ -448,7 +453,26 @@ pub fn record_graph(
                     _ => "attention",
                 };
                 let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
-                let push = AttentionPush {
+                // Split over positions where the rows alone leave the
+                // device idle (super::split); the layer attends to at most
+                // its window or its ring.
+                let ring = l.capacity(layer);
+                let attended = window.map_or(ring, |w| w.min(ring));
+                let n_split = if staged {
+                    attention_splits(graph.n_tokens, s.n_head, attended, lw.compute_units)
+                } else {
+                    1
+                };
+                let rows = graph.n_tokens * s.n_head;
+                let partials_needed = partials_bytes(rows * n_split, s.head_dim) as u64;
+                if n_split > 1 && partials_needed > a.partials_bytes {
+                    return Err(BackendError::ExceedsReservation {
+                        what: "the split attention's partials",
+                        needed: partials_needed,
+                        reserved: a.partials_bytes,
+                    });
+                }
+                let mut push = AttentionPush {
                     q: t(q),
                     out: t(out),
                     k_cache,
@@ -463,17 +487,31 @@ pub fn record_graph(
                     q8,
                     q8_scales,
                     window: u32_of(window.unwrap_or(0), "attention window")?,
-                    ring: u32_of(l.capacity(layer), "cache positions")?,
+                    ring: u32_of(ring, "cache positions")?,
                     sinks: sinks.map_or(0, |w| a.weights[w].address),
+                    partials: 0,
+                    n_split: 1,
+                    split_min: 0,
                 };
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
-                let groups = u32_of(graph.n_tokens * s.n_head, "attention workgroups")?;
-                sink.dispatch(
-                    kernel,
-                    push.bytes(),
-                    groups,
-                    label(i, format!("Attention layer {layer}")),
-                )?;
+                let what = label(i, format!("Attention layer {layer}"));
+                if n_split > 1 {
+                    push.partials = a.partials;
+                    push.n_split = u32_of(n_split, "attention splits")?;
+                    push.split_min = u32_of(SPLIT_MIN_POSITIONS, "split positions")?;
+                    let groups = u32_of(rows * n_split, "attention workgroups")?;
+                    sink.dispatch("attention_split", push.bytes(), groups, what.clone())?;
+                    let combine = if q8 != 0 {
+                        "attention_combine_q8"
+                    } else {
+                        "attention_combine"
+                    };
+                    let groups = u32_of(rows, "attention workgroups")?;
+                    sink.dispatch(combine, push.bytes(), groups, what)?;
+                } else {
+                    let groups = u32_of(rows, "attention workgroups")?;
+                    sink.dispatch(kernel, push.bytes(), groups, what)?;
+                }
             }
             Op::SwiGlu { gate, up, out } => {
                 if feeds_int_matvec(i, out) {

@@ -1269,3 +1269,98 @@ fn check_graph_refuses_what_exceeds_the_reservation() {
         assert!(matches!(r, Err(BackendError::Unsupported { .. })), "{r:?}");
     }
 }
+
+/// Decode on a device with compute units to fill: each layer's staged
+/// attention becomes `attention_split` over runs of positions and a
+/// combine that writes the Q8-packed output, both reading the partials.
+#[test]
+fn decode_attention_splits_over_positions_to_fill_the_device() {
+    let m = dense_llama(QuantType::Q4_0);
+    let lw = Lowering {
+        compute_units: 16,
+        ..vulkan_lowering()
+    };
+    for n in [1usize, 2, 8] {
+        let g = m.graph(n);
+        let sink = m.record(&lw, &g, &naive_plan(&g));
+        // 4 × 16 workgroups wanted over n × 4 rows, at most N_CTX / 128 = 2
+        // runs of the cache's 256 positions.
+        let runs = (64usize.div_ceil(n * N_HEAD)).min(N_CTX / 128);
+        assert_eq!(runs, 2);
+        let want: Vec<(String, u32)> = fused_small_step(n, "matvec_int_q4_0", "embed_q4_0", &lw)
+            .into_iter()
+            .flat_map(|(k, groups)| {
+                if k == "attention_staged_q8" {
+                    vec![
+                        launch("attention_split", n * N_HEAD * runs),
+                        launch("attention_combine_q8", n * N_HEAD),
+                    ]
+                } else {
+                    vec![(k, groups)]
+                }
+            })
+            .collect();
+        assert_eq!(seq(&sink), want, "{n} tokens");
+        let pairs: Vec<_> = sink
+            .launches
+            .windows(2)
+            .filter(|w| w[0].kernel == "attention_split")
+            .collect();
+        assert_eq!(pairs.len(), N_LAYER);
+        for w in pairs {
+            let (split, combine): (AttentionPush, AttentionPush) = (w[0].push_as(), w[1].push_as());
+            assert_eq!(
+                (split.partials, split.n_split, split.split_min),
+                (PARTIALS_BASE, runs as u32, 128)
+            );
+            // The combine reads what the split wrote, and writes the output.
+            assert_eq!(
+                (
+                    combine.partials,
+                    combine.n_split,
+                    combine.out,
+                    combine.sinks
+                ),
+                (split.partials, split.n_split, split.out, split.sinks)
+            );
+            assert_ne!(combine.q8, 0, "the combine feeds the integer mat-vec");
+            assert_eq!(w[0].label, w[1].label);
+        }
+    }
+    // Prefill keeps one workgroup per (token, head).
+    let g = m.graph(9);
+    let sink = m.record(&lw, &g, &naive_plan(&g));
+    assert!(sink
+        .kernels()
+        .iter()
+        .all(|k| !k.starts_with("attention_s") && !k.starts_with("attention_c")));
+}
+
+/// A split that needs more partials than the backend set aside is refused
+/// rather than written past them.
+#[test]
+fn split_attention_is_refused_past_its_partials() {
+    let m = dense_llama(QuantType::Q4_0);
+    let lw = Lowering {
+        compute_units: 16,
+        ..vulkan_lowering()
+    };
+    let g = m.graph(1);
+    let plan = naive_plan(&g);
+    let mut a = m.addresses(&plan);
+    // 4 rows × 2 runs of 64 dims and (max, sum).
+    let need = 4 * 2 * (HEAD_DIM as u64 + 2) * 4;
+    a.partials_bytes = need - 1;
+    let mut sink = RecordingSink::new();
+    let err = super::record_graph(&mut sink, &lw, &g, &plan, &a, 0..g.ops.len()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BackendError::ExceedsReservation { needed, reserved, .. }
+                if needed == need && reserved == need - 1
+        ),
+        "{err}"
+    );
+    a.partials_bytes = need;
+    super::record_graph(&mut sink, &lw, &g, &plan, &a, 0..g.ops.len()).expect("fits");
+}

@@ -170,7 +170,12 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("step", p.step),
                 ]
             }
-            "attention" | "attention_staged" | "attention_staged_q8" => {
+            "attention"
+            | "attention_staged"
+            | "attention_staged_q8"
+            | "attention_split"
+            | "attention_combine"
+            | "attention_combine_q8" => {
                 let p: AttentionPush = l.push_as();
                 vec![
                     ("q", p.q),
@@ -181,6 +186,7 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("q8", p.q8),
                     ("q8_scales", p.q8_scales),
                     ("sinks", p.sinks),
+                    ("partials", p.partials),
                 ]
             }
             "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => {
@@ -241,7 +247,7 @@ pub(crate) fn scratch_writes(l: &Launch) -> Vec<(u64, u64)> {
                 u64::from(p.group) * u64::from(p.n_groups),
             )
         }
-        "attention_staged_q8" => {
+        "attention_staged_q8" | "attention_combine_q8" => {
             let p: AttentionPush = l.push_as();
             let n = u64::from(p.n_tokens) * u64::from(p.n_head) * u64::from(p.head_dim);
             q8(p.q8, p.q8_scales, n)
@@ -256,6 +262,7 @@ pub(crate) const WEIGHT_BASE: u64 = 0x10_0000_0000;
 pub(crate) const ARENA_BASE: u64 = 0x20_0000_0000;
 pub(crate) const KV_BASE: u64 = 0x30_0000_0000;
 pub(crate) const STEP_BASE: u64 = 0x40_0000_0000;
+pub(crate) const PARTIALS_BASE: u64 = 0x50_0000_0000;
 /// Context of the tiny models' KV caches.
 pub(crate) const N_CTX: usize = 256;
 
@@ -269,6 +276,7 @@ pub(crate) fn vulkan_lowering() -> Lowering {
         matrix: MatrixTiles::Off,
         matrix_prefetch: true,
         q8_packed_blocks_per_group: 64,
+        compute_units: 1,
     }
 }
 
@@ -278,6 +286,7 @@ pub(crate) fn hip_lowering() -> Lowering {
     Lowering {
         matrix: MatrixTiles::Small,
         q8_packed_blocks_per_group: 2,
+        compute_units: 1,
         ..vulkan_lowering()
     }
 }
@@ -543,6 +552,8 @@ pub(crate) fn addresses_for<'a>(
         scratch: scratch_base(plan),
         kv: KV_BASE,
         kv_layout: kv,
+        partials: PARTIALS_BASE,
+        partials_bytes: 1 << 30,
         step: STEP_BASE,
         n_vocab,
     }

@@ -107,6 +107,7 @@ impl MockDevice {
             matrix: MatrixTiles::Off,
             matrix_prefetch: false,
             q8_packed_blocks_per_group: 64,
+            compute_units: 1,
         };
         let device = MockDevice {
             seen: seen.clone(),

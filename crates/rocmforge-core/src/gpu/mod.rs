@@ -36,6 +36,7 @@ mod mock_device;
 mod moe;
 mod options;
 pub mod push;
+pub mod split;
 pub mod staging;
 
 use crate::backend::BackendError;
@@ -85,6 +86,9 @@ pub struct Lowering {
     /// (`quantize_q8_packed`, `swiglu_q8`): 64 for the GLSL kernels (one
     /// per invocation), 2 for the HIP ones (one per wave).
     pub q8_packed_blocks_per_group: u32,
+    /// The device's compute units (CUs, SMs): decode attention is split
+    /// over positions until the workgroups fill them ([`split`]).
+    pub compute_units: u32,
 }
 
 /// One launch as the lowering names it: `kernel` over `groups`
@@ -143,7 +147,8 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         // cut its serial chain of loads (docs/vulkan.md, 7B tg128 246 → 269).
         "rmsnorm" | "rmsnorm_q8" => 512,
         "rope" | "rope_kv" | "store_kv" | "attention" => 64,
-        "attention_staged" | "attention_staged_q8" => 128,
+        "attention_staged" | "attention_staged_q8" | "attention_split" => 128,
+        "attention_combine" | "attention_combine_q8" => 128,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy"
         | "attn_temp" => 256,
         "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"

@@ -31,6 +31,7 @@ pub enum LogLaunches {
 /// | `ROCMFORGE_GPU_LOG_LAUNCHES` (`1`, `all`) | `log_launches` |
 /// | `ROCMFORGE_GPU_SKIP_LAUNCHES` (text) | `skip_launches` |
 /// | `ROCMFORGE_GPU_SUBMIT_MS` (milliseconds) | `submit_budget` |
+/// | `ROCMFORGE_GPU_COMPUTE_UNITS` (count) | `compute_units` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Bound on every wait for the device.
@@ -53,6 +54,10 @@ pub struct GpuOptions {
     /// longer is split into several ([`super::cost`]). The APU watchdog
     /// (about 2 s) ends longer jobs with a lost device.
     pub submit_budget: Duration,
+    /// The compute units decode attention is split to fill, in place of
+    /// the device's count ([`super::split`]); 0 never splits. For tests
+    /// of the split on small devices, and measurement.
+    pub compute_units: Option<u32>,
 }
 
 impl Default for GpuOptions {
@@ -65,6 +70,7 @@ impl Default for GpuOptions {
             log_launches: LogLaunches::Off,
             skip_launches: None,
             submit_budget: DEFAULT_SUBMIT_BUDGET,
+            compute_units: None,
         }
     }
 }
@@ -98,6 +104,7 @@ impl GpuOptions {
                 .and_then(|v| v.parse::<f64>().ok())
                 .filter(|ms| ms.is_finite() && *ms >= 0.0)
                 .map_or(d.submit_budget, |ms| Duration::from_secs_f64(ms / 1e3)),
+            compute_units: var("ROCMFORGE_GPU_COMPUTE_UNITS").and_then(|v| v.parse().ok()),
         }
     }
 }
@@ -116,6 +123,7 @@ mod tests {
             ("ROCMFORGE_GPU_LOG_LAUNCHES", "all"),
             ("ROCMFORGE_GPU_SKIP_LAUNCHES", "MatMul"),
             ("ROCMFORGE_GPU_SUBMIT_MS", "250"),
+            ("ROCMFORGE_GPU_COMPUTE_UNITS", "0"),
         ];
         let get = |k: &str| {
             vars.iter()
@@ -133,6 +141,7 @@ mod tests {
                 log_launches: LogLaunches::All,
                 skip_launches: Some("MatMul".into()),
                 submit_budget: Duration::from_millis(250),
+                compute_units: Some(0),
             }
         );
         assert_eq!(GpuOptions::from_vars(|_| None), GpuOptions::default());

@@ -141,7 +141,12 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         "rope" => RopePush::FIELDS,
         "rope_kv" => RopeKvPush::FIELDS,
         "store_kv" => StoreKvPush::FIELDS,
-        "attention" | "attention_staged" | "attention_staged_q8" => AttentionPush::FIELDS,
+        "attention"
+        | "attention_staged"
+        | "attention_staged_q8"
+        | "attention_split"
+        | "attention_combine"
+        | "attention_combine_q8" => AttentionPush::FIELDS,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => {
             EltwisePush::FIELDS
         }
@@ -341,11 +346,19 @@ pub struct AttentionPush {
     /// One logit per query head joining every softmax's denominator
     /// (gpt-oss's attention sinks, f32), 0 for none.
     pub sinks: u64,
+    /// Split decode attention (`attention_split`, `attention_combine*`;
+    /// 0 otherwise): each split's running maximum, sum and unnormalised
+    /// output ([`super::split`] has the layout).
+    pub partials: u64,
+    /// Splits of every (token, head) row's positions, 1 unsplit.
+    pub n_split: u32,
+    /// Fewest positions a split takes (fewer splits at a short context).
+    pub split_min: u32,
 }
 // SAFETY: repr(C), five u64, six 4-byte fields (ending at byte 64), two
-// u64, two u32, one u64: 96 bytes, no padding.
+// u64, two u32, two u64, two u32: 112 bytes, no padding.
 unsafe impl Push for AttentionPush {
-    const FIELDS: &'static [Field] = fields!(AttentionPush: q, out, k_cache, v_cache, step, n_tokens, n_head, n_head_kv, head_dim, kv_dim, scale, q8, q8_scales, window, ring, sinks);
+    const FIELDS: &'static [Field] = fields!(AttentionPush: q, out, k_cache, v_cache, step, n_tokens, n_head, n_head_kv, head_dim, kv_dim, scale, q8, q8_scales, window, ring, sinks, partials, n_split, split_min);
 }
 
 #[repr(C)]
@@ -420,7 +433,7 @@ const _: () = assert!(std::mem::size_of::<NormPush>() == 56);
 const _: () = assert!(std::mem::size_of::<RopePush>() == 72);
 const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 112);
 const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 56);
-const _: () = assert!(std::mem::size_of::<AttentionPush>() == 96);
+const _: () = assert!(std::mem::size_of::<AttentionPush>() == 112);
 const _: () = assert!(std::mem::size_of::<EltwisePush>() == 40);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
 const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);

@@ -625,4 +625,52 @@ mod tests {
         };
         assert_eq!(run(&whole), run(&ringed));
     }
+
+    /// Timing of decode attention at depth over 24 layers (not a check).
+    #[test]
+    #[ignore]
+    fn bench_decode_layer() {
+        let (d, n_kv_heads, group, n, layers) = (64usize, 2usize, 7usize, 3500usize, 24usize);
+        let stride = d * n_kv_heads;
+        let ks: Vec<Vec<f16>> = (0..layers)
+            .map(|l| to_f16(&noise(stride * n, 5 + l as u64, 2.0)))
+            .collect();
+        let vs: Vec<Vec<f16>> = (0..layers)
+            .map(|l| to_f16(&noise(stride * n, 60 + l as u64, 2.0)))
+            .collect();
+        let n_head = n_kv_heads * group;
+        let q = noise(d * n_head, 7, 3.0);
+        let mut out = vec![0.0; d * n_head];
+        let mut scratch = vec![0.0; 8192];
+        let reps = 5;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            for l in 0..layers {
+                for h in 0..n_head {
+                    let kv = KvHead {
+                        k: &ks[l],
+                        v: &vs[l],
+                        stride,
+                        offset: (h / group) * d,
+                        ring: usize::MAX,
+                    };
+                    attend_head(
+                        &q[h * d..(h + 1) * d],
+                        &kv,
+                        0..n,
+                        d,
+                        0.125,
+                        None,
+                        &mut out[h * d..(h + 1) * d],
+                        &mut scratch,
+                    );
+                }
+            }
+        }
+        let ns = t.elapsed().as_secs_f64() * 1e9 / (reps * layers * n_head * n) as f64;
+        eprintln!(
+            "attend_head: {ns:.2} ns per (head, position); {:.2} ms per token",
+            ns * (layers * n_head * n) as f64 * 1e-6
+        );
+    }
 }
