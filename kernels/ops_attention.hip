@@ -41,7 +41,8 @@
 //                        reads it; head_dim a multiple of 32;
 //   attention_split      attention_staged over one run of consecutive
 //                        positions per workgroup (grid n_tokens * n_head *
-//                        n_split; rocmforge_core::gpu::split), writing the
+//                        n_split; rocmforge_core::gpu::split), each chunk
+//                        taken whole in f32 (split_chunk), writing the
 //                        run's maximum, sum and unnormalised output to the
 //                        partials;
 //   attention_combine    one workgroup per (token, head): merges the row's
@@ -275,6 +276,71 @@ DEV void write_output(const AttentionPush& p, uint32_t t, uint32_t h, float l,
     }
 }
 
+// Maximum and sum of v over the workgroup, returned to every thread
+// (`part`: WG / WAVE_SIZE floats of shared memory). Uniform control flow;
+// ends with a barrier, after which earlier shared-memory writes are
+// visible to all.
+template <uint32_t WG> DEV float block_max_f32(float v, float* part) {
+    v = wave_max(v);
+    if (lane_id() == 0u) {
+        part[wave_id()] = v;
+    }
+    block_barrier();
+    float r = part[0];
+#pragma unroll
+    for (uint32_t w = 1u; w < WG / WAVE_SIZE; w++) {
+        r = dev_fmaxf(r, part[w]);
+    }
+    block_barrier();
+    return r;
+}
+
+template <uint32_t WG> DEV float block_sum_f32(float v, float* part) {
+    v = wave_sum(v);
+    if (lane_id() == 0u) {
+        part[wave_id()] = v;
+    }
+    block_barrier();
+    float r = 0.0f;
+#pragma unroll
+    for (uint32_t w = 0u; w < WG / WAVE_SIZE; w++) {
+        r += part[w];
+    }
+    block_barrier();
+    return r;
+}
+
+// One staged chunk of a split run (attention_split), taken whole in f32:
+// the chunk's maximum, every position's weight e^(s - m) computed by the
+// thread that scored it (s: this thread's score, -inf past cnt), then one
+// multiply-add chain over the chunk per dimension. The in-order walk's f16
+// roundings and per-position rescale stay with the unsplit kernels; f32
+// sums are closer to the exact result. vh: the stage's V rows (halves,
+// row stride 2 * stride).
+template <uint32_t WG, uint32_t DIMS, bool STAGE>
+DEV void split_chunk(float (&acc)[DIMS], float& m, float& l, float s, uint32_t cnt,
+                     AttShared<WG, DIMS, STAGE>& sh, uint32_t hd, const uint16_t* vh,
+                     uint32_t stride) {
+    uint32_t tid = thread_id_x();
+    float m_new = dev_fmaxf(m, block_max_f32<WG>(s, sh.tot));
+    float w = tid < cnt ? libm_expf(s - m_new) : 0.0f;
+    sh.vs[tid] = w;
+    float alpha = libm_expf(m - m_new); // 0 while m = -inf
+    l = l * alpha + block_sum_f32<WG>(w, sh.tot);
+    m = m_new;
+#pragma unroll
+    for (uint32_t i = 0u; i < DIMS; i++) {
+        uint32_t d = tid + i * WG;
+        if (d < hd) {
+            float a = acc[i] * alpha;
+            for (uint32_t j = 0u; j < cnt; j++) {
+                a = dev_fmaf(sh.vs[j], f16_bits_to_f32(vh[2u * j * stride + d]), a);
+            }
+            acc[i] = a;
+        }
+    }
+}
+
 template <uint32_t WG, uint32_t DIMS, bool STAGE, bool OUT_Q8, bool SPLIT>
 DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
     uint32_t g = wg_linear();
@@ -388,10 +454,14 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
             if (active) {
                 s = dot_ggml<false>(sh.k_stage + tid * stride, sh.qs, hd) * p.scale;
             }
-            m = softmax_factors(s, active, m, sh);
             const uint16_t* vh = (const uint16_t*)sh.v_stage;
-            walk_chunk<WG, DIMS, STAGE>(acc, l, cnt, sh, hd, body,
-                                        [&](uint32_t j) { return vh + 2u * j * stride; });
+            if (SPLIT) {
+                split_chunk<WG, DIMS, STAGE>(acc, m, l, s, cnt, sh, hd, vh, stride);
+            } else {
+                m = softmax_factors(s, active, m, sh);
+                walk_chunk<WG, DIMS, STAGE>(acc, l, cnt, sh, hd, body,
+                                            [&](uint32_t j) { return vh + 2u * j * stride; });
+            }
             block_barrier(); // the stage and the factors are rewritten next
         }
     } else {
@@ -439,12 +509,177 @@ DEV void attention_run(const AttentionPush& p, AttShared<WG, DIMS, STAGE>& sh) {
     write_output<WG, DIMS, OUT_Q8>(p, t, h, l, acc);
 }
 
+// attention_decode (shaders/attention_decode.comp): one run of positions
+// per workgroup of WG threads; each wave takes its own groups of GROUP
+// consecutive positions and reads their K and V rows straight from the
+// cache, lane l holding head-dim pairs l + 32 k (k < KP), every word of the
+// group loaded before the first is used. A position's score is the wave's
+// sum of the lanes' partial dot products; the group's weights follow in
+// f32, then one multiply-add per pair and position. The waves' (maximum,
+// sum, output) merge through shared memory into the run's partial.
+// attention_decode holds up to 2 pairs a lane (head_dim <= 128),
+// attention_decode_wide up to 4 (head_dim <= 256). Weights use dev_expf,
+// not libm_expf: this kernel's sums are its own (f32), not the CPU's.
+#define ATT_DECODE_GROUP 8u
+
+template <uint32_t WG, uint32_t KP> struct DecodeShared {
+    float m[WG / WAVE_SIZE];
+    float l[WG / WAVE_SIZE];
+    float acc[WG / WAVE_SIZE][2u * WAVE_SIZE * KP];
+};
+
+// KP: pairs a lane may hold (head_dim <= 64 KP); the kp = ceil(pairs / 32)
+// in use is uniform, so the lanes skip the rest with scalar branches.
+template <uint32_t WG, uint32_t KP>
+DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) {
+    constexpr uint32_t GROUP = ATT_DECODE_GROUP;
+    constexpr uint32_t NW = WG / WAVE_SIZE;
+    uint32_t g = wg_linear();
+    uint32_t run = g % p.n_split;
+    g /= p.n_split;
+    if (g >= p.n_tokens * p.n_head) {
+        return; // the whole workgroup
+    }
+    uint32_t t = g / p.n_head;
+    uint32_t h = g % p.n_head;
+    uint32_t kvh = h / (p.n_head / p.n_head_kv);
+    uint32_t hd = p.head_dim;
+    uint32_t pairs = hd / 2u;
+    uint32_t kp = (pairs + WAVE_SIZE - 1u) / WAVE_SIZE;
+    uint32_t n_kv = step_pos0(p.step) + t + 1u;
+    uint32_t first = (p.window != 0u && n_kv > p.window) ? n_kv - p.window : 0u;
+    uint32_t span = n_kv - first;
+    uint32_t per = __builtin_elementwise_max(p.split_min, (span + p.n_split - 1u) / p.n_split);
+    bool in_span = run < (span + per - 1u) / per;
+    uint32_t begin = in_span ? first + run * per : n_kv;
+    uint32_t end = in_span ? __builtin_elementwise_min(n_kv, begin + per) : n_kv;
+
+    uint32_t lane = lane_id();
+    uint32_t wv = wave_id();
+    const float* q = dev_ptr<const float>(p.q) + (uint64_t)t * p.n_head * hd + h * hd;
+    float qx[KP], qy[KP], ax[KP], ay[KP];
+#pragma unroll
+    for (uint32_t k = 0u; k < KP; k++) {
+        uint32_t w = lane + WAVE_SIZE * k;
+        qx[k] = w < pairs ? q[2u * w] : 0.0f;
+        qy[k] = w < pairs ? q[2u * w + 1u] : 0.0f;
+        ax[k] = 0.0f;
+        ay[k] = 0.0f;
+    }
+    float m = -__builtin_inff();
+    float l = 0.0f;
+    const uint32_t* kc = dev_ptr<const uint32_t>(p.k_cache) + kvh * pairs;
+    const uint32_t* vc = dev_ptr<const uint32_t>(p.v_cache) + kvh * pairs;
+    uint32_t row_words = p.kv_dim / 2u;
+    for (uint32_t p0 = begin + wv * GROUP; p0 < end; p0 += NW * GROUP) {
+        uint32_t kw[GROUP][KP];
+        uint32_t vw[GROUP][KP];
+        // Ring rows without a division per position.
+        uint32_t r = p0 % p.ring;
+#pragma unroll
+        for (uint32_t j = 0u; j < GROUP; j++) {
+            uint64_t row = (uint64_t)r * row_words;
+            bool live_row = p0 + j < end;
+#pragma unroll
+            for (uint32_t k = 0u; k < KP; k++) {
+                kw[j][k] = 0u;
+                vw[j][k] = 0u;
+                if (k < kp) {
+                    uint32_t w = lane + WAVE_SIZE * k;
+                    if (live_row && w < pairs) {
+                        kw[j][k] = kc[row + w];
+                        vw[j][k] = vc[row + w];
+                    }
+                }
+            }
+            r = r + 1u == p.ring ? 0u : r + 1u;
+        }
+        float s[GROUP];
+        float mx = m;
+#pragma unroll
+        for (uint32_t j = 0u; j < GROUP; j++) {
+            float part = 0.0f;
+#pragma unroll
+            for (uint32_t k = 0u; k < KP; k++) {
+                if (k < kp) {
+                    part = dev_fmaf(f16_bits_to_f32((uint16_t)kw[j][k]), qx[k], part);
+                    part = dev_fmaf(f16_bits_to_f32((uint16_t)(kw[j][k] >> 16)), qy[k], part);
+                }
+            }
+            float dot = wave_sum(part);
+            s[j] = p0 + j < end ? dot * p.scale : -__builtin_inff();
+            mx = dev_fmaxf(mx, s[j]);
+        }
+        float alpha = dev_expf(m - mx); // 0 while m = -inf
+        l *= alpha;
+#pragma unroll
+        for (uint32_t k = 0u; k < KP; k++) {
+            ax[k] *= alpha;
+            ay[k] *= alpha;
+        }
+#pragma unroll
+        for (uint32_t j = 0u; j < GROUP; j++) {
+            float e = dev_expf(s[j] - mx); // 0 past the run
+            l += e;
+#pragma unroll
+            for (uint32_t k = 0u; k < KP; k++) {
+                if (k < kp) {
+                    ax[k] = dev_fmaf(e, f16_bits_to_f32((uint16_t)vw[j][k]), ax[k]);
+                    ay[k] = dev_fmaf(e, f16_bits_to_f32((uint16_t)(vw[j][k] >> 16)), ay[k]);
+                }
+            }
+        }
+        m = mx;
+    }
+
+    if (lane == 0u) {
+        sh.m[wv] = m;
+        sh.l[wv] = l;
+    }
+#pragma unroll
+    for (uint32_t k = 0u; k < KP; k++) {
+        uint32_t w = lane + WAVE_SIZE * k;
+        if (w < pairs) {
+            sh.acc[wv][2u * w] = ax[k];
+            sh.acc[wv][2u * w + 1u] = ay[k];
+        }
+    }
+    block_barrier();
+    float big = -__builtin_inff();
+#pragma unroll
+    for (uint32_t i = 0u; i < NW; i++) {
+        big = sh.l[i] > 0.0f ? dev_fmaxf(big, sh.m[i]) : big;
+    }
+    uint32_t idx = g * p.n_split + run;
+    float* part = dev_ptr<float>(p.partials);
+    uint32_t tid = thread_id_x();
+    for (uint32_t d = tid; d < hd; d += WG) {
+        float o = 0.0f;
+#pragma unroll
+        for (uint32_t i = 0u; i < NW; i++) {
+            float e = sh.l[i] > 0.0f ? dev_expf(sh.m[i] - big) : 0.0f;
+            o = dev_fmaf(e, sh.acc[i][d], o);
+        }
+        part[(uint64_t)idx * hd + d] = o;
+    }
+    if (tid == 0u) {
+        float total = 0.0f;
+#pragma unroll
+        for (uint32_t i = 0u; i < NW; i++) {
+            total += sh.l[i] > 0.0f ? sh.l[i] * dev_expf(sh.m[i] - big) : 0.0f;
+        }
+        uint64_t ml = (uint64_t)p.n_tokens * p.n_head * p.n_split * hd + 2u * idx;
+        part[ml] = big;
+        part[ml + 1u] = total;
+    }
+}
+
 // Merges a row's runs (attention_split's partials): with M the largest
 // maximum of a non-empty run, out = sum o_c e^(m_c - M) / sum l_c e^(m_c - M)
 // in f32, the sink folded in as the unsplit kernel does. Empty runs (l_c
 // = 0, past a short span) weigh nothing.
 template <uint32_t WG, uint32_t DIMS, bool OUT_Q8>
-DEV void attention_combine_run(const AttentionPush& p) {
+DEV void attention_combine_run(const AttentionPush& p, float* weight, float* red) {
     uint32_t g = wg_linear();
     if (g >= p.n_tokens * p.n_head) {
         return; // the whole workgroup
@@ -454,31 +689,30 @@ DEV void attention_combine_run(const AttentionPush& p) {
     const float* part = dev_ptr<const float>(p.partials);
     uint64_t ml = (uint64_t)p.n_tokens * p.n_head * p.n_split * hd;
     uint32_t first = g * p.n_split;
-    float m = -__builtin_inff();
-    for (uint32_t c = 0u; c < p.n_split; c++) {
-        uint64_t i = ml + 2u * (first + c);
-        if (part[i + 1u] > 0.0f) {
-            m = dev_fmaxf(m, part[i]);
-        }
+    // Thread c < n_split (<= WG) takes run c's maximum, sum and weight, so
+    // the outputs are then read with independent loads.
+    float mc = -__builtin_inff();
+    float lc = 0.0f;
+    if (tid < p.n_split) {
+        lc = part[ml + 2u * (first + tid) + 1u];
+        mc = lc > 0.0f ? part[ml + 2u * (first + tid)] : mc;
     }
-    float l = 0.0f;
+    float m = block_max_f32<WG>(mc, red);
+    float w = lc > 0.0f ? libm_expf(mc - m) : 0.0f;
+    weight[tid] = w;
+    float l = block_sum_f32<WG>(lc * w, red); // its barrier publishes weight[]
     float acc[DIMS];
 #pragma unroll
     for (uint32_t i = 0u; i < DIMS; i++) {
         acc[i] = 0.0f;
     }
     for (uint32_t c = 0u; c < p.n_split; c++) {
-        uint32_t idx = first + c;
-        float lc = part[ml + 2u * idx + 1u];
-        if (lc > 0.0f) {
-            float w = libm_expf(part[ml + 2u * idx] - m);
-            l += lc * w;
+        float wc = weight[c];
 #pragma unroll
-            for (uint32_t i = 0u; i < DIMS; i++) {
-                uint32_t d = tid + i * WG;
-                if (d < hd) {
-                    acc[i] += part[(uint64_t)idx * hd + d] * w;
-                }
+        for (uint32_t i = 0u; i < DIMS; i++) {
+            uint32_t d = tid + i * WG;
+            if (d < hd) {
+                acc[i] = dev_fmaf(part[(uint64_t)(first + c) * hd + d], wc, acc[i]);
             }
         }
     }
@@ -516,9 +750,21 @@ ATT_OPS_KERNEL(attention_staged_q8, 128u, 2u, true, true, false, )
 ATT_OPS_KERNEL(attention_split, 128u, 2u, true, false, true, )
 #undef ATT_OPS_KERNEL
 
+KERNEL LAUNCH_BOUNDS(128u) void attention_decode(AttentionPush p) {
+    __shared__ ops::DecodeShared<128u, 2u> sh;
+    ops::attention_decode_run<128u, 2u>(p, sh);
+}
+KERNEL LAUNCH_BOUNDS(128u) void attention_decode_wide(AttentionPush p) {
+    __shared__ ops::DecodeShared<128u, 4u> sh;
+    ops::attention_decode_run<128u, 4u>(p, sh);
+}
 KERNEL LAUNCH_BOUNDS(128u) void attention_combine(AttentionPush p) {
-    ops::attention_combine_run<128u, 2u, false>(p);
+    __shared__ float weight[128u];
+    __shared__ float red[128u / WAVE_SIZE];
+    ops::attention_combine_run<128u, 2u, false>(p, weight, red);
 }
 KERNEL LAUNCH_BOUNDS(128u) void attention_combine_q8(AttentionPush p) {
-    ops::attention_combine_run<128u, 2u, true>(p);
+    __shared__ float weight[128u];
+    __shared__ float red[128u / WAVE_SIZE];
+    ops::attention_combine_run<128u, 2u, true>(p, weight, red);
 }

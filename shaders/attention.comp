@@ -31,9 +31,17 @@
 // workgroups per (token, head) row, each over one run of consecutive
 // positions, and writes its running maximum, sum and unnormalised output
 // to the partials for attention_combine.comp to merge; sinks, the
-// normalisation and OUT_Q8 are the combine's.
+// normalisation and OUT_Q8 are the combine's. Its chunks are taken whole
+// in f32 (the chunk's maximum, every weight at once, one multiply-add
+// chain per dimension) rather than walked position by position with f16
+// rounding: the in-order walk's serial chain, two f16 roundings and an exp
+// per position, was most of a decode step at depth (docs/measurements.md),
+// and f32 sums are closer to the exact result than ggml's f16 ones.
 #version 460
 #extension GL_GOOGLE_include_directive : require
+#ifdef SPLIT
+#define NEEDS_REDUCE
+#endif
 #include "common.glsl"
 #ifdef OUT_Q8
 #include "q8_packed.glsl"
@@ -209,6 +217,31 @@ void main() {
         }
         memoryBarrierShared();
         barrier();
+#ifdef SPLIT
+        // The chunk at once, in f32: its maximum, each position's weight
+        // e^(s - m) computed by the invocation that scored it, then one
+        // multiply-add chain over the chunk per dimension.
+        float s = tid < cnt ? dot_ggml(tid * stride, hd) * pc.scale : -1.0 / 0.0;
+        float m_new = max(m, wg_max(s));
+        float p = tid < cnt ? exp(s - m_new) : 0.0;
+        scores[tid] = p;
+        float alpha = exp(m - m_new); // 0 while m = -inf
+        l = l * alpha + wg_sum(p);
+        m = m_new;
+        memoryBarrierShared();
+        barrier();
+        for (uint i = 0u; i < ATT_DIMS; i++) {
+            uint d = tid + i * WG_SIZE;
+            if (d < hd) {
+                float a = acc[i] * alpha;
+                for (uint pp = 0u; pp < cnt; pp++) {
+                    vec2 vv = unpackHalf2x16(v_stage[pp * stride + d / 2u]);
+                    a = fma(scores[pp], (d & 1u) != 0u ? vv.y : vv.x, a);
+                }
+                acc[i] = a;
+            }
+        }
+#else
         if (tid < cnt) {
             scores[tid] = dot_ggml(tid * stride, hd) * pc.scale;
         }
@@ -217,6 +250,7 @@ void main() {
         for (uint pp = 0u; pp < cnt; pp++) {
             walk(scores[pp], pp * stride, hd, m, l, acc);
         }
+#endif
         memoryBarrierShared();
         barrier();
     }

@@ -1,16 +1,20 @@
-// Merges split decode attention (attention.comp with SPLIT;
-// rocmforge_core::gpu::split): one workgroup per (token, head) row reads
-// the row's n_split partials (maximum m_c, sum l_c, unnormalised output
-// o_c), and with M the largest m_c of a non-empty run writes
+// Merges split decode attention (attention_decode.comp, or attention.comp
+// with SPLIT; rocmforge_core::gpu::split): one workgroup per (token, head)
+// row reads the row's n_split partials (maximum m_c, sum l_c,
+// unnormalised output o_c), and with M the largest m_c of a non-empty run
+// writes
 //   out = sum_c o_c e^(m_c - M) / sum_c l_c e^(m_c - M)
 // in f32, after folding in the row's attention sink as the unsplit kernel
 // does (the accumulator rescaled when the sink is the new maximum). Empty
-// runs (l_c = 0, past a short span) weigh nothing.
+// runs (l_c = 0, past a short span) weigh nothing. Invocation c < n_split
+// reads run c's (m_c, l_c) and weight, so the runs' outputs are then read
+// with independent loads (n_split <= WG_SIZE).
 //
 // OUT_Q8 also writes the output Q8-packed (q8_packed.glsl) for the integer
 // mat-vec that reads it; the head size is then a multiple of 32.
 #version 460
 #extension GL_GOOGLE_include_directive : require
+#define NEEDS_REDUCE
 #include "common.glsl"
 #ifdef OUT_Q8
 #include "q8_packed.glsl"
@@ -25,6 +29,7 @@ layout(local_size_x = WG_SIZE) in;
 
 #include "attention_push.glsl"
 
+shared float weight[WG_SIZE];
 #ifdef OUT_Q8
 shared float os[MAX_HEAD_DIM];
 #endif
@@ -43,29 +48,29 @@ void main() {
     uint ml = pc.n_tokens * pc.n_head * pc.n_split * hd;
     uint first = g * pc.n_split;
 
-    float m = -1.0 / 0.0;
-    for (uint c = 0u; c < pc.n_split; c++) {
-        uint i = ml + 2u * (first + c);
-        if (part.v[i + 1u] > 0.0) {
-            m = max(m, part.v[i]);
-        }
+    float mc = -1.0 / 0.0;
+    float lc = 0.0;
+    if (tid < pc.n_split) {
+        lc = part.v[ml + 2u * (first + tid) + 1u];
+        mc = lc > 0.0 ? part.v[ml + 2u * (first + tid)] : mc;
     }
-    float l = 0.0;
+    float m = wg_max(mc);
+    float w = lc > 0.0 ? exp(mc - m) : 0.0;
+    weight[tid] = w;
+    float l = wg_sum(lc * w);
+    memoryBarrierShared();
+    barrier();
+
     float acc[ATT_DIMS];
     for (uint i = 0u; i < ATT_DIMS; i++) {
         acc[i] = 0.0;
     }
     for (uint c = 0u; c < pc.n_split; c++) {
-        uint idx = first + c;
-        float lc = part.v[ml + 2u * idx + 1u];
-        if (lc > 0.0) {
-            float w = exp(part.v[ml + 2u * idx] - m);
-            l += lc * w;
-            for (uint i = 0u; i < ATT_DIMS; i++) {
-                uint d = tid + i * WG_SIZE;
-                if (d < hd) {
-                    acc[i] += part.v[idx * hd + d] * w;
-                }
+        float wc = weight[c];
+        for (uint i = 0u; i < ATT_DIMS; i++) {
+            uint d = tid + i * WG_SIZE;
+            if (d < hd) {
+                acc[i] = fma(part.v[(first + c) * hd + d], wc, acc[i]);
             }
         }
     }

@@ -138,6 +138,13 @@ const KERNELS: &[(&str, &str, Defines)] = &[
             ("SPLIT", "1"),
         ],
     ),
+    // The same for subgroups of at least 32: rows read straight from the
+    // cache by each subgroup, many workgroups in flight.
+    (
+        "attention_decode",
+        "attention_decode.comp",
+        &[("WG_SIZE", "128")],
+    ),
     (
         "attention_combine",
         "attention_combine.comp",

@@ -372,6 +372,8 @@ fn hip_lowering(compute_units: u32) -> Lowering {
         matrix_prefetch: true,
         q8_packed_blocks_per_group: 2,
         compute_units,
+        // Waves of 32 (RDNA, NVIDIA).
+        subgroup_decode: true,
     }
 }
 

@@ -167,15 +167,27 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 128,
         max_lds: 32768,
     },
+    // Decode attention read by waves: 8 positions' K and V words of 4
+    // pairs a lane in flight (64 VGPRs), 4 KiB to merge the waves.
+    Budget {
+        kernel: "attention_decode",
+        max_vgprs: 112,
+        max_lds: 4608,
+    },
+    Budget {
+        kernel: "attention_decode_wide",
+        max_vgprs: 128,
+        max_lds: 8704,
+    },
     Budget {
         kernel: "attention_combine",
         max_vgprs: 32,
-        max_lds: 0,
+        max_lds: 1024,
     },
     Budget {
         kernel: "attention_combine_q8",
         max_vgprs: 32,
-        max_lds: 0,
+        max_lds: 1024,
     },
     // Weight kernels (kernels/embed.hip, matvec*.hip, matmul*.hip): one
     // variant per weight type, named and sized as the Vulkan pipelines

@@ -167,6 +167,7 @@ impl GpuDevice for VulkanDevice {
             matrix_prefetch: !self.opts.no_prefetch,
             q8_packed_blocks_per_group: 64,
             compute_units: self.gpu.props.compute_units,
+            subgroup_decode: self.gpu.props.subgroup.size >= 32,
         }
     }
 

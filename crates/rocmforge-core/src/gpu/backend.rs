@@ -275,13 +275,9 @@ impl<D: GpuDevice> GpuBackend<D> {
         // Split decode attention's partials share the cache's allocation
         // (one allocation call fewer), sized for every graph up front.
         let partials_at = (kv_layout.bytes() as u64).next_multiple_of(256);
-        let positions = (0..kv_layout.n_layer)
-            .map(|l| kv_layout.capacity(l))
-            .max()
-            .unwrap_or(0);
         let c = &model.config;
         let cus = self.lowering.compute_units;
-        let partials_bytes = split::partials_bound(c.n_head, c.head_dim, positions, cus) as u64;
+        let partials_bytes = split::partials_bound(c.n_head, c.head_dim, cus) as u64;
         let kv = uploaded.and_then(|()| {
             self.device
                 .alloc("KV cache", partials_at + partials_bytes, Memory::KvCache)

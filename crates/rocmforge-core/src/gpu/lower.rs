@@ -463,9 +463,12 @@ pub fn record_graph(
                 } else {
                     1
                 };
+                // Subgroups of 32 or more read rows side by side: their
+                // kernel serves every decode step, split or not.
+                let vec_decode = staged && lw.subgroup_decode;
                 let rows = graph.n_tokens * s.n_head;
                 let partials_needed = partials_bytes(rows * n_split, s.head_dim) as u64;
-                if n_split > 1 && partials_needed > a.partials_bytes {
+                if (n_split > 1 || vec_decode) && partials_needed > a.partials_bytes {
                     return Err(BackendError::ExceedsReservation {
                         what: "the split attention's partials",
                         needed: partials_needed,
@@ -495,12 +498,17 @@ pub fn record_graph(
                 };
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
                 let what = label(i, format!("Attention layer {layer}"));
-                if n_split > 1 {
+                if n_split > 1 || vec_decode {
                     push.partials = a.partials;
                     push.n_split = u32_of(n_split, "attention splits")?;
                     push.split_min = u32_of(SPLIT_MIN_POSITIONS, "split positions")?;
                     let groups = u32_of(rows * n_split, "attention workgroups")?;
-                    sink.dispatch("attention_split", push.bytes(), groups, what.clone())?;
+                    let kernel = match (vec_decode, s.head_dim <= 128) {
+                        (true, true) => "attention_decode",
+                        (true, false) => "attention_decode_wide",
+                        (false, _) => "attention_split",
+                    };
+                    sink.dispatch(kernel, push.bytes(), groups, what.clone())?;
                     let combine = if q8 != 0 {
                         "attention_combine_q8"
                     } else {

@@ -149,8 +149,19 @@ fn fused_small_step(n: usize, mv: &str, embed: &str, lw: &Lowering) -> Vec<(Stri
             // Q, K, V in one launch, two rows per workgroup.
             launch(mv, (Q_DIM + KV_DIM + KV_DIM) / 2),
             item_launch("rope_kv", n * ROPE_KV_ROW),
+        ]);
+        if lw.subgroup_decode {
+            // One run of the cache's positions per (token, head) read by
+            // subgroups, merged with a Q8-packed output.
+            want.extend([
+                launch("attention_decode", n * N_HEAD),
+                launch("attention_combine_q8", n * N_HEAD),
+            ]);
+        } else {
             // One workgroup per (token, head), Q8-packed output.
-            launch("attention_staged_q8", n * N_HEAD),
+            want.push(launch("attention_staged_q8", n * N_HEAD));
+        }
+        want.extend([
             // The output projection with the residual add.
             launch(mv, N_EMBD / 2),
             launch("rmsnorm_q8", n),
@@ -360,7 +371,9 @@ fn fusion_off_lowers_one_launch_per_op_and_a_rounding_per_matmul_run() {
             item_launch("rope", N_HEAD * HEAD_DIM / 2),
             item_launch("rope", N_HEAD_KV * HEAD_DIM / 2),
             item_launch("store_kv", KV_DIM / 2),
-            launch("attention_staged", N_HEAD),
+            // Waves of 32: one run of the cache's positions a head, merged.
+            launch("attention_decode", N_HEAD),
+            launch("attention_combine", N_HEAD),
             quantize(Q_DIM),
             launch(mv, N_EMBD / 2),
             item_launch("add", N_EMBD),
@@ -383,9 +396,10 @@ fn fusion_off_lowers_one_launch_per_op_and_a_rounding_per_matmul_run() {
     // rounding for each of the 9 matmul launches: 38. Fused, each block
     // saves 2 (RoPE + store), 2 (residual adds) and 4 (roundings done by
     // the producers), and the head's norm 1 more: 38 - 17 = 21.
-    assert_eq!(sink.launches.len(), 35 - 3 * N_LAYER + 9);
+    // The attention's combine adds one launch a block.
+    assert_eq!(sink.launches.len(), 35 - 3 * N_LAYER + 9 + N_LAYER);
     let fused = m.record(&hip_lowering(), &g, &naive_plan(&g));
-    assert_eq!(fused.launches.len(), 38 - 8 * N_LAYER - 1);
+    assert_eq!(fused.launches.len(), 38 - 8 * N_LAYER - 1 + N_LAYER);
 }
 
 #[test]
@@ -1099,6 +1113,7 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
                 }
                 _ if (s..s_end).contains(&a) => true,
                 _ if (KV_BASE..kv_end).contains(&a) => field.ends_with("_cache"),
+                _ if (PARTIALS_BASE..PARTIALS_BASE + (1 << 30)).contains(&a) => field == "partials",
                 _ => a == STEP_BASE && field == "step",
             };
             assert!(ok, "{}: {field} = {a:#x}", context(l));
@@ -1276,64 +1291,74 @@ fn check_graph_refuses_what_exceeds_the_reservation() {
 #[test]
 fn decode_attention_splits_over_positions_to_fill_the_device() {
     let m = dense_llama(QuantType::Q4_0);
-    let lw = Lowering {
+    let staged = Lowering {
         compute_units: 16,
         ..vulkan_lowering()
     };
-    for n in [1usize, 2, 8] {
-        let g = m.graph(n);
-        let sink = m.record(&lw, &g, &naive_plan(&g));
-        // 4 × 16 workgroups wanted over n × 4 rows, at most N_CTX / 128 = 2
-        // runs of the cache's 256 positions.
-        let runs = (64usize.div_ceil(n * N_HEAD)).min(N_CTX / 128);
-        assert_eq!(runs, 2);
-        let want: Vec<(String, u32)> = fused_small_step(n, "matvec_int_q4_0", "embed_q4_0", &lw)
-            .into_iter()
-            .flat_map(|(k, groups)| {
-                if k == "attention_staged_q8" {
-                    vec![
-                        launch("attention_split", n * N_HEAD * runs),
-                        launch("attention_combine_q8", n * N_HEAD),
-                    ]
-                } else {
-                    vec![(k, groups)]
-                }
-            })
-            .collect();
-        assert_eq!(seq(&sink), want, "{n} tokens");
-        let pairs: Vec<_> = sink
-            .launches
-            .windows(2)
-            .filter(|w| w[0].kernel == "attention_split")
-            .collect();
-        assert_eq!(pairs.len(), N_LAYER);
-        for w in pairs {
-            let (split, combine): (AttentionPush, AttentionPush) = (w[0].push_as(), w[1].push_as());
-            assert_eq!(
-                (split.partials, split.n_split, split.split_min),
-                (PARTIALS_BASE, runs as u32, 128)
-            );
-            // The combine reads what the split wrote, and writes the output.
-            assert_eq!(
-                (
-                    combine.partials,
-                    combine.n_split,
-                    combine.out,
-                    combine.sinks
-                ),
-                (split.partials, split.n_split, split.out, split.sinks)
-            );
-            assert_ne!(combine.q8, 0, "the combine feeds the integer mat-vec");
-            assert_eq!(w[0].label, w[1].label);
+    let by_subgroups = Lowering {
+        subgroup_decode: true,
+        ..staged
+    };
+    for (lw, kernel) in [
+        (staged, "attention_split"),
+        (by_subgroups, "attention_decode"),
+    ] {
+        for n in [1usize, 2, 8] {
+            let g = m.graph(n);
+            let sink = m.record(&lw, &g, &naive_plan(&g));
+            // 8 × 16 workgroups wanted over n × 4 rows, at most N_CTX / 128
+            // = 2 runs of the cache's 256 positions.
+            let runs = (128usize.div_ceil(n * N_HEAD)).min(N_CTX / 128);
+            assert_eq!(runs, 2);
+            let want: Vec<(String, u32)> =
+                fused_small_step(n, "matvec_int_q4_0", "embed_q4_0", &lw)
+                    .into_iter()
+                    .flat_map(|(k, groups)| match k.as_str() {
+                        "attention_staged_q8" => vec![
+                            launch(kernel, n * N_HEAD * runs),
+                            launch("attention_combine_q8", n * N_HEAD),
+                        ],
+                        "attention_decode" => vec![launch(kernel, n * N_HEAD * runs)],
+                        _ => vec![(k, groups)],
+                    })
+                    .collect();
+            assert_eq!(seq(&sink), want, "{kernel}, {n} tokens");
+            let pairs: Vec<_> = sink
+                .launches
+                .windows(2)
+                .filter(|w| w[0].kernel == kernel)
+                .collect();
+            assert_eq!(pairs.len(), N_LAYER);
+            for w in pairs {
+                let (split, combine): (AttentionPush, AttentionPush) =
+                    (w[0].push_as(), w[1].push_as());
+                assert_eq!(
+                    (split.partials, split.n_split, split.split_min),
+                    (PARTIALS_BASE, runs as u32, 128)
+                );
+                // The combine reads what the split wrote, and writes the
+                // output.
+                assert_eq!(
+                    (
+                        combine.partials,
+                        combine.n_split,
+                        combine.out,
+                        combine.sinks
+                    ),
+                    (split.partials, split.n_split, split.out, split.sinks)
+                );
+                assert_ne!(combine.q8, 0, "the combine feeds the integer mat-vec");
+                assert_eq!(w[0].label, w[1].label);
+            }
         }
+        // Prefill keeps one workgroup per (token, head).
+        let g = m.graph(9);
+        let sink = m.record(&lw, &g, &naive_plan(&g));
+        assert!(sink
+            .kernels()
+            .iter()
+            .all(|k| *k == "attention" || !k.starts_with("attention")));
     }
-    // Prefill keeps one workgroup per (token, head).
-    let g = m.graph(9);
-    let sink = m.record(&lw, &g, &naive_plan(&g));
-    assert!(sink
-        .kernels()
-        .iter()
-        .all(|k| !k.starts_with("attention_s") && !k.starts_with("attention_c")));
 }
 
 /// A split that needs more partials than the backend set aside is refused

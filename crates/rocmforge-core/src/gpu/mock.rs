@@ -174,6 +174,8 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
             | "attention_staged"
             | "attention_staged_q8"
             | "attention_split"
+            | "attention_decode"
+            | "attention_decode_wide"
             | "attention_combine"
             | "attention_combine_q8" => {
                 let p: AttentionPush = l.push_as();
@@ -276,7 +278,9 @@ pub(crate) fn vulkan_lowering() -> Lowering {
         matrix: MatrixTiles::Off,
         matrix_prefetch: true,
         q8_packed_blocks_per_group: 64,
-        compute_units: 1,
+        // No split unless a test asks for one (gpu::split).
+        compute_units: 0,
+        subgroup_decode: false,
     }
 }
 
@@ -286,7 +290,8 @@ pub(crate) fn hip_lowering() -> Lowering {
     Lowering {
         matrix: MatrixTiles::Small,
         q8_packed_blocks_per_group: 2,
-        compute_units: 1,
+        compute_units: 0,
+        subgroup_decode: true,
         ..vulkan_lowering()
     }
 }

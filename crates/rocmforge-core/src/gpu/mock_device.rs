@@ -107,7 +107,8 @@ impl MockDevice {
             matrix: MatrixTiles::Off,
             matrix_prefetch: false,
             q8_packed_blocks_per_group: 64,
-            compute_units: 1,
+            compute_units: 0,
+            subgroup_decode: false,
         };
         let device = MockDevice {
             seen: seen.clone(),

@@ -89,6 +89,10 @@ pub struct Lowering {
     /// The device's compute units (CUs, SMs): decode attention is split
     /// over positions until the workgroups fill them ([`split`]).
     pub compute_units: u32,
+    /// Subgroups of at least 32 invocations: decode attention runs
+    /// `attention_decode`, whose subgroups read cache rows side by side
+    /// (else `attention_split`, which stages rows in shared memory).
+    pub subgroup_decode: bool,
 }
 
 /// One launch as the lowering names it: `kernel` over `groups`
@@ -147,7 +151,8 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         // cut its serial chain of loads (docs/vulkan.md, 7B tg128 246 → 269).
         "rmsnorm" | "rmsnorm_q8" => 512,
         "rope" | "rope_kv" | "store_kv" | "attention" => 64,
-        "attention_staged" | "attention_staged_q8" | "attention_split" => 128,
+        "attention_staged" | "attention_staged_q8" | "attention_split" | "attention_decode" => 128,
+        "attention_decode_wide" => 128,
         "attention_combine" | "attention_combine_q8" => 128,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy"
         | "attn_temp" => 256,

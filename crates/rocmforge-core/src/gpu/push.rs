@@ -145,6 +145,8 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         | "attention_staged"
         | "attention_staged_q8"
         | "attention_split"
+        | "attention_decode"
+        | "attention_decode_wide"
         | "attention_combine"
         | "attention_combine_q8" => AttentionPush::FIELDS,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => {

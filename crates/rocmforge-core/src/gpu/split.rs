@@ -31,8 +31,9 @@ pub const SPLIT_MIN_POSITIONS: usize = 128;
 /// Most runs per row (the combine reads them all).
 pub const MAX_SPLITS: usize = 64;
 /// Workgroups per compute unit the split aims for: enough for each to
-/// hide the others' memory latency.
-pub const WORKGROUPS_PER_CU: usize = 4;
+/// hide the others' memory latency (7B at depth 3968 on the H200: 4 gave
+/// Vulkan 238 t/s, 8 gave 246; docs/measurements.md).
+pub const WORKGROUPS_PER_CU: usize = 8;
 /// Largest graph (tokens) whose attention is split: a decode step, or the
 /// few tokens of speculative or batched decoding. Larger graphs have rows
 /// enough to fill the device.
@@ -63,20 +64,12 @@ pub fn partials_bytes(runs: usize, head_dim: usize) -> usize {
 }
 
 /// Bytes of partials that every graph of a model suffices with: `n_head`
-/// heads of `head_dim`, layers attending to at most `positions`
-/// positions, on a device of `compute_units`. A row count `rows` takes
-/// `rows * ⌈target / rows⌉ < target + rows` runs, and rows are at most
-/// [`MAX_SPLIT_TOKENS`] * `n_head`.
-pub fn partials_bound(
-    n_head: usize,
-    head_dim: usize,
-    positions: usize,
-    compute_units: u32,
-) -> usize {
-    if positions / SPLIT_MIN_POSITIONS < 2 || compute_units == 0 {
-        return 0;
-    }
-    let target = WORKGROUPS_PER_CU * compute_units.max(1) as usize;
+/// heads of `head_dim` on a device of `compute_units`, whatever the
+/// context. A row count `rows` takes `rows * ⌈target / rows⌉ < target +
+/// rows` runs (or `rows`, one run each, as `attention_decode` does at a
+/// short context), and rows are at most [`MAX_SPLIT_TOKENS`] * `n_head`.
+pub fn partials_bound(n_head: usize, head_dim: usize, compute_units: u32) -> usize {
+    let target = WORKGROUPS_PER_CU * compute_units as usize;
     partials_bytes(target + MAX_SPLIT_TOKENS * n_head, head_dim)
 }
 
@@ -95,8 +88,8 @@ mod tests {
 
     #[test]
     fn splits_fill_the_device_within_the_limits() {
-        // 132 compute units, 14 heads: ⌈528 / 14⌉ = 38 runs.
-        assert_eq!(attention_splits(1, 14, 8192, 132), 38);
+        // 132 compute units, 32 heads: ⌈1056 / 32⌉ = 33 runs.
+        assert_eq!(attention_splits(1, 32, 8192, 132), 33);
         // At most one run per SPLIT_MIN_POSITIONS: 4096 / 128 = 32.
         assert_eq!(attention_splits(1, 14, 4096, 132), 32);
         // Capped by the positions: 1024 / 128 = 8 runs.
@@ -112,14 +105,10 @@ mod tests {
         for cu in [0u32, 1, 12, 40, 96, 132] {
             for n_head in [1usize, 7, 14, 32, 64] {
                 for positions in [128usize, 256, 1000, 4096, 131072] {
-                    let bound = partials_bound(n_head, 128, positions, cu);
+                    let bound = partials_bound(n_head, 128, cu);
                     for n in 1..=MAX_SPLIT_TOKENS {
                         let s = attention_splits(n, n_head, positions, cu);
-                        let need = if s > 1 {
-                            partials_bytes(n * n_head * s, 128)
-                        } else {
-                            0
-                        };
+                        let need = partials_bytes(n * n_head * s, 128);
                         assert!(need <= bound, "{cu} {n_head} {positions} {n}");
                     }
                 }
