@@ -674,6 +674,197 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
     }
 }
 
+// attention_rows (shaders/attention_rows.comp): prefill, TQ tokens of one
+// head per workgroup, each K and V row a wave loads used by all TQ query
+// rows; waves take groups of GROUP positions of the tokens' union range,
+// each score outside a token's range -inf; an online softmax in f32 per
+// token and wave, merged through shared memory, the sink folded in, the
+// output written normalised.
+#define ATT_ROWS_TQ 4u
+#define ATT_ROWS_GROUP 4u
+
+template <uint32_t WG, uint32_t KP> struct RowsShared {
+    float m[WG / WAVE_SIZE][ATT_ROWS_TQ];
+    float l[WG / WAVE_SIZE][ATT_ROWS_TQ];
+    float acc[WG / WAVE_SIZE][ATT_ROWS_TQ][2u * WAVE_SIZE * KP];
+};
+
+template <uint32_t WG, uint32_t KP>
+DEV void attention_rows_run(const AttentionPush& p, RowsShared<WG, KP>& sh) {
+    constexpr uint32_t TQ = ATT_ROWS_TQ;
+    constexpr uint32_t GROUP = ATT_ROWS_GROUP;
+    constexpr uint32_t NW = WG / WAVE_SIZE;
+    uint32_t g = wg_linear();
+    uint32_t n_blocks = (p.n_tokens + TQ - 1u) / TQ;
+    if (g >= n_blocks * p.n_head) {
+        return; // the whole workgroup
+    }
+    uint32_t t0 = (g / p.n_head) * TQ;
+    uint32_t h = g % p.n_head;
+    uint32_t kvh = h / (p.n_head / p.n_head_kv);
+    uint32_t hd = p.head_dim;
+    uint32_t pairs = hd / 2u;
+    uint32_t kp = (pairs + WAVE_SIZE - 1u) / WAVE_SIZE;
+    uint32_t q_dim = p.n_head * hd;
+    uint32_t pos0 = step_pos0(p.step);
+    uint32_t lo[TQ], hi[TQ];
+#pragma unroll
+    for (uint32_t i = 0u; i < TQ; i++) {
+        bool real = t0 + i < p.n_tokens;
+        uint32_t n_kv = pos0 + t0 + i + 1u;
+        hi[i] = real ? n_kv : 0u;
+        lo[i] = real && p.window != 0u && n_kv > p.window ? n_kv - p.window : 0u;
+    }
+    uint32_t begin = lo[0];
+    uint32_t end = hi[0];
+#pragma unroll
+    for (uint32_t i = 1u; i < TQ; i++) {
+        end = __builtin_elementwise_max(end, hi[i]);
+    }
+    uint32_t lane = lane_id();
+    uint32_t wv = wave_id();
+    float qx[TQ][KP], qy[TQ][KP], ax[TQ][KP], ay[TQ][KP], m[TQ], l[TQ];
+#pragma unroll
+    for (uint32_t i = 0u; i < TQ; i++) {
+        uint32_t tt = __builtin_elementwise_min(t0 + i, p.n_tokens - 1u);
+        const float* q = dev_ptr<const float>(p.q) + (uint64_t)tt * q_dim + h * hd;
+#pragma unroll
+        for (uint32_t k = 0u; k < KP; k++) {
+            uint32_t w = lane + WAVE_SIZE * k;
+            qx[i][k] = w < pairs ? q[2u * w] : 0.0f;
+            qy[i][k] = w < pairs ? q[2u * w + 1u] : 0.0f;
+            ax[i][k] = 0.0f;
+            ay[i][k] = 0.0f;
+        }
+        m[i] = -__builtin_inff();
+        l[i] = 0.0f;
+    }
+    const uint32_t* kc = dev_ptr<const uint32_t>(p.k_cache) + kvh * pairs;
+    const uint32_t* vc = dev_ptr<const uint32_t>(p.v_cache) + kvh * pairs;
+    uint32_t row_words = p.kv_dim / 2u;
+    for (uint32_t p0 = begin + wv * GROUP; p0 < end; p0 += NW * GROUP) {
+        uint32_t kw[GROUP][KP];
+        uint32_t vw[GROUP][KP];
+        uint32_t r = p0 % p.ring;
+#pragma unroll
+        for (uint32_t j = 0u; j < GROUP; j++) {
+            uint64_t row = (uint64_t)r * row_words;
+            bool live_row = p0 + j < end;
+#pragma unroll
+            for (uint32_t k = 0u; k < KP; k++) {
+                kw[j][k] = 0u;
+                vw[j][k] = 0u;
+                if (k < kp) {
+                    uint32_t w = lane + WAVE_SIZE * k;
+                    if (live_row && w < pairs) {
+                        kw[j][k] = kc[row + w];
+                        vw[j][k] = vc[row + w];
+                    }
+                }
+            }
+            r = r + 1u == p.ring ? 0u : r + 1u;
+        }
+#pragma unroll
+        for (uint32_t i = 0u; i < TQ; i++) {
+            float s[GROUP];
+            float mx = m[i];
+#pragma unroll
+            for (uint32_t j = 0u; j < GROUP; j++) {
+                float part = 0.0f;
+#pragma unroll
+                for (uint32_t k = 0u; k < KP; k++) {
+                    if (k < kp) {
+                        part = dev_fmaf(f16_bits_to_f32((uint16_t)kw[j][k]), qx[i][k], part);
+                        part = dev_fmaf(f16_bits_to_f32((uint16_t)(kw[j][k] >> 16)), qy[i][k],
+                                        part);
+                    }
+                }
+                float dot = wave_sum(part);
+                uint32_t pp = p0 + j;
+                s[j] = pp >= lo[i] && pp < hi[i] ? dot * p.scale : -__builtin_inff();
+                mx = dev_fmaxf(mx, s[j]);
+            }
+            if (wave_uniform(__builtin_bit_cast(uint32_t, mx)) != 0xff800000u) {
+                float alpha = dev_expf(m[i] - mx); // 0 while m = -inf
+                l[i] *= alpha;
+#pragma unroll
+                for (uint32_t k = 0u; k < KP; k++) {
+                    ax[i][k] *= alpha;
+                    ay[i][k] *= alpha;
+                }
+#pragma unroll
+                for (uint32_t j = 0u; j < GROUP; j++) {
+                    float e = dev_expf(s[j] - mx); // 0 outside the token's range
+                    l[i] += e;
+#pragma unroll
+                    for (uint32_t k = 0u; k < KP; k++) {
+                        if (k < kp) {
+                            ax[i][k] = dev_fmaf(e, f16_bits_to_f32((uint16_t)vw[j][k]), ax[i][k]);
+                            ay[i][k] =
+                                dev_fmaf(e, f16_bits_to_f32((uint16_t)(vw[j][k] >> 16)), ay[i][k]);
+                        }
+                    }
+                }
+                m[i] = mx;
+            }
+        }
+    }
+#pragma unroll
+    for (uint32_t i = 0u; i < TQ; i++) {
+        if (lane == 0u) {
+            sh.m[wv][i] = m[i];
+            sh.l[wv][i] = l[i];
+        }
+#pragma unroll
+        for (uint32_t k = 0u; k < KP; k++) {
+            uint32_t w = lane + WAVE_SIZE * k;
+            if (w < pairs) {
+                sh.acc[wv][i][2u * w] = ax[i][k];
+                sh.acc[wv][i][2u * w + 1u] = ay[i][k];
+            }
+        }
+    }
+    block_barrier();
+    uint32_t tid = thread_id_x();
+    float sink = p.sinks != 0u ? dev_ptr<const float>(p.sinks)[h] : 0.0f;
+    for (uint32_t i = 0u; i < TQ; i++) {
+        if (t0 + i >= p.n_tokens) {
+            break;
+        }
+        float big = -__builtin_inff();
+#pragma unroll
+        for (uint32_t b = 0u; b < NW; b++) {
+            big = sh.l[b][i] > 0.0f ? dev_fmaxf(big, sh.m[b][i]) : big;
+        }
+        float e[NW];
+        float total = 0.0f;
+#pragma unroll
+        for (uint32_t b = 0u; b < NW; b++) {
+            e[b] = sh.l[b][i] > 0.0f ? dev_expf(sh.m[b][i] - big) : 0.0f;
+            total += sh.l[b][i] * e[b];
+        }
+        float ms = 1.0f;
+        if (p.sinks != 0u) {
+            if (sink > big) {
+                ms = big == -__builtin_inff() ? 0.0f : dev_expf(big - sink);
+                total = total * ms + 1.0f;
+            } else {
+                total += dev_expf(sink - big);
+            }
+        }
+        float inv = total == 0.0f ? 0.0f : ms / total;
+        float* o = dev_ptr<float>(p.out) + (uint64_t)(t0 + i) * q_dim + h * hd;
+        for (uint32_t d = tid; d < hd; d += WG) {
+            float v = 0.0f;
+#pragma unroll
+            for (uint32_t b = 0u; b < NW; b++) {
+                v = dev_fmaf(e[b], sh.acc[b][i][d], v);
+            }
+            o[d] = v * inv;
+        }
+    }
+}
+
 // Merges a row's runs (attention_split's partials): with M the largest
 // maximum of a non-empty run, out = sum o_c e^(m_c - M) / sum l_c e^(m_c - M)
 // in f32, the sink folded in as the unsplit kernel does. Empty runs (l_c
@@ -757,6 +948,14 @@ KERNEL LAUNCH_BOUNDS(128u) void attention_decode(AttentionPush p) {
 KERNEL LAUNCH_BOUNDS(128u) void attention_decode_wide(AttentionPush p) {
     __shared__ ops::DecodeShared<128u, 4u> sh;
     ops::attention_decode_run<128u, 4u>(p, sh);
+}
+KERNEL LAUNCH_BOUNDS(128u) void attention_rows(AttentionPush p) {
+    __shared__ ops::RowsShared<128u, 2u> sh;
+    ops::attention_rows_run<128u, 2u>(p, sh);
+}
+KERNEL LAUNCH_BOUNDS(128u) void attention_rows_wide(AttentionPush p) {
+    __shared__ ops::RowsShared<128u, 4u> sh;
+    ops::attention_rows_run<128u, 4u>(p, sh);
 }
 KERNEL LAUNCH_BOUNDS(128u) void attention_combine(AttentionPush p) {
     __shared__ float weight[128u];

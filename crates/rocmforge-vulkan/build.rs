@@ -145,6 +145,17 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         "attention_decode.comp",
         &[("WG_SIZE", "128")],
     ),
+    // Prefill on the same devices: 4 tokens of a head per workgroup.
+    (
+        "attention_rows",
+        "attention_rows.comp",
+        &[("WG_SIZE", "128")],
+    ),
+    (
+        "attention_rows_wide",
+        "attention_rows.comp",
+        &[("WG_SIZE", "128"), ("KP", "4")],
+    ),
     (
         "attention_combine",
         "attention_combine.comp",

@@ -179,6 +179,18 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 128,
         max_lds: 8704,
     },
+    // Prefill read by waves: 4 tokens' Q, accumulators and softmax state,
+    // 4 positions' K and V words in flight; 8 / 16 KiB to merge the waves.
+    Budget {
+        kernel: "attention_rows",
+        max_vgprs: 128,
+        max_lds: 8448,
+    },
+    Budget {
+        kernel: "attention_rows_wide",
+        max_vgprs: 192,
+        max_lds: 16640,
+    },
     Budget {
         kernel: "attention_combine",
         max_vgprs: 32,

@@ -58,6 +58,8 @@ pub struct DeviceWeight {
 /// (`attention_staged`): on the H100 staging halved decode attention time
 /// and cost prefill a fifth of its speed (docs/vulkan.md).
 const STAGED_ATTENTION_MAX_TOKENS: usize = 8;
+/// Tokens of one head per workgroup of `attention_rows` (its `TQ`).
+const ROWS_PER_GROUP: usize = 4;
 /// Largest head size the attention kernel takes (`ATT_DIMS * WG_SIZE`).
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -516,6 +518,17 @@ pub fn record_graph(
                     };
                     let groups = u32_of(rows, "attention workgroups")?;
                     sink.dispatch(combine, push.bytes(), groups, what)?;
+                } else if lw.subgroup_decode && !staged {
+                    // Prefill on wide subgroups: a few tokens of a head per
+                    // workgroup share each cache row they read.
+                    let kernel = if s.head_dim <= 128 {
+                        "attention_rows"
+                    } else {
+                        "attention_rows_wide"
+                    };
+                    let blocks = graph.n_tokens.div_ceil(ROWS_PER_GROUP);
+                    let groups = u32_of(blocks * s.n_head, "attention workgroups")?;
+                    sink.dispatch(kernel, push.bytes(), groups, what)?;
                 } else {
                     let groups = u32_of(rows, "attention workgroups")?;
                     sink.dispatch(kernel, push.bytes(), groups, what)?;

@@ -1351,13 +1351,20 @@ fn decode_attention_splits_over_positions_to_fill_the_device() {
                 assert_eq!(w[0].label, w[1].label);
             }
         }
-        // Prefill keeps one workgroup per (token, head).
+        // Prefill is not split: one workgroup per (token, head), or per
+        // 4 tokens of a head on wide subgroups (attention_rows).
         let g = m.graph(9);
         let sink = m.record(&lw, &g, &naive_plan(&g));
-        assert!(sink
-            .kernels()
-            .iter()
-            .all(|k| *k == "attention" || !k.starts_with("attention")));
+        let want = if lw.subgroup_decode {
+            launch("attention_rows", 9usize.div_ceil(4) * N_HEAD)
+        } else {
+            launch("attention", 9 * N_HEAD)
+        };
+        let attention: Vec<_> = seq(&sink)
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("attention"))
+            .collect();
+        assert_eq!(attention, vec![want; N_LAYER]);
     }
 }
 

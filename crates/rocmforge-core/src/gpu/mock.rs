@@ -176,6 +176,8 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
             | "attention_split"
             | "attention_decode"
             | "attention_decode_wide"
+            | "attention_rows"
+            | "attention_rows_wide"
             | "attention_combine"
             | "attention_combine_q8" => {
                 let p: AttentionPush = l.push_as();

@@ -152,7 +152,7 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         "rmsnorm" | "rmsnorm_q8" => 512,
         "rope" | "rope_kv" | "store_kv" | "attention" => 64,
         "attention_staged" | "attention_staged_q8" | "attention_split" | "attention_decode" => 128,
-        "attention_decode_wide" => 128,
+        "attention_decode_wide" | "attention_rows" | "attention_rows_wide" => 128,
         "attention_combine" | "attention_combine_q8" => 128,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy"
         | "attn_temp" => 256,

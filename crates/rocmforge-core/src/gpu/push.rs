@@ -147,6 +147,8 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         | "attention_split"
         | "attention_decode"
         | "attention_decode_wide"
+        | "attention_rows"
+        | "attention_rows_wide"
         | "attention_combine"
         | "attention_combine_q8" => AttentionPush::FIELDS,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => {

@@ -55,11 +55,17 @@ impl ScratchLayout {
                 _ => {}
             }
         }
-        // Attention: the f16-rounded query, then one score per position.
-        let scores = (graph.attention.head_dim + n_ctx) * 4;
+        // Attention: the f16-rounded query, then one score per position;
+        // or, split over the cache (one token), every head's partial result
+        // and the kernel's buffers.
+        let a = &graph.attention;
+        let scores = (a.head_dim + n_ctx) * 4;
+        let split = (a.n_head * attention::partial_len(a.head_dim)
+            + attention::cells_scratch_len(a.n_head, a.head_dim))
+            * 4;
         ScratchLayout {
             act_bytes: act_bytes.next_multiple_of(64),
-            per_thread_bytes: scores.next_multiple_of(64),
+            per_thread_bytes: scores.max(split).next_multiple_of(64),
         }
     }
 
@@ -309,7 +315,7 @@ impl Step<'_> {
                     out,
                     window,
                     sinks,
-                } => self.attention(m, layer, (q, out), window, sinks),
+                } => self.attention(m, barrier, layer, (q, out), window, sinks),
                 Op::SwiGlu { gate, up, out } => {
                     let n = self.graph.tensor(out);
                     let range = m.share(n.rows * n.cols);
@@ -502,6 +508,7 @@ impl Step<'_> {
     unsafe fn attention(
         &self,
         m: Member,
+        barrier: &SpinBarrier,
         layer: usize,
         (q, out): (TensorId, TensorId),
         window: Option<usize>,
@@ -513,6 +520,19 @@ impl Step<'_> {
         let group = spec.n_head / spec.n_head_kv;
         let l = self.kv_layout;
         let n = self.graph.tensor(q).rows;
+        // One token over a long view: ggml's split-KV path. The choice
+        // depends only on the step, so every member makes the same one (and
+        // meets the same barrier).
+        if n == 1 {
+            let n_kv = self.inputs().0 + 1;
+            if let Some(split) = attention::KvSplit::new(n_kv, l.capacity(layer), m.nth) {
+                // SAFETY: this fn's contract.
+                unsafe {
+                    self.attention_split(m, barrier, layer, (q, out), window, sinks, split);
+                }
+                return;
+            }
+        }
         // SAFETY: this op writes none of the cache or `q`; the scratch is
         // this member's, 64-byte aligned and sized for the scores (see
         // `ScratchLayout`); item `(t, h)` of `out` is written by the one
@@ -556,6 +576,89 @@ impl Step<'_> {
                     self.output(out, span),
                     scores,
                 );
+            }
+        }
+    }
+
+    /// ggml's split-KV attention of a one-token step: member `i` runs the
+    /// online softmax of every head over chunk `i` of the cache's cells
+    /// (all query heads of a KV head together, see
+    /// `attention::attend_cells`), leaving each head's partial result in its
+    /// scratch; after a barrier, each member merges the chunks of its
+    /// heads (strided, as ggml) in chunk order.
+    ///
+    /// # Safety
+    /// As for `run_op`; every member calls this with the same `split`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn attention_split(
+        &self,
+        m: Member,
+        barrier: &SpinBarrier,
+        layer: usize,
+        (q, out): (TensorId, TensorId),
+        window: Option<usize>,
+        sinks: Option<&[f32]>,
+        split: attention::KvSplit,
+    ) {
+        let spec = &self.graph.attention;
+        let hd = spec.head_dim;
+        let l = self.kv_layout;
+        let ring = l.capacity(layer);
+        let plen = attention::partial_len(hd);
+        let n_kv = self.inputs().0 + 1;
+        let first = window.map_or(0, |w| n_kv.saturating_sub(w));
+        // Cells a position is visible in (others are masked, as in ggml),
+        // cut to this member's chunk.
+        let cells = split.cells(m.ith);
+        let rows = attention::rows_of(first..n_kv, ring).map(|r| attention::clip(&r, &cells));
+        // SAFETY: this op writes none of the cache or `q`; the scratch is
+        // this member's (see `ScratchLayout`), and its view ends before the
+        // barrier.
+        unsafe {
+            let k_cache = self
+                .kv
+                .f16s_ref(l.k_offset(layer) * 2, l.block_elems(layer));
+            let v_cache = self
+                .kv
+                .f16s_ref(l.v_offset(layer) * 2, l.block_elems(layer));
+            let qs = self.input(q);
+            let scratch = self.thread_scratch(m);
+            let scratch =
+                std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut f32, scratch.len() / 4);
+            let (partials, rest) = scratch.split_at_mut(spec.n_head * plen);
+            let kv = attention::KvHead {
+                k: k_cache,
+                v: v_cache,
+                stride: l.kv_dim,
+                offset: 0,
+                ring,
+            };
+            attention::attend_cells(
+                &qs[..spec.n_head * hd],
+                &kv,
+                spec.n_head_kv,
+                &rows,
+                hd,
+                spec.scale,
+                sinks.filter(|_| cells.start == 0),
+                partials,
+                rest,
+            );
+        }
+        barrier.wait();
+        let lay = self.scratch_layout;
+        for h in (m.ith..spec.n_head).step_by(m.nth) {
+            // SAFETY: every member wrote its partials before the barrier
+            // above and writes no scratch again until the next op; head
+            // `h`'s output is this member's alone.
+            unsafe {
+                let parts = (0..m.nth).filter(|&c| !split.cells(c).is_empty()).map(|c| {
+                    self.scratch.f32s_ref(
+                        lay.act_bytes + c * lay.per_thread_bytes + h * plen * 4,
+                        plen,
+                    )
+                });
+                attention::merge_partials(parts, self.output(out, h * hd..(h + 1) * hd));
             }
         }
     }
