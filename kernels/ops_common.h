@@ -24,32 +24,6 @@
 
 namespace ops {
 
-typedef float vf4 __attribute__((ext_vector_type(4)));
-
-// The value of v in lane `src` (0..31) of this wave; all lanes active.
-DEV uint32_t lane_read(uint32_t v, uint32_t src) {
-#if RF_AMDGPU
-    return (uint32_t)__builtin_amdgcn_ds_bpermute((int)(src << 2), (int)v);
-#else
-    return (uint32_t)__nvvm_shfl_sync_idx_i32(0xffffffffu, (int)v, (int)src, 0x1f);
-#endif
-}
-
-DEV float lane_read_f32(float v, uint32_t src) {
-    return __builtin_bit_cast(float, lane_read(__builtin_bit_cast(uint32_t, v), src));
-}
-
-// max(v of lanes 0 .. lane) over the wave (an inclusive scan; max is exact,
-// so the order of the steps does not matter). All lanes active.
-DEV float wave_scan_max(float v) {
-    uint32_t lane = lane_id();
-    for (uint32_t d = 1u; d < WAVE_SIZE; d <<= 1) {
-        float o = lane_read_f32(v, lane >= d ? lane - d : lane);
-        v = dev_fmaxf(v, o);
-    }
-    return v;
-}
-
 // A value every lane of the wave holds the same bits of, made visible as
 // such to the compiler (an SGPR on AMDGPU), so branches on it are scalar.
 DEV uint32_t wave_uniform(uint32_t v) {
@@ -87,6 +61,40 @@ template <uint32_t WG> DEV double block_sum_f64(double v, double* part) {
         total += part[w];
     }
     return total;
+}
+
+// Maximum and sum of v over the workgroup, returned to every thread
+// (`part`: WG / WAVE_SIZE floats of shared memory). Uniform control flow;
+// ends with a barrier, after which earlier shared-memory writes are
+// visible to all.
+template <uint32_t WG> DEV float block_max_f32(float v, float* part) {
+    v = wave_max(v);
+    if (lane_id() == 0u) {
+        part[wave_id()] = v;
+    }
+    block_barrier();
+    float r = part[0];
+#pragma unroll
+    for (uint32_t w = 1u; w < WG / WAVE_SIZE; w++) {
+        r = dev_fmaxf(r, part[w]);
+    }
+    block_barrier();
+    return r;
+}
+
+template <uint32_t WG> DEV float block_sum_f32(float v, float* part) {
+    v = wave_sum(v);
+    if (lane_id() == 0u) {
+        part[wave_id()] = v;
+    }
+    block_barrier();
+    float r = 0.0f;
+#pragma unroll
+    for (uint32_t w = 0u; w < WG / WAVE_SIZE; w++) {
+        r += part[w];
+    }
+    block_barrier();
+    return r;
 }
 
 // SwiGLU's value silu(g) * u = g / (1 + e^-g) * u, in the CPU's order

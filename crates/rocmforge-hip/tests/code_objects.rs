@@ -138,35 +138,6 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 32,
         max_lds: 0,
     },
-    // Prefill attention: 32 dot accumulators per lane, the walk's 4 dims;
-    // held to 74 VGPRs by its occupancy target (16 waves per SIMD with
-    // 1536 VGPRs per lane, 12 with 1024); Q and the chunk's factors in LDS.
-    Budget {
-        kernel: "attention",
-        max_vgprs: 80,
-        max_lds: 2048,
-    },
-    // Decode attention: a chunk's K and V rows staged in 28 KiB of LDS (2
-    // workgroups per WGP, so registers do not limit occupancy; 16 in-flight
-    // 16-byte loads per lane, 102 VGPRs).
-    Budget {
-        kernel: "attention_staged",
-        max_vgprs: 128,
-        max_lds: 32768,
-    },
-    Budget {
-        kernel: "attention_staged_q8",
-        max_vgprs: 128,
-        max_lds: 32768,
-    },
-    // Split decode attention: the staged kernel over one run of positions
-    // (rocmforge_core::gpu::split), then the combine, which streams each
-    // run's partial once (13-16 VGPRs, no LDS).
-    Budget {
-        kernel: "attention_split",
-        max_vgprs: 128,
-        max_lds: 32768,
-    },
     // Decode attention read by waves: 8 positions' K and V words of 4
     // pairs a lane in flight (64 VGPRs), 4 KiB to merge the waves.
     Budget {

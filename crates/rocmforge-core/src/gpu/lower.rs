@@ -28,7 +28,7 @@ use crate::quant::QuantType;
 use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
 use super::moe::record_moe_op;
 use super::push::*;
-use super::split::{attention_splits, partials_bytes, SPLIT_MIN_POSITIONS};
+use super::split::{attention_splits, partials_bytes, MAX_SPLIT_TOKENS, SPLIT_MIN_POSITIONS};
 use super::{groups_for, weight_suffix, KernelSink, Lowering};
 
 /// The form in which the scratch holds a tensor, for ops that can reuse it.
@@ -54,10 +54,6 @@ pub struct DeviceWeight {
     pub experts: usize,
 }
 
-/// Largest graph (tokens) whose attention stages K/V rows in shared memory
-/// (`attention_staged`): on the H100 staging halved decode attention time
-/// and cost prefill a fifth of its speed (docs/vulkan.md).
-const STAGED_ATTENTION_MAX_TOKENS: usize = 8;
 /// Tokens of one head per workgroup of `attention_rows` (its `TQ`).
 const ROWS_PER_GROUP: usize = 4;
 /// Largest head size the attention kernel takes (`ATT_DIMS * WG_SIZE`).
@@ -98,8 +94,7 @@ pub struct GraphAddresses<'a> {
     pub scratch: u64,
     pub kv: u64,
     pub kv_layout: &'a KvLayout,
-    /// Split decode attention's partials ([`super::split`]) and their
-    /// bytes (0: no graph is split).
+    /// Decode attention's partials ([`super::split`]) and their bytes.
     pub partials: u64,
     pub partials_bytes: u64,
     pub step: u64,
@@ -444,16 +439,16 @@ pub fn record_graph(
                 let v_cache = a.kv + 2 * l.v_offset(layer) as u64;
                 // Few (token, head) workgroups: stage K/V rows in shared
                 // memory with 16-byte loads (attention.comp, STAGE_KV).
-                let staged = graph.n_tokens <= STAGED_ATTENTION_MAX_TOKENS
+                // The decode kernels (staged, split or by runs) take graphs
+                // of up to MAX_SPLIT_TOKENS tokens: on the H100 staging
+                // halved decode attention time and cost prefill a fifth of
+                // its speed (docs/vulkan.md), and the partials are sized
+                // for that many rows.
+                let staged = graph.n_tokens <= MAX_SPLIT_TOKENS
                     && s.head_dim.is_multiple_of(8)
                     && l.kv_dim.is_multiple_of(8)
                     && (k_cache | v_cache).is_multiple_of(16);
                 let q8 = staged && s.head_dim.is_multiple_of(32) && feeds_int_matvec(i, out);
-                let kernel = match (staged, q8) {
-                    (true, true) => "attention_staged_q8",
-                    (true, false) => "attention_staged",
-                    _ => "attention",
-                };
                 let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
                 // Split over positions where the rows alone leave the
                 // device idle (super::split); the layer attends to at most
@@ -465,19 +460,39 @@ pub fn record_graph(
                 } else {
                     1
                 };
-                // Subgroups of 32 or more read rows side by side: their
-                // kernel serves every decode step, split or not.
-                let vec_decode = staged && lw.subgroup_decode;
                 let rows = graph.n_tokens * s.n_head;
+                let wide = s.head_dim > 128;
+                // Decode by runs, merged by a combine that writes the
+                // output: on wide subgroups always (their kernel serves
+                // every decode step), elsewhere when split.
+                let by_runs = staged && (lw.subgroup_decode || n_split > 1);
+                let (kernel, groups) = match (by_runs, lw.subgroup_decode, staged, q8 != 0) {
+                    (true, true, ..) if wide => ("attention_decode_wide", rows * n_split),
+                    (true, true, ..) => ("attention_decode", rows * n_split),
+                    (true, false, ..) => ("attention_split", rows * n_split),
+                    // Prefill on wide subgroups: a few tokens of a head per
+                    // workgroup share each cache row they read.
+                    (false, true, ..) => {
+                        let kernel = if wide {
+                            "attention_rows_wide"
+                        } else {
+                            "attention_rows"
+                        };
+                        (kernel, graph.n_tokens.div_ceil(ROWS_PER_GROUP) * s.n_head)
+                    }
+                    (false, false, true, true) => ("attention_staged_q8", rows),
+                    (false, false, true, false) => ("attention_staged", rows),
+                    (false, false, false, _) => ("attention", rows),
+                };
                 let partials_needed = partials_bytes(rows * n_split, s.head_dim) as u64;
-                if (n_split > 1 || vec_decode) && partials_needed > a.partials_bytes {
+                if by_runs && partials_needed > a.partials_bytes {
                     return Err(BackendError::ExceedsReservation {
                         what: "the split attention's partials",
                         needed: partials_needed,
                         reserved: a.partials_bytes,
                     });
                 }
-                let mut push = AttentionPush {
+                let push = AttentionPush {
                     q: t(q),
                     out: t(out),
                     k_cache,
@@ -494,23 +509,15 @@ pub fn record_graph(
                     window: u32_of(window.unwrap_or(0), "attention window")?,
                     ring: u32_of(ring, "cache positions")?,
                     sinks: sinks.map_or(0, |w| a.weights[w].address),
-                    partials: 0,
-                    n_split: 1,
-                    split_min: 0,
+                    partials: if by_runs { a.partials } else { 0 },
+                    n_split: u32_of(n_split, "attention splits")?,
+                    split_min: u32_of(SPLIT_MIN_POSITIONS, "split positions")?,
                 };
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
                 let what = label(i, format!("Attention layer {layer}"));
-                if n_split > 1 || vec_decode {
-                    push.partials = a.partials;
-                    push.n_split = u32_of(n_split, "attention splits")?;
-                    push.split_min = u32_of(SPLIT_MIN_POSITIONS, "split positions")?;
-                    let groups = u32_of(rows * n_split, "attention workgroups")?;
-                    let kernel = match (vec_decode, s.head_dim <= 128) {
-                        (true, true) => "attention_decode",
-                        (true, false) => "attention_decode_wide",
-                        (false, _) => "attention_split",
-                    };
-                    sink.dispatch(kernel, push.bytes(), groups, what.clone())?;
+                let groups = u32_of(groups, "attention workgroups")?;
+                sink.dispatch(kernel, push.bytes(), groups, what.clone())?;
+                if by_runs {
                     let combine = if q8 != 0 {
                         "attention_combine_q8"
                     } else {
@@ -518,20 +525,6 @@ pub fn record_graph(
                     };
                     let groups = u32_of(rows, "attention workgroups")?;
                     sink.dispatch(combine, push.bytes(), groups, what)?;
-                } else if lw.subgroup_decode && !staged {
-                    // Prefill on wide subgroups: a few tokens of a head per
-                    // workgroup share each cache row they read.
-                    let kernel = if s.head_dim <= 128 {
-                        "attention_rows"
-                    } else {
-                        "attention_rows_wide"
-                    };
-                    let blocks = graph.n_tokens.div_ceil(ROWS_PER_GROUP);
-                    let groups = u32_of(blocks * s.n_head, "attention workgroups")?;
-                    sink.dispatch(kernel, push.bytes(), groups, what)?;
-                } else {
-                    let groups = u32_of(rows, "attention workgroups")?;
-                    sink.dispatch(kernel, push.bytes(), groups, what)?;
                 }
             }
             Op::SwiGlu { gate, up, out } => {

@@ -170,16 +170,7 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("step", p.step),
                 ]
             }
-            "attention"
-            | "attention_staged"
-            | "attention_staged_q8"
-            | "attention_split"
-            | "attention_decode"
-            | "attention_decode_wide"
-            | "attention_rows"
-            | "attention_rows_wide"
-            | "attention_combine"
-            | "attention_combine_q8" => {
+            k if ATTENTION_KERNELS.contains(&k) => {
                 let p: AttentionPush = l.push_as();
                 vec![
                     ("q", p.q),

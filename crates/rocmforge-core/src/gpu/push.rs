@@ -141,16 +141,7 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         "rope" => RopePush::FIELDS,
         "rope_kv" => RopeKvPush::FIELDS,
         "store_kv" => StoreKvPush::FIELDS,
-        "attention"
-        | "attention_staged"
-        | "attention_staged_q8"
-        | "attention_split"
-        | "attention_decode"
-        | "attention_decode_wide"
-        | "attention_rows"
-        | "attention_rows_wide"
-        | "attention_combine"
-        | "attention_combine_q8" => AttentionPush::FIELDS,
+        k if ATTENTION_KERNELS.contains(&k) => AttentionPush::FIELDS,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => {
             EltwisePush::FIELDS
         }
@@ -326,6 +317,20 @@ unsafe impl Push for StoreKvPush {
         fields!(StoreKvPush: k, v, k_cache, v_cache, step, rows, kv_dim, ring, pad);
 }
 
+/// The kernels that take an [`AttentionPush`].
+pub const ATTENTION_KERNELS: &[&str] = &[
+    "attention",
+    "attention_staged",
+    "attention_staged_q8",
+    "attention_split",
+    "attention_decode",
+    "attention_decode_wide",
+    "attention_rows",
+    "attention_rows_wide",
+    "attention_combine",
+    "attention_combine_q8",
+];
+
 #[repr(C)]
 pub struct AttentionPush {
     pub q: u64,
@@ -350,9 +355,9 @@ pub struct AttentionPush {
     /// One logit per query head joining every softmax's denominator
     /// (gpt-oss's attention sinks, f32), 0 for none.
     pub sinks: u64,
-    /// Split decode attention (`attention_split`, `attention_combine*`;
-    /// 0 otherwise): each split's running maximum, sum and unnormalised
-    /// output ([`super::split`] has the layout).
+    /// Decode attention by runs (`attention_split`, `attention_decode*`,
+    /// `attention_combine*`; 0 otherwise): each run's running maximum, sum
+    /// and unnormalised output ([`super::split`] has the layout).
     pub partials: u64,
     /// Splits of every (token, head) row's positions, 1 unsplit.
     pub n_split: u32,

@@ -156,18 +156,48 @@ impl Step<'_> {
         }
     }
 
-    /// Member `m`'s private scratch.
+    /// Member `m`'s private scratch, as f32 (64-byte aligned).
     ///
     /// # Safety
     /// Only member `m` may call this, and only one view may be alive at a
     /// time.
-    unsafe fn thread_scratch<'b>(&self, m: Member) -> &'b mut [u8] {
+    unsafe fn thread_scratch<'b>(&self, m: Member) -> &'b mut [f32] {
         let l = self.scratch_layout;
         // SAFETY: per-thread regions are disjoint, and only member `m` uses
-        // this one, through one view at a time (this fn's contract).
+        // this one, through one view at a time (this fn's contract);
+        // regions start 64-byte aligned.
         unsafe {
-            self.scratch
-                .bytes(l.act_bytes + m.ith * l.per_thread_bytes, l.per_thread_bytes)
+            self.scratch.f32s(
+                l.act_bytes + m.ith * l.per_thread_bytes,
+                l.per_thread_bytes / 4,
+            )
+        }
+    }
+
+    /// Layer `layer`'s whole K and V cache blocks, each head at offset 0;
+    /// only positions below n_kv are read.
+    ///
+    /// # Safety
+    /// No op writes the cache while the view is alive (attention writes
+    /// none of it).
+    unsafe fn layer_cache<'b>(&self, layer: usize) -> attention::KvHead<'b> {
+        let l = self.kv_layout;
+        // SAFETY: inside the cache (its layout); no writer (this fn's
+        // contract).
+        let (k, v) = unsafe {
+            (
+                self.kv
+                    .f16s_ref(l.k_offset(layer) * 2, l.block_elems(layer)),
+                self.kv
+                    .f16s_ref(l.v_offset(layer) * 2, l.block_elems(layer)),
+            )
+        };
+        attention::KvHead {
+            k,
+            v,
+            stride: l.kv_dim,
+            offset: 0,
+            ring: l.capacity(layer),
         }
     }
 
@@ -538,18 +568,9 @@ impl Step<'_> {
         // `ScratchLayout`); item `(t, h)` of `out` is written by the one
         // member that takes it (this fn's contract).
         unsafe {
-            // The whole cache block of the layer; only positions < n_kv are
-            // read, and this op writes none of it.
-            let k_cache = self
-                .kv
-                .f16s_ref(l.k_offset(layer) * 2, l.block_elems(layer));
-            let v_cache = self
-                .kv
-                .f16s_ref(l.v_offset(layer) * 2, l.block_elems(layer));
+            let blocks = self.layer_cache(layer);
             let qs = self.input(q);
-            let scratch = self.thread_scratch(m);
-            let scores =
-                std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut f32, scratch.len() / 4);
+            let scores = self.thread_scratch(m);
             let q_dim = spec.n_head * hd;
             // Strided, not contiguous: with the causal mask a late token costs
             // more than an early one, and taking every nth (token, head) item
@@ -560,11 +581,8 @@ impl Step<'_> {
                 let n_kv = self.inputs().0 + t + 1;
                 let first = window.map_or(0, |w| n_kv.saturating_sub(w));
                 let kv = attention::KvHead {
-                    k: k_cache,
-                    v: v_cache,
-                    stride: l.kv_dim,
                     offset: (h / group) * hd,
-                    ring: l.capacity(layer),
+                    ..blocks
                 };
                 attention::attend_head(
                     &qs[span.clone()],
@@ -615,24 +633,9 @@ impl Step<'_> {
         // this member's (see `ScratchLayout`), and its view ends before the
         // barrier.
         unsafe {
-            let k_cache = self
-                .kv
-                .f16s_ref(l.k_offset(layer) * 2, l.block_elems(layer));
-            let v_cache = self
-                .kv
-                .f16s_ref(l.v_offset(layer) * 2, l.block_elems(layer));
+            let kv = self.layer_cache(layer);
             let qs = self.input(q);
-            let scratch = self.thread_scratch(m);
-            let scratch =
-                std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut f32, scratch.len() / 4);
-            let (partials, rest) = scratch.split_at_mut(spec.n_head * plen);
-            let kv = attention::KvHead {
-                k: k_cache,
-                v: v_cache,
-                stride: l.kv_dim,
-                offset: 0,
-                ring,
-            };
+            let (partials, rest) = self.thread_scratch(m).split_at_mut(spec.n_head * plen);
             attention::attend_cells(
                 &qs[..spec.n_head * hd],
                 &kv,

@@ -124,16 +124,13 @@ pub fn attend_head(
     for p in positions {
         let at = (p % kv.ring) * kv_stride + kv_off;
         let s = dot(simd, row(k_cache, at, head_dim), q16) * scale;
-        let (mut ms, mut vs) = (1.0f32, 1.0f32);
-        if s > max {
-            ms = (max - s).exp();
-            max = s;
-            scale_f16(simd, out, ms);
-        } else {
-            vs = (s - max).exp();
-        }
-        mad_f16(simd, out, row(v_cache, at, head_dim), vs);
-        sum = softmax_sum(simd, sum, ms, vs);
+        softmax_step(
+            simd,
+            s,
+            row(v_cache, at, head_dim),
+            (&mut max, &mut sum),
+            out,
+        );
     }
     if let Some(s) = sink {
         // ggml rescales its f32 copy of the accumulator here, unrounded,
@@ -166,6 +163,22 @@ fn softmax_sum(simd: bool, sum: f32, ms: f32, vs: f32) -> f32 {
     } else {
         sum * ms + vs
     }
+}
+
+/// One position of ggml's online softmax: score `s`, V row `v`. A new
+/// maximum rescales the f16 accumulator `acc`; the position then adds
+/// `v * e^(s - max)` to it, and `sum` follows.
+fn softmax_step(simd: bool, s: f32, v: &[f16], (max, sum): (&mut f32, &mut f32), acc: &mut [f32]) {
+    let (mut ms, mut vs) = (1.0f32, 1.0f32);
+    if s > *max {
+        ms = (*max - s).exp();
+        *max = s;
+        scale_f16(simd, acc, ms);
+    } else {
+        vs = (s - *max).exp();
+    }
+    mad_f16(simd, acc, v, vs);
+    *sum = softmax_sum(simd, *sum, ms, vs);
 }
 
 /// AVX2 with FMA and F16C, as detected for every kernel.

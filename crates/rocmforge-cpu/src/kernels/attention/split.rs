@@ -11,7 +11,7 @@ use super::cells_avx2::cells_avx2;
 use super::cells_avx2::HEAD_LANES;
 #[cfg(target_arch = "x86_64")]
 use super::LANES;
-use super::{dot, has_simd, mad_f16, round_f16, scale_f16, softmax_sum, KvHead};
+use super::{dot, has_simd, round_f16, softmax_step, KvHead};
 
 /// ggml pads its view of the cache (`nek1`) to this many cells.
 const CELL_PAD: usize = 256;
@@ -234,16 +234,7 @@ fn attend_cells_with(
         for row in cells.iter().flat_map(|r| r.clone()) {
             let at = row * kv.stride + offset;
             let s = dot(simd, &kv.k[at..at + hd], qh) * scale;
-            let (mut ms, mut vs) = (1.0f32, 1.0f32);
-            if s > max {
-                ms = (max - s).exp();
-                max = s;
-                scale_f16(simd, acc, ms);
-            } else {
-                vs = (s - max).exp();
-            }
-            mad_f16(simd, acc, &kv.v[at..at + hd], vs);
-            sum = softmax_sum(simd, sum, ms, vs);
+            softmax_step(simd, s, &kv.v[at..at + hd], (&mut max, &mut sum), acc);
         }
         head[0] = max;
         head[1] = sum;
