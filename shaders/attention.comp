@@ -37,9 +37,15 @@
 // rounding: the in-order walk's serial chain, two f16 roundings and an exp
 // per position, was most of a decode step at depth (docs/measurements.md),
 // and f32 sums are closer to the exact result than ggml's f16 ones.
+//
+// F32_TILES (prefill steps of at least 64 tokens, without STAGE_KV) follows
+// ggml's tiled CPU path for such steps instead, as the CPU reference does:
+// Q kept in f32, each q.k one fused multiply-add per dimension in order,
+// and per chunk of 64 positions aligned to position 0 (ggml's KV tiles) the
+// online softmax moves once, with the chunk's weights accumulated in f32.
 #version 460
 #extension GL_GOOGLE_include_directive : require
-#ifdef SPLIT
+#if defined(SPLIT) || defined(F32_TILES)
 #define NEEDS_REDUCE
 #endif
 #include "common.glsl"
@@ -103,6 +109,18 @@ float dot_ggml(uint kw, uint hd) {
     return s;
 }
 
+// q . k for the K row starting at word `kw`, one fused multiply-add per
+// dimension in order (ggml's tiled path).
+float dot_seq(uint kw, uint hd) {
+    float s = 0.0;
+    for (uint d = 0u; d < hd; d += 2u) {
+        vec2 k = unpackHalf2x16(K_WORD(kw, d / 2u));
+        s = fma(k.x, qs[d], s);
+        s = fma(k.y, qs[d + 1u], s);
+    }
+    return s;
+}
+
 // One position of the in-order walk: score `s`, V row at word `vw`; updates
 // the running max `m`, sum `l` and this invocation's f16 accumulators.
 void walk(float s, uint vw, uint hd, inout float m, inout float l, inout float acc[ATT_DIMS]) {
@@ -160,7 +178,11 @@ void main() {
 
     F32s q = F32s(pc.q + (uint64_t(t) * q_dim + h * hd) * 4u);
     for (uint d = tid; d < hd; d += WG_SIZE) {
+#ifdef F32_TILES
+        qs[d] = q.v[d];
+#else
         qs[d] = round_f16(q.v[d]);
+#endif
     }
     memoryBarrierShared();
     barrier();
@@ -251,6 +273,36 @@ void main() {
             walk(scores[pp], pp * stride, hd, m, l, acc);
         }
 #endif
+        memoryBarrierShared();
+        barrier();
+    }
+#elif defined(F32_TILES)
+    for (uint base = first - first % WG_SIZE; base < n_kv; base += WG_SIZE) {
+        uint p = base + tid;
+        bool seen = p >= first && p < n_kv;
+        float s = seen ? dot_seq((p % pc.ring) * row_words + head_word, hd) * pc.scale : -1.0 / 0.0;
+        float m_new = max(m, wg_max(s));
+        float w = seen ? exp(s - m_new) : 0.0;
+        scores[tid] = w;
+        float alpha = exp(m - m_new); // 0 while m = -inf
+        l = l * alpha + wg_sum(w);
+        m = m_new;
+        memoryBarrierShared();
+        barrier();
+        for (uint i = 0u; i < ATT_DIMS; i++) {
+            uint d = tid + i * WG_SIZE;
+            if (d < hd) {
+                float a = acc[i] * alpha;
+                for (uint pp = 0u; pp < WG_SIZE; pp++) {
+                    uint at = ((base + pp) % pc.ring) * row_words + head_word;
+                    if (scores[pp] != 0.0) {
+                        vec2 vv = unpackHalf2x16(V_WORD(at, d / 2u));
+                        a = fma(scores[pp], (d & 1u) != 0u ? vv.y : vv.x, a);
+                    }
+                }
+                acc[i] = a;
+            }
+        }
         memoryBarrierShared();
         barrier();
     }

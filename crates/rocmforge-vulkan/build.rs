@@ -110,6 +110,12 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ),
     ("rope_kv", "rope.comp", &[("STORE_KV", "1")]),
     ("attention", "attention.comp", &[("WG_SIZE", "64")]),
+    // Prompt steps of at least 64 tokens: ggml's f32 tiles, as the CPU.
+    (
+        "attention_f32",
+        "attention.comp",
+        &[("WG_SIZE", "64"), ("F32_TILES", "1")],
+    ),
     // Decode: 128 invocations, one head dimension each for 128-dim heads.
     (
         "attention_staged",
@@ -156,6 +162,10 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         "attention_rows.comp",
         &[("WG_SIZE", "128"), ("KP", "4")],
     ),
+    // Prefill on matrix cores (VK_KHR_cooperative_matrix devices only):
+    // 32 tokens by 32 positions per tile, heads of 128 and 64.
+    ("attention_cm", "attention_coopmat.comp", &[("HD", "128")]),
+    ("attention_cm64", "attention_coopmat.comp", &[("HD", "64")]),
     (
         "attention_combine",
         "attention_combine.comp",

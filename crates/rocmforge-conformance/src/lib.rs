@@ -73,6 +73,26 @@ pub fn backends_under_test() -> Vec<&'static str> {
     names
 }
 
+/// [`backends_under_test`] less those that run here only on a software
+/// device (lavapipe), for tests that would take it tens of minutes; each
+/// one left out is printed with the reason.
+pub fn backends_on_hardware(why: &str) -> Vec<&'static str> {
+    let hardware = BackendOptions {
+        allow_software_devices: false,
+        ..backend_options()
+    };
+    backends_under_test()
+        .into_iter()
+        .filter(|&b| {
+            let ok = registry::create(b, &hardware).is_ok();
+            if !ok {
+                eprintln!("conformance: {b} runs only on a software device here, left out: {why}");
+            }
+            ok
+        })
+        .collect()
+}
+
 pub fn create(name: &str) -> Box<dyn Backend> {
     registry::create(name, &backend_options()).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -242,8 +242,12 @@ impl Backend for CpuBackend {
         _exchange_bytes: usize,
     ) -> Result<(), BackendError> {
         let loaded = self.loaded.as_ref().ok_or(BackendError::NoModel)?;
-        let scratch_layout =
-            ScratchLayout::for_graph(largest, &loaded.weights.views, loaded.kv_layout.n_ctx);
+        let scratch_layout = ScratchLayout::for_graph(
+            largest,
+            &loaded.weights.views,
+            loaded.kv_layout.n_ctx,
+            self.n_threads,
+        );
         let arena_bytes = arena_bytes.next_multiple_of(64);
         let step_offset = arena_bytes + scratch_layout.total(self.n_threads);
         let step_words = StepInputLayout {
@@ -299,7 +303,7 @@ impl Backend for CpuBackend {
         };
         let rope = table(false);
         let rope_local = graph.rope.local.map(|_| table(true));
-        let needed = ScratchLayout::for_graph(graph, views, loaded.kv_layout.n_ctx);
+        let needed = ScratchLayout::for_graph(graph, views, loaded.kv_layout.n_ctx, self.n_threads);
         let fits = |need: usize, have: usize, what| {
             if need > have {
                 Err(BackendError::ExceedsReservation {

@@ -374,6 +374,7 @@ fn hip_lowering(compute_units: u32) -> Lowering {
         compute_units,
         // Waves of 32 (RDNA, NVIDIA).
         subgroup_decode: true,
+        matrix_attention: true,
     }
 }
 

@@ -162,6 +162,18 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 192,
         max_lds: 16640,
     },
+    // Prefill on the matrix cores: the output's fragments (64 f32 a lane
+    // at head size 128), Q, K, V and the weights staged as f16.
+    Budget {
+        kernel: "attention_cm",
+        max_vgprs: 208,
+        max_lds: 34944,
+    },
+    Budget {
+        kernel: "attention_cm64",
+        max_vgprs: 176,
+        max_lds: 21632,
+    },
     Budget {
         kernel: "attention_combine",
         max_vgprs: 32,

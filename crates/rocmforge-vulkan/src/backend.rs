@@ -168,6 +168,7 @@ impl GpuDevice for VulkanDevice {
             q8_packed_blocks_per_group: 64,
             compute_units: self.gpu.props.compute_units,
             subgroup_decode: self.gpu.props.subgroup.size >= 32,
+            matrix_attention: self.pipes.coopmat,
         }
     }
 

@@ -56,6 +56,15 @@ pub struct DeviceWeight {
 
 /// Tokens of one head per workgroup of `attention_rows` (its `TQ`).
 const ROWS_PER_GROUP: usize = 4;
+
+/// Fewest tokens of a step whose portable attention follows ggml's f32
+/// tiles (`attention_f32`) rather than its f16 per-head walk, as ggml's CPU
+/// path and the CPU backend do (ggml's `GGML_FA_TILE_Q`).
+pub const F32_ATTENTION_MIN_TOKENS: usize = 64;
+
+/// Tokens per workgroup of the matrix-core prefill attention
+/// (`attention_cm*`).
+const MATRIX_ROWS_PER_GROUP: usize = 32;
 /// Largest head size the attention kernel takes (`ATT_DIMS * WG_SIZE`).
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -462,6 +471,17 @@ pub fn record_graph(
                 };
                 let rows = graph.n_tokens * s.n_head;
                 let wide = s.head_dim > 128;
+                // The matrix-core kernel reads cache rows in 16-byte units.
+                let matrix = match s.head_dim {
+                    128 => Some("attention_cm"),
+                    64 => Some("attention_cm64"),
+                    _ => None,
+                }
+                .filter(|_| {
+                    lw.matrix_attention
+                        && l.kv_dim.is_multiple_of(8)
+                        && (k_cache | v_cache).is_multiple_of(16)
+                });
                 // Decode by runs, merged by a combine that writes the
                 // output: on wide subgroups always (their kernel serves
                 // every decode step), elsewhere when split.
@@ -470,6 +490,12 @@ pub fn record_graph(
                     (true, true, ..) if wide => ("attention_decode_wide", rows * n_split),
                     (true, true, ..) => ("attention_decode", rows * n_split),
                     (true, false, ..) => ("attention_split", rows * n_split),
+                    // Prefill on matrix cores: tiles of 32 tokens by 32
+                    // positions.
+                    (false, true, ..) if matrix.is_some() => (
+                        matrix.unwrap_or_default(),
+                        graph.n_tokens.div_ceil(MATRIX_ROWS_PER_GROUP) * s.n_head,
+                    ),
                     // Prefill on wide subgroups: a few tokens of a head per
                     // workgroup share each cache row they read.
                     (false, true, ..) => {
@@ -482,6 +508,9 @@ pub fn record_graph(
                     }
                     (false, false, true, true) => ("attention_staged_q8", rows),
                     (false, false, true, false) => ("attention_staged", rows),
+                    (false, false, false, _) if graph.n_tokens >= F32_ATTENTION_MIN_TOKENS => {
+                        ("attention_f32", rows)
+                    }
                     (false, false, false, _) => ("attention", rows),
                 };
                 let partials_needed = partials_bytes(rows * n_split, s.head_dim) as u64;

@@ -447,8 +447,9 @@ fn prefill_of_64_tokens_runs_the_tiled_matmul() {
             rounding(n * N_EMBD),
             tiles(&[Q_DIM, KV_DIM, KV_DIM]),
             item_launch("rope_kv", n * ROPE_KV_ROW),
-            // Past 8 tokens attention no longer stages K/V.
-            launch("attention", n * N_HEAD),
+            // Past 8 tokens attention no longer stages K/V; from 64 it
+            // takes ggml's f32 tiles.
+            launch("attention_f32", n * N_HEAD),
             rounding(n * Q_DIM),
             tiles(&[N_EMBD]),
             item_launch("add", n * N_EMBD),
@@ -1366,6 +1367,49 @@ fn decode_attention_splits_over_positions_to_fill_the_device() {
             .collect();
         assert_eq!(attention, vec![want; N_LAYER]);
     }
+}
+
+/// Where the device offers matrix cores for attention, prefill takes
+/// `attention_cm64` (this model's heads are 64 wide) over tiles of 32
+/// tokens of a head, with the same argument block as every attention
+/// kernel; decode keeps its kernels.
+#[test]
+fn prefill_attention_runs_on_matrix_cores_where_offered() {
+    let m = dense_llama(QuantType::Q4_0);
+    let lw = Lowering {
+        subgroup_decode: true,
+        matrix_attention: true,
+        ..vulkan_lowering()
+    };
+    for n in [9usize, 32, 40] {
+        let g = m.graph(n);
+        let sink = m.record(&lw, &g, &naive_plan(&g));
+        let attention: Vec<_> = sink
+            .launches
+            .iter()
+            .filter(|l| l.kernel.starts_with("attention"))
+            .collect();
+        assert_eq!(attention.len(), N_LAYER, "{n} tokens");
+        for l in attention {
+            assert_eq!(
+                (l.kernel.as_str(), l.groups),
+                ("attention_cm64", (n.div_ceil(32) * N_HEAD) as u32),
+                "{n} tokens"
+            );
+            let push: AttentionPush = l.push_as();
+            assert_eq!(
+                (push.n_tokens, push.head_dim, push.partials),
+                (n as u32, HEAD_DIM as u32, 0)
+            );
+        }
+    }
+    let g = m.graph(1);
+    let sink = m.record(&lw, &g, &naive_plan(&g));
+    assert!(sink.launches.iter().any(|l| l.kernel == "attention_decode"));
+    assert!(!sink
+        .launches
+        .iter()
+        .any(|l| l.kernel.starts_with("attention_cm")));
 }
 
 /// A split that needs more partials than the backend set aside is refused

@@ -274,6 +274,7 @@ pub(crate) fn vulkan_lowering() -> Lowering {
         // No split unless a test asks for one (gpu::split).
         compute_units: 0,
         subgroup_decode: false,
+        matrix_attention: false,
     }
 }
 

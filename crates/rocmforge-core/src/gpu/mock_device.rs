@@ -109,6 +109,7 @@ impl MockDevice {
             q8_packed_blocks_per_group: 64,
             compute_units: 0,
             subgroup_decode: false,
+            matrix_attention: false,
         };
         let device = MockDevice {
             seen: seen.clone(),

@@ -93,6 +93,10 @@ pub struct Lowering {
     /// `attention_decode`, whose subgroups read cache rows side by side
     /// (else `attention_split`, which stages rows in shared memory).
     pub subgroup_decode: bool,
+    /// Prefill attention on matrix cores (`attention_cm`, `attention_cm64`:
+    /// 32 tokens of a head per workgroup, FlashAttention-2 tiles) for head
+    /// sizes of 128 and 64, where the cache rows allow it.
+    pub matrix_attention: bool,
 }
 
 /// One launch as the lowering names it: `kernel` over `groups`
@@ -150,7 +154,9 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         // A decode step's norm is one workgroup per row: 512 invocations
         // cut its serial chain of loads (docs/vulkan.md, 7B tg128 246 → 269).
         "rmsnorm" | "rmsnorm_q8" => 512,
-        "rope" | "rope_kv" | "store_kv" | "attention" => 64,
+        "rope" | "rope_kv" | "store_kv" | "attention" | "attention_f32" => 64,
+        // Two subgroups of 32 on the matrix cores.
+        "attention_cm" | "attention_cm64" => 64,
         "attention_staged" | "attention_staged_q8" | "attention_split" | "attention_decode" => 128,
         "attention_decode_wide" | "attention_rows" | "attention_rows_wide" => 128,
         "attention_combine" | "attention_combine_q8" => 128,

@@ -320,6 +320,7 @@ unsafe impl Push for StoreKvPush {
 /// The kernels that take an [`AttentionPush`].
 pub const ATTENTION_KERNELS: &[&str] = &[
     "attention",
+    "attention_f32",
     "attention_staged",
     "attention_staged_q8",
     "attention_split",
@@ -327,6 +328,8 @@ pub const ATTENTION_KERNELS: &[&str] = &[
     "attention_decode_wide",
     "attention_rows",
     "attention_rows_wide",
+    "attention_cm",
+    "attention_cm64",
     "attention_combine",
     "attention_combine_q8",
 ];

@@ -29,6 +29,12 @@ const DECODE_CHUNK_ROWS: usize = 64;
 /// Chunks per thread in prefill.
 const PREFILL_CHUNKS_PER_THREAD: usize = 4;
 
+/// Chunks of a split attention one thread takes at most: a context of
+/// `n_ctx` cut into chunks (`attention::KvSplit`) dealt to `nth` threads.
+fn split_slots(n_ctx: usize, nth: usize) -> usize {
+    attention::KvSplit::max_chunks(n_ctx, nth.max(1)).div_ceil(nth.max(1))
+}
+
 /// Where each thread's private scratch lives, after the shared region that
 /// holds quantized activations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,7 +44,13 @@ pub struct ScratchLayout {
 }
 
 impl ScratchLayout {
-    pub fn for_graph(graph: &Graph, weights: &[WeightView], n_ctx: usize) -> ScratchLayout {
+    /// The layout for `graph` run by `nth` threads over a context of `n_ctx`.
+    pub fn for_graph(
+        graph: &Graph,
+        weights: &[WeightView],
+        n_ctx: usize,
+        nth: usize,
+    ) -> ScratchLayout {
         let mut act_bytes = 0;
         for op in &graph.ops {
             match *op {
@@ -57,15 +69,19 @@ impl ScratchLayout {
         }
         // Attention: the f16-rounded query, then one score per position;
         // or, split over the cache (one token), every head's partial result
-        // and the kernel's buffers.
+        // for each chunk the thread takes, and the kernel's buffers.
         let a = &graph.attention;
         let scores = (a.head_dim + n_ctx) * 4;
-        let split = (a.n_head * attention::partial_len(a.head_dim)
+        let split = (split_slots(n_ctx, nth) * a.n_head * attention::partial_len(a.head_dim)
             + attention::cells_scratch_len(a.n_head, a.head_dim))
             * 4;
+        // A prompt chunk's tiles: the tile's queries and outputs, and the
+        // tiled kernel's buffers.
+        let tiled =
+            (2 * attention::Q_TILE * a.head_dim + attention::tiled_scratch_len(a.head_dim)) * 4;
         ScratchLayout {
             act_bytes: act_bytes.next_multiple_of(64),
-            per_thread_bytes: scores.max(split).next_multiple_of(64),
+            per_thread_bytes: scores.max(split).max(tiled).next_multiple_of(64),
         }
     }
 
@@ -563,6 +579,11 @@ impl Step<'_> {
                 return;
             }
         }
+        if n >= attention::Q_TILE {
+            // SAFETY: this fn's contract.
+            unsafe { self.attention_tiled(m, layer, (q, out), window, sinks) };
+            return;
+        }
         // SAFETY: this op writes none of the cache or `q`; the scratch is
         // this member's, 64-byte aligned and sized for the scores (see
         // `ScratchLayout`); item `(t, h)` of `out` is written by the one
@@ -598,12 +619,78 @@ impl Step<'_> {
         }
     }
 
+    /// ggml's tiled attention of a step of at least `Q_TILE` tokens (a
+    /// prompt chunk): items are (head, tile of `Q_TILE` tokens), taken
+    /// strided so every member gets early and late (cheap and dear) tiles.
+    ///
+    /// # Safety
+    /// As for `run_op`.
+    unsafe fn attention_tiled(
+        &self,
+        m: Member,
+        layer: usize,
+        (q, out): (TensorId, TensorId),
+        window: Option<usize>,
+        sinks: Option<&[f32]>,
+    ) {
+        let spec = &self.graph.attention;
+        let hd = spec.head_dim;
+        let group = spec.n_head / spec.n_head_kv;
+        let q_dim = spec.n_head * hd;
+        let n = self.graph.tensor(q).rows;
+        let tiles = n.div_ceil(attention::Q_TILE);
+        let past = self.inputs().0;
+        // SAFETY: this op writes none of the cache or `q`; the scratch is
+        // this member's (see `ScratchLayout`); item `(h, tile)` writes head
+        // `h` of the tile's tokens in `out`, and one member takes it (this
+        // fn's contract).
+        unsafe {
+            let blocks = self.layer_cache(layer);
+            let qs = self.input(q);
+            let scratch = self.thread_scratch(m);
+            let (q_tile, rest) = scratch.split_at_mut(attention::Q_TILE * hd);
+            let (o_tile, rest) = rest.split_at_mut(attention::Q_TILE * hd);
+            for item in (m.ith..spec.n_head * tiles).step_by(m.nth) {
+                let (h, j) = (item % spec.n_head, item / spec.n_head);
+                let tokens = j * attention::Q_TILE..((j + 1) * attention::Q_TILE).min(n);
+                let positions: [std::ops::Range<usize>; attention::Q_TILE] =
+                    std::array::from_fn(|r| {
+                        let end = past + tokens.start + r + 1;
+                        window.map_or(0, |w| end.saturating_sub(w))..end
+                    });
+                for (r, t) in tokens.clone().enumerate() {
+                    q_tile[r * hd..(r + 1) * hd]
+                        .copy_from_slice(&qs[t * q_dim + h * hd..t * q_dim + (h + 1) * hd]);
+                }
+                let kv = attention::KvHead {
+                    offset: (h / group) * hd,
+                    ..blocks
+                };
+                attention::attend_tile(
+                    q_tile,
+                    &positions[..tokens.len()],
+                    &kv,
+                    hd,
+                    spec.scale,
+                    sinks.map(|s| s[h]),
+                    o_tile,
+                    rest,
+                );
+                for (r, t) in tokens.enumerate() {
+                    let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
+                    self.output(out, span)
+                        .copy_from_slice(&o_tile[r * hd..(r + 1) * hd]);
+                }
+            }
+        }
+    }
+
     /// ggml's split-KV attention of a one-token step: member `i` runs the
-    /// online softmax of every head over chunk `i` of the cache's cells
-    /// (all query heads of a KV head together, see
-    /// `attention::attend_cells`), leaving each head's partial result in its
-    /// scratch; after a barrier, each member merges the chunks of its
-    /// heads (strided, as ggml) in chunk order.
+    /// online softmax of every head over chunks `i`, `i + nth`, ... of the
+    /// cache's cells (all query heads of a KV head together, see
+    /// `attention::attend_cells`), leaving each head's partial result for
+    /// each chunk in its scratch; after a barrier, each member merges the
+    /// chunks of its heads (strided, as ggml) in chunk order.
     ///
     /// # Safety
     /// As for `run_op`; every member calls this with the same `split`.
@@ -623,44 +710,58 @@ impl Step<'_> {
         let l = self.kv_layout;
         let ring = l.capacity(layer);
         let plen = attention::partial_len(hd);
+        let slot = spec.n_head * plen;
         let n_kv = self.inputs().0 + 1;
         let first = window.map_or(0, |w| n_kv.saturating_sub(w));
-        // Cells a position is visible in (others are masked, as in ggml),
-        // cut to this member's chunk.
-        let cells = split.cells(m.ith);
-        let rows = attention::rows_of(first..n_kv, ring).map(|r| attention::clip(&r, &cells));
+        let visible = attention::rows_of(first..n_kv, ring);
         // SAFETY: this op writes none of the cache or `q`; the scratch is
-        // this member's (see `ScratchLayout`), and its view ends before the
-        // barrier.
+        // this member's (see `ScratchLayout`: a slot per chunk it takes),
+        // and its view ends before the barrier.
         unsafe {
             let kv = self.layer_cache(layer);
             let qs = self.input(q);
-            let (partials, rest) = self.thread_scratch(m).split_at_mut(spec.n_head * plen);
-            attention::attend_cells(
-                &qs[..spec.n_head * hd],
-                &kv,
-                spec.n_head_kv,
-                &rows,
-                hd,
-                spec.scale,
-                sinks.filter(|_| cells.start == 0),
-                partials,
-                rest,
-            );
+            let (partials, rest) = self
+                .thread_scratch(m)
+                .split_at_mut(split.chunks.div_ceil(m.nth) * slot);
+            for (c, part) in (m.ith..split.chunks)
+                .step_by(m.nth)
+                .zip(partials.chunks_exact_mut(slot))
+            {
+                // Cells a position is visible in (others are masked, as in
+                // ggml), cut to chunk `c`.
+                let cells = split.cells(c);
+                let rows = visible.clone().map(|r| attention::clip(&r, &cells));
+                attention::attend_cells(
+                    &qs[..spec.n_head * hd],
+                    &kv,
+                    spec.n_head_kv,
+                    &rows,
+                    hd,
+                    spec.scale,
+                    sinks.filter(|_| cells.start == 0),
+                    part,
+                    rest,
+                );
+            }
         }
         barrier.wait();
         let lay = self.scratch_layout;
         for h in (m.ith..spec.n_head).step_by(m.nth) {
             // SAFETY: every member wrote its partials before the barrier
             // above and writes no scratch again until the next op; head
-            // `h`'s output is this member's alone.
+            // `h`'s output is this member's alone. Chunk `c` is member
+            // `c % nth`'s slot `c / nth`.
             unsafe {
-                let parts = (0..m.nth).filter(|&c| !split.cells(c).is_empty()).map(|c| {
-                    self.scratch.f32s_ref(
-                        lay.act_bytes + c * lay.per_thread_bytes + h * plen * 4,
-                        plen,
-                    )
-                });
+                let parts = (0..split.chunks)
+                    .filter(|&c| !split.cells(c).is_empty())
+                    .map(|c| {
+                        self.scratch.f32s_ref(
+                            lay.act_bytes
+                                + (c % m.nth) * lay.per_thread_bytes
+                                + ((c / m.nth) * slot + h * plen) * 4,
+                            plen,
+                        )
+                    });
                 attention::merge_partials(parts, self.output(out, h * hd..(h + 1) * hd));
             }
         }

@@ -30,12 +30,14 @@ mod cells_avx2;
 mod split;
 #[cfg(test)]
 mod tests;
+mod tiled;
 
 use half::f16;
 
 pub use split::{
     attend_cells, cells_scratch_len, clip, merge_partials, partial_len, rows_of, KvSplit,
 };
+pub use tiled::{attend_tile, tiled_scratch_len, v_expf, Q_TILE};
 
 /// One KV head's rows in a layer's cache blocks: `k` / `v` hold f16 rows
 /// of `stride` elements, this head starts `offset` into a row, and

@@ -19,22 +19,35 @@ const CELL_PAD: usize = 256;
 /// The smallest view ggml splits over threads.
 const SPLIT_MIN_CELLS: usize = 512;
 
+/// Most cells one chunk takes. ggml gives each thread one chunk, whose V
+/// sum is an f16 accumulator: on few threads at depth a chunk adds up
+/// thousands of cells, and small terms vanish into the f16 sum (on
+/// tiny-gpt-oss at 16641 positions, llama.cpp on two threads puts logits
+/// 0.6σ away from itself on sixteen). Past this the view is cut into more
+/// chunks than threads, taken by the threads in turn: exactly what ggml
+/// computes on that many threads.
+pub const MAX_CHUNK_CELLS: usize = 512;
+
 /// Length of one head's partial result: the running maximum `M`, the sum
 /// `S`, then the `head_dim` accumulated values (f16 values held in f32).
 pub fn partial_len(head_dim: usize) -> usize {
     head_dim + 2
 }
 
-/// How a one-token step's attention splits the cache's cells over threads,
+/// How a one-token step's attention splits the cache's cells into chunks,
 /// as ggml's split-KV path (`ggml_compute_forward_flash_attn_ext_f16`)
-/// does: thread `i` takes cells `i*chunk..(i+1)*chunk` of the view for
-/// every head.
+/// does with one chunk per thread: chunk `i` is cells
+/// `i*chunk..(i+1)*chunk` of the view for every head. There are as many
+/// chunks as threads, or more where a chunk would pass
+/// [`MAX_CHUNK_CELLS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvSplit {
     /// Cells of ggml's view of the cache (its `nek1`).
     pub n_cells: usize,
-    /// Cells per thread.
+    /// Cells per chunk.
     pub chunk: usize,
+    /// Chunks (ggml's thread count for them).
+    pub chunks: usize,
 }
 
 impl KvSplit {
@@ -49,13 +62,24 @@ impl KvSplit {
         let size = rows.checked_next_multiple_of(CELL_PAD)?;
         let used = n_kv.min(rows).checked_next_multiple_of(CELL_PAD)?;
         let n_cells = size.min(used.max(CELL_PAD));
-        (n_cells >= SPLIT_MIN_CELLS && nth > 0).then(|| KvSplit {
-            n_cells,
-            chunk: n_cells.div_ceil(nth),
+        (n_cells >= SPLIT_MIN_CELLS && nth > 0).then(|| {
+            let chunks = nth.max(n_cells.div_ceil(MAX_CHUNK_CELLS));
+            KvSplit {
+                n_cells,
+                chunk: n_cells.div_ceil(chunks),
+                chunks,
+            }
         })
     }
 
-    /// Chunk `i`'s cells (empty for a thread past the view).
+    /// Most chunks a step over a cache block of `rows` rows splits into
+    /// among `nth` threads.
+    pub fn max_chunks(rows: usize, nth: usize) -> usize {
+        let cells = rows.checked_next_multiple_of(CELL_PAD).unwrap_or(rows);
+        nth.max(cells.div_ceil(MAX_CHUNK_CELLS))
+    }
+
+    /// Chunk `i`'s cells (empty for a chunk past the view).
     pub fn cells(&self, i: usize) -> Range<usize> {
         let start = i.saturating_mul(self.chunk).min(self.n_cells);
         start..start.saturating_add(self.chunk).min(self.n_cells)

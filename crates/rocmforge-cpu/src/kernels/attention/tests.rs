@@ -343,7 +343,7 @@ fn a_ring_reads_the_same_positions() {
 }
 
 /// ggml's split path with `split`'s chunks run one after another, then
-/// merged: what `nth` threads compute, in one.
+/// merged: what as many threads as chunks compute, in one.
 #[allow(clippy::too_many_arguments)]
 fn split_attend(
     q: &[f32],
@@ -354,12 +354,11 @@ fn split_attend(
     scale: f32,
     sinks: Option<&[f32]>,
     split: KvSplit,
-    nth: usize,
 ) -> Vec<f32> {
     let n_head = q.len() / hd;
     let plen = partial_len(hd);
     let rows = rows_of(positions, kv.ring);
-    let mut parts = vec![vec![f32::NAN; n_head * plen]; nth];
+    let mut parts = vec![vec![f32::NAN; n_head * plen]; split.chunks];
     let mut scratch = vec![f32::NAN; cells_scratch_len(n_head, hd)];
     for (c, part) in parts.iter_mut().enumerate() {
         let cells = split.cells(c);
@@ -379,37 +378,45 @@ fn split_attend(
     }
     let mut out = vec![f32::NAN; n_head * hd];
     for (h, o) in out.chunks_exact_mut(hd).enumerate() {
-        let chunks = (0..nth).filter(|&c| !split.cells(c).is_empty());
+        let chunks = (0..split.chunks).filter(|&c| !split.cells(c).is_empty());
         merge_partials(chunks.map(|c| &parts[c][h * plen..(h + 1) * plen]), o);
     }
     out
 }
 
-fn even_split(n_cells: usize, nth: usize) -> KvSplit {
+fn even_split(n_cells: usize, chunks: usize) -> KvSplit {
     KvSplit {
         n_cells,
-        chunk: n_cells.div_ceil(nth),
+        chunk: n_cells.div_ceil(chunks),
+        chunks,
     }
 }
 
 #[test]
 fn split_geometry_follows_ggml() {
-    // Decode at 3500 in a 4096 context on two threads: the view is
-    // padded to 3584 cells, 1792 each.
-    let s = KvSplit::new(3501, 4096, 2).unwrap();
-    assert_eq!(s, even_split(3584, 2));
+    // Decode at 1000 in a 4096 context on two threads: the view is
+    // padded to 1024 cells, 512 each.
+    let s = KvSplit::new(1001, 4096, 2).unwrap();
+    assert_eq!(s, even_split(1024, 2));
     assert_eq!(
         (s.cells(0), s.cells(1), s.cells(2)),
-        (0..1792, 1792..3584, 3584..3584)
+        (0..512, 512..1024, 1024..1024)
     );
+    // At 3500 the 3584 cells go in 7 chunks of 512 (as on ggml's 7
+    // threads), not 2 of 1792.
+    let s = KvSplit::new(3501, 4096, 2).unwrap();
+    assert_eq!(s, even_split(3584, 7));
+    assert_eq!(KvSplit::max_chunks(4096, 2), 8);
+    assert_eq!(KvSplit::max_chunks(4000, 16), 16);
     // Under 512 cells ggml keeps its per-head path.
     assert_eq!(KvSplit::new(256, 4096, 2), None);
     assert_eq!(KvSplit::new(257, 4096, 2), Some(even_split(512, 2)));
     // The view stops at the cache, itself padded to 256.
     assert_eq!(KvSplit::new(300, 300, 3), Some(even_split(512, 3)));
-    assert_eq!(KvSplit::new(5000, 4000, 1), Some(even_split(4096, 1)));
+    assert_eq!(KvSplit::new(5000, 4000, 1), Some(even_split(4096, 8)));
     // A window's ring: the rows in use, however far the positions went.
     assert_eq!(KvSplit::new(100_000, 700, 4), Some(even_split(768, 4)));
+    assert_eq!(KvSplit::new(100_000, 700, 1), Some(even_split(768, 2)));
     assert_eq!(KvSplit::new(200, 1000, 4), None);
     // More threads than cells: the last chunks are empty.
     let s = KvSplit::new(600, 4096, 700).unwrap();
@@ -489,13 +496,7 @@ impl Case {
         out
     }
 
-    fn split(
-        &self,
-        positions: Range<usize>,
-        sinks: Option<&[f32]>,
-        split: KvSplit,
-        nth: usize,
-    ) -> Vec<f32> {
+    fn split(&self, positions: Range<usize>, sinks: Option<&[f32]>, split: KvSplit) -> Vec<f32> {
         let kv = self.kv();
         let (d, scale) = (self.d, self.scale());
         split_attend(
@@ -507,7 +508,6 @@ impl Case {
             scale,
             sinks,
             split,
-            nth,
         )
     }
 
@@ -556,7 +556,7 @@ fn split_matches_f64_reference() {
         let c = Case::new(d, n_kv_heads, group, n, d as u64);
         for nth in [1, 2, 3, 5] {
             let split = KvSplit::new(n, 1024, nth).unwrap();
-            c.check_reference(&c.split(0..n, None, split, nth), 0..n, None);
+            c.check_reference(&c.split(0..n, None, split), 0..n, None);
         }
     }
 }
@@ -569,7 +569,7 @@ fn one_chunk_is_attend_head_bit_for_bit() {
         let sinks = noise(n_kv_heads * group, 41, 3.0);
         for positions in [0..n, 0..1, 37..300, 250..251] {
             for sinks in [None, Some(&sinks[..])] {
-                let whole = c.split(positions.clone(), sinks, even_split(512, 1), 1);
+                let whole = c.split(positions.clone(), sinks, even_split(512, 1));
                 let expect = c.per_head(positions.clone(), sinks);
                 assert!(
                     whole
@@ -591,9 +591,9 @@ fn sinks_join_once() {
     let c = Case::new(d, 2, 2, n, 50);
     // Sinks from below the scores to above them.
     let sinks = [-30.0, 2.0, 8.0, 40.0];
-    let one = c.split(0..n, Some(&sinks), even_split(768, 1), 1);
+    let one = c.split(0..n, Some(&sinks), even_split(768, 1));
     for nth in [2, 3, 4] {
-        let out = c.split(0..n, Some(&sinks), even_split(768, nth), nth);
+        let out = c.split(0..n, Some(&sinks), even_split(768, nth));
         c.check_reference(&out, 0..n, Some(&sinks));
         // Chunks change only the f16 accumulators' roundings (a sink
         // counted twice would change a weight by its own size).
@@ -602,7 +602,7 @@ fn sinks_join_once() {
         }
     }
     // A sink above every score takes nearly all the weight.
-    let out = c.split(0..n, Some(&[200.0; 4]), even_split(768, 3), 3);
+    let out = c.split(0..n, Some(&[200.0; 4]), even_split(768, 3));
     assert!(out.iter().all(|o| o.abs() < 1e-6), "{out:?}");
 }
 
@@ -615,7 +615,7 @@ fn windows() {
     for nth in [1, 2, 4] {
         let split = KvSplit::new(n, usize::MAX / 2, nth).unwrap();
         c.check_reference(
-            &c.split(positions.clone(), None, split, nth),
+            &c.split(positions.clone(), None, split),
             positions.clone(),
             None,
         );
@@ -639,17 +639,7 @@ fn windows() {
     };
     for nth in [1, 2, 3] {
         let split = KvSplit::new(n, ring, nth).unwrap();
-        let out = split_attend(
-            &c.q,
-            &kv,
-            1,
-            positions.clone(),
-            d,
-            c.scale(),
-            None,
-            split,
-            nth,
-        );
+        let out = split_attend(&c.q, &kv, 1, positions.clone(), d, c.scale(), None, split);
         c.check_reference(&out, positions.clone(), None);
     }
 }
@@ -663,14 +653,14 @@ fn empty_chunks() {
     let c = Case::new(d, 1, 3, n, 70);
     let split = KvSplit::new(n, 4096, 7).unwrap();
     assert!(split.cells(5).start >= n);
-    c.check_reference(&c.split(0..n, None, split, 7), 0..n, None);
+    c.check_reference(&c.split(0..n, None, split), 0..n, None);
     let split = KvSplit::new(n, 4096, 600).unwrap();
     assert!(split.cells(599).is_empty());
-    c.check_reference(&c.split(0..n, None, split, 600), 0..n, None);
-    let out = c.split(0..0, None, even_split(512, 2), 2);
+    c.check_reference(&c.split(0..n, None, split), 0..n, None);
+    let out = c.split(0..0, None, even_split(512, 2));
     assert!(out.iter().all(|&o| o == 0.0), "{out:?}");
     // Only sinks: zeros too (the sink carries no value).
-    let out = c.split(0..0, Some(&[1.0, 2.0, 3.0]), even_split(512, 2), 2);
+    let out = c.split(0..0, Some(&[1.0, 2.0, 3.0]), even_split(512, 2));
     assert!(out.iter().all(|&o| o == 0.0), "{out:?}");
 }
 
@@ -750,4 +740,113 @@ fn vector_exp_is_libm_exhaustively() {
             .count() as u64;
     }
     assert_eq!(bad, 0);
+}
+
+/// f64 attention of an f32 query (unrounded, as ggml's tiled path keeps
+/// it) over `positions` of one KV head.
+fn reference_f32_query(
+    q: &[f32],
+    kv: &KvHead,
+    positions: Range<usize>,
+    scale: f32,
+    sink: Option<f32>,
+) -> Vec<f64> {
+    let d = q.len();
+    let row = |cache: &[f16], p: usize| -> Vec<f64> {
+        let at = (p % kv.ring) * kv.stride + kv.offset;
+        cache[at..at + d]
+            .iter()
+            .map(|x| f64::from(x.to_f32()))
+            .collect()
+    };
+    let scores: Vec<f64> = positions
+        .clone()
+        .map(|p| {
+            let k = row(kv.k, p);
+            q.iter()
+                .zip(&k)
+                .map(|(a, b)| f64::from(*a) * b)
+                .sum::<f64>()
+                * f64::from(scale)
+        })
+        .collect();
+    let sink = sink.map(f64::from);
+    let max = scores
+        .iter()
+        .cloned()
+        .chain(sink)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+    let total: f64 = w.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
+    let mut out = vec![0f64; d];
+    for (p, wp) in positions.zip(&w) {
+        for (o, v) in out.iter_mut().zip(row(kv.v, p)) {
+            *o += wp * v / total;
+        }
+    }
+    out
+}
+
+/// ggml's tiled path (steps of 64 tokens or more) computes attention in
+/// f32: each row of a tile within f32 rounding of the f64 result, for
+/// causal rows, a sliding window over a ring, and a sink.
+#[test]
+fn tiled_matches_f64_reference() {
+    for (d, ring, window, sink) in [
+        (64, usize::MAX, None, None),
+        (128, usize::MAX, None, Some(3.0)),
+        (72, 160, Some(100), None),
+    ] {
+        let n = 300;
+        let rows = 40;
+        let c = Case::new(d, 1, rows, n, d as u64 + 7);
+        let kv = KvHead { ring, ..c.kv() };
+        // Row r is the token at position 250 + r (a ring holds the last
+        // 160: window plus the tile's tokens).
+        let positions: Vec<Range<usize>> = (0..rows)
+            .map(|r| {
+                let end = 250 + r + 1;
+                window.map_or(0, |w| end - w)..end
+            })
+            .collect();
+        let mut out = vec![f32::NAN; rows * d];
+        let mut scratch = vec![f32::NAN; tiled_scratch_len(d)];
+        attend_tile(
+            &c.q,
+            &positions,
+            &kv,
+            d,
+            c.scale(),
+            sink,
+            &mut out,
+            &mut scratch,
+        );
+        for (r, o) in out.chunks_exact(d).enumerate() {
+            let q = &c.q[r * d..(r + 1) * d];
+            let want = reference_f32_query(q, &kv, positions[r].clone(), c.scale(), sink);
+            for (i, (o, e)) in o.iter().zip(&want).enumerate() {
+                assert!(
+                    (f64::from(*o) - e).abs() < 2e-5 * (1.0 + e.abs()),
+                    "d {d} row {r} [{i}]: {o} vs {e}"
+                );
+            }
+        }
+    }
+}
+
+/// ggml's vector `expf`, replicated lane by lane: within two units in the
+/// last place of e^x over softmax's range, 0 at -∞, and 1 at 0.
+#[test]
+fn v_expf_is_expf() {
+    let mut x = -103.0f32;
+    while x <= 0.0 {
+        let (got, want) = (f64::from(v_expf(x)), f64::from(x).exp());
+        assert!(
+            (got - want).abs() <= 2.5e-7 * want || (want < 1e-37 && got < 1e-37),
+            "{x}: {got} vs {want}"
+        );
+        x += 0.0137;
+    }
+    assert_eq!(v_expf(f32::NEG_INFINITY), 0.0);
+    assert_eq!(v_expf(0.0), 1.0);
 }

@@ -1,0 +1,173 @@
+//! Long context against llama.cpp, on every backend (issue 22, item 7).
+//!
+//! The references (`testdata/reference/long/`) are llama.cpp's outputs for
+//! a prompt of several thousand tokens (`benches/reference/refdump.cpp`
+//! given a prompt file): the prompt's tokens, then each greedy step in
+//! brief, the logits row's σ and its 16 largest logits. Each backend is fed
+//! the same tokens (teacher-forced, so one near-tie cannot send the two
+//! down different continuations) and must put those logits within the
+//! families' bound in σ at every step, and pick llama.cpp's token where its
+//! margin is clear: above 0.05 and above twice the step's largest logit
+//! difference (a closer call is rounding's to make). Positions run past
+//! 4096 here, where RoPE's angles, the KV cache's byte offsets and the
+//! decode split all meet large values.
+//!
+//! llama.cpp's CPU decode at depth depends on its thread count: each thread
+//! sums its chunk of the cache in an f16 accumulator, and on two threads at
+//! 16k positions a chunk of 8k cells loses small terms (its logits move
+//! 0.6σ from the same run on sixteen threads). The references are made
+//! with chunks of at most 512 cells, as the CPU backend cuts them
+//! (`KvSplit` in rocmforge-cpu): 9 threads at 4352 positions, 33 at
+//! 16640.
+
+use std::sync::Arc;
+
+use rocmforge_conformance::*;
+use rocmforge_core::model::Model;
+use rocmforge_core::quant::QuantType;
+use rocmforge_core::session::SessionOptions;
+
+/// The families' bound against llama.cpp (tests/families.rs), here on the
+/// 16 largest logits of each step.
+const MAX_SIGMA: f32 = 0.2;
+const CLEAR_MARGIN: f32 = 0.05;
+
+struct Step {
+    sd: f32,
+    top: Vec<(u32, f32)>,
+}
+
+struct LongReference {
+    tokens: Vec<u32>,
+    greedy: Vec<(u32, f32)>,
+    steps: Vec<Step>,
+}
+
+fn long_reference(stem: &str) -> LongReference {
+    let stem = format!("long/{stem}");
+    let tokens = reference_text(&stem, "tokens")
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let greedy = reference_text(&stem, "greedy")
+        .lines()
+        .map(|l| {
+            let (id, margin) = l.split_once(' ').unwrap();
+            (id.parse().unwrap(), margin.parse().unwrap())
+        })
+        .collect();
+    let steps = reference_text(&stem, "decode")
+        .lines()
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            let sd = f.next().unwrap().parse().unwrap();
+            let top = f
+                .map(|p| {
+                    let (id, v) = p.split_once(':').unwrap();
+                    (id.parse().unwrap(), v.parse().unwrap())
+                })
+                .collect();
+            Step { sd, top }
+        })
+        .collect();
+    LongReference {
+        tokens,
+        greedy,
+        steps,
+    }
+}
+
+/// Runs `stem`'s reference on `backend`: a line of its agreement, or of
+/// the first step where it does not agree.
+fn check(model: &Arc<Model>, stem: &str, backend: &str, n_ctx: usize) -> Result<String, String> {
+    let reference = long_reference(stem);
+    assert_eq!(
+        reference.greedy.len(),
+        reference.steps.len(),
+        "{stem}: steps"
+    );
+    let _device = device_lock();
+    let opts = SessionOptions {
+        n_ctx,
+        n_batch: 512,
+        all_logits: false,
+    };
+    let mut s = session(model, backend, opts);
+    let mut logits = s.eval(&reference.tokens).unwrap().to_vec();
+    let (mut worst, mut sum, mut n) = (0f32, 0f32, 0usize);
+    for (i, (&(token, margin), step)) in reference.greedy.iter().zip(&reference.steps).enumerate() {
+        let pos = reference.tokens.len() + i;
+        // The step's largest logit difference, in logits.
+        let mut step_worst = 0f32;
+        for &(id, want) in &step.top {
+            step_worst = step_worst.max((logits[id as usize] - want).abs());
+            let err = (logits[id as usize] - want).abs() / step.sd;
+            worst = worst.max(err);
+            sum += err;
+            n += 1;
+            if err > MAX_SIGMA {
+                return Err(format!(
+                    "{backend} {stem}: decode step {i} (position {pos}), logit of token {id} is {} \
+                     where llama.cpp has {want} ({err:.3}σ off)",
+                    logits[id as usize]
+                ));
+            }
+        }
+        // A margin within twice the step's own error is rounding's call.
+        let ours = argmax(&logits);
+        if margin > CLEAR_MARGIN.max(2.0 * step_worst) && ours != token {
+            return Err(format!(
+                "{backend} {stem}: greedy token {i} at position {pos} is {ours}, llama.cpp's \
+                 {token} (reference margin {margin})"
+            ));
+        }
+        logits = s.eval(&[token]).unwrap().to_vec();
+    }
+    Ok(format!(
+        "{backend} {stem}: {} prompt tokens, {} decode steps agree with llama.cpp, \
+         worst {worst:.4}σ, mean {:.4}σ",
+        reference.tokens.len(),
+        reference.greedy.len(),
+        sum / n as f32
+    ))
+}
+
+/// Checks `backends`, printing each one's line, then fails naming those
+/// that disagree.
+fn check_all(backends: Vec<&str>, model: &Arc<Model>, stem: &str, n_ctx: usize) {
+    let failed: Vec<String> = backends
+        .into_iter()
+        .filter_map(|backend| match check(model, stem, backend, n_ctx) {
+            Ok(line) => {
+                eprintln!("{line}");
+                None
+            }
+            Err(line) => {
+                eprintln!("{line}");
+                Some(line)
+            }
+        })
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("; "));
+}
+
+/// 4352 prompt tokens (8 steps of 512, then 256) and 300 decode steps, in
+/// a context of 8192, past these models' trained 4096.
+#[test]
+fn prompts_of_4k_decode_as_llama_cpp() {
+    for stem in ["tiny-qwen2-Q8_0", "tiny-qwen3-Q8_0", "tiny-llama-Q4_K_M"] {
+        let model = Arc::new(Model::load(&fixture_path(&format!("{stem}.gguf"))).unwrap());
+        check_all(backends_under_test(), &model, stem, 8192);
+    }
+}
+
+/// tiny-gpt-oss (trained context 131072): 16640 prompt tokens and 64
+/// decode steps, through attention sinks, YaRN and sliding-window layers.
+/// Not on lavapipe, whose prefill of 16k positions on two cores takes over
+/// ten minutes (the 4k references above run there).
+#[test]
+fn a_prompt_past_16k_decodes_as_llama_cpp() {
+    let model = generated_reference("tiny-gpt-oss", QuantType::Q8_0).model;
+    let backends = backends_on_hardware("a 16k prompt takes it over ten minutes");
+    check_all(backends, &model, "tiny-gpt-oss-Q8_0", 16896);
+}
