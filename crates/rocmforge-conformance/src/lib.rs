@@ -121,6 +121,51 @@ pub fn reference_text(stem: &str, ext: &str) -> String {
     String::from_utf8(reference_bytes(stem, ext)).unwrap()
 }
 
+/// `<stem>.tokens`: the prompt's token ids.
+pub fn reference_tokens(stem: &str) -> Vec<u32> {
+    reference_text(stem, "tokens")
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect()
+}
+
+/// `<stem>.greedy`: each greedy step's token and top-1/top-2 margin.
+pub fn reference_greedy(stem: &str) -> Vec<(u32, f32)> {
+    reference_text(stem, "greedy")
+        .lines()
+        .map(|l| {
+            let (id, margin) = l.split_once(' ').unwrap();
+            (id.parse().unwrap(), margin.parse().unwrap())
+        })
+        .collect()
+}
+
+/// One greedy step in brief (`<stem>.decode`, written by
+/// `benches/reference/refdump.cpp`): the logits row's standard deviation
+/// and its 16 largest logits, best first.
+pub struct DecodeStep {
+    pub sd: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// `<stem>.decode`, a [`DecodeStep`] a line.
+pub fn reference_decode(stem: &str) -> Vec<DecodeStep> {
+    reference_text(stem, "decode")
+        .lines()
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            let sd = f.next().unwrap().parse().unwrap();
+            let top = f
+                .map(|p| {
+                    let (id, v) = p.split_once(':').unwrap();
+                    (id.parse().unwrap(), v.parse().unwrap())
+                })
+                .collect();
+            DecodeStep { sd, top }
+        })
+        .collect()
+}
+
 /// A generated family's model with llama.cpp's outputs for it
 /// (`testdata/README.md`, "Generated families"): the prompt's tokens and
 /// the greedy continuation with each step's top-1/top-2 margin.
@@ -151,17 +196,8 @@ pub fn generated_reference(preset: &str, ty: QuantType) -> GeneratedReference {
         "{stem}: the generated model is not the one the references were made from \
          (size, FNV-1a); regenerate them as testdata/README.md says"
     );
-    let tokens = reference_text(&stem, "tokens")
-        .split_whitespace()
-        .map(|t| t.parse().unwrap())
-        .collect();
-    let greedy = reference_text(&stem, "greedy")
-        .lines()
-        .map(|l| {
-            let (id, margin) = l.split_once(' ').unwrap();
-            (id.parse().unwrap(), margin.parse().unwrap())
-        })
-        .collect();
+    let tokens = reference_tokens(&stem);
+    let greedy = reference_greedy(&stem);
     GeneratedReference {
         stem,
         model,

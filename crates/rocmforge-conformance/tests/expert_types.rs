@@ -23,28 +23,6 @@ const PRESET: &str = "tiny-qwen3moe-ragged";
 const MAX_SIGMA: f32 = 0.2;
 const CLEAR_MARGIN: f32 = 0.05;
 
-struct Step {
-    sd: f32,
-    top: Vec<(u32, f32)>,
-}
-
-fn steps(stem: &str) -> Vec<Step> {
-    reference_text(stem, "decode")
-        .lines()
-        .map(|l| {
-            let mut f = l.split_whitespace();
-            let sd = f.next().unwrap().parse().unwrap();
-            let top = f
-                .map(|p| {
-                    let (id, v) = p.split_once(':').unwrap();
-                    (id.parse().unwrap(), v.parse().unwrap())
-                })
-                .collect();
-            Step { sd, top }
-        })
-        .collect()
-}
-
 #[test]
 fn every_expert_type_decodes_as_llama_cpp() {
     let backends = backends_under_test();
@@ -70,7 +48,7 @@ fn every_expert_type_decodes_as_llama_cpp() {
             continue;
         }
         seen.push((ty, types));
-        let reference = steps(&stem);
+        let reference = reference_decode(&stem);
         assert_eq!(reference.len(), greedy.len(), "{stem}: steps");
         for &backend in &backends {
             let _device = device_lock();

@@ -32,60 +32,20 @@ use rocmforge_core::session::SessionOptions;
 const MAX_SIGMA: f32 = 0.2;
 const CLEAR_MARGIN: f32 = 0.05;
 
-struct Step {
-    sd: f32,
-    top: Vec<(u32, f32)>,
-}
-
-struct LongReference {
-    tokens: Vec<u32>,
-    greedy: Vec<(u32, f32)>,
-    steps: Vec<Step>,
-}
-
-fn long_reference(stem: &str) -> LongReference {
+fn long_reference(stem: &str) -> (Vec<u32>, Vec<(u32, f32)>, Vec<DecodeStep>) {
     let stem = format!("long/{stem}");
-    let tokens = reference_text(&stem, "tokens")
-        .split_whitespace()
-        .map(|t| t.parse().unwrap())
-        .collect();
-    let greedy = reference_text(&stem, "greedy")
-        .lines()
-        .map(|l| {
-            let (id, margin) = l.split_once(' ').unwrap();
-            (id.parse().unwrap(), margin.parse().unwrap())
-        })
-        .collect();
-    let steps = reference_text(&stem, "decode")
-        .lines()
-        .map(|l| {
-            let mut f = l.split_whitespace();
-            let sd = f.next().unwrap().parse().unwrap();
-            let top = f
-                .map(|p| {
-                    let (id, v) = p.split_once(':').unwrap();
-                    (id.parse().unwrap(), v.parse().unwrap())
-                })
-                .collect();
-            Step { sd, top }
-        })
-        .collect();
-    LongReference {
-        tokens,
-        greedy,
-        steps,
-    }
+    (
+        reference_tokens(&stem),
+        reference_greedy(&stem),
+        reference_decode(&stem),
+    )
 }
 
 /// Runs `stem`'s reference on `backend`: a line of its agreement, or of
 /// the first step where it does not agree.
 fn check(model: &Arc<Model>, stem: &str, backend: &str, n_ctx: usize) -> Result<String, String> {
-    let reference = long_reference(stem);
-    assert_eq!(
-        reference.greedy.len(),
-        reference.steps.len(),
-        "{stem}: steps"
-    );
+    let (tokens, greedy, steps) = long_reference(stem);
+    assert_eq!(greedy.len(), steps.len(), "{stem}: steps");
     let _device = device_lock();
     let opts = SessionOptions {
         n_ctx,
@@ -93,10 +53,10 @@ fn check(model: &Arc<Model>, stem: &str, backend: &str, n_ctx: usize) -> Result<
         all_logits: false,
     };
     let mut s = session(model, backend, opts);
-    let mut logits = s.eval(&reference.tokens).unwrap().to_vec();
+    let mut logits = s.eval(&tokens).unwrap().to_vec();
     let (mut worst, mut sum, mut n) = (0f32, 0f32, 0usize);
-    for (i, (&(token, margin), step)) in reference.greedy.iter().zip(&reference.steps).enumerate() {
-        let pos = reference.tokens.len() + i;
+    for (i, (&(token, margin), step)) in greedy.iter().zip(&steps).enumerate() {
+        let pos = tokens.len() + i;
         // The step's largest logit difference, in logits.
         let mut step_worst = 0f32;
         for &(id, want) in &step.top {
@@ -126,8 +86,8 @@ fn check(model: &Arc<Model>, stem: &str, backend: &str, n_ctx: usize) -> Result<
     Ok(format!(
         "{backend} {stem}: {} prompt tokens, {} decode steps agree with llama.cpp, \
          worst {worst:.4}σ, mean {:.4}σ",
-        reference.tokens.len(),
-        reference.greedy.len(),
+        tokens.len(),
+        greedy.len(),
         sum / n as f32
     ))
 }

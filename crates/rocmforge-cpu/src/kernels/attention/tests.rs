@@ -34,18 +34,42 @@ fn reference_sink(
     scale: f32,
     sink: Option<f32>,
 ) -> Vec<f64> {
+    let q16: Vec<f32> = q.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+    let kv = KvHead {
+        k,
+        v,
+        stride,
+        offset: off,
+        ring: usize::MAX,
+    };
+    reference_f32_query(&q16, &kv, positions, scale, sink)
+}
+
+/// f64 attention of `q` as given (the tiled path keeps it in f32; the
+/// per-head path rounds it to f16 first) over `positions` of one KV head,
+/// with a sink logit in the softmax's denominator.
+fn reference_f32_query(
+    q: &[f32],
+    kv: &KvHead,
+    positions: Range<usize>,
+    scale: f32,
+    sink: Option<f32>,
+) -> Vec<f64> {
     let d = q.len();
-    let qr: Vec<f64> = q
-        .iter()
-        .map(|&x| f64::from(f16::from_f32(x).to_f32()))
-        .collect();
+    let row = |cache: &[f16], p: usize| -> Vec<f64> {
+        let at = (p % kv.ring) * kv.stride + kv.offset;
+        cache[at..at + d]
+            .iter()
+            .map(|x| f64::from(x.to_f32()))
+            .collect()
+    };
     let scores: Vec<f64> = positions
         .clone()
         .map(|p| {
-            let kr = &k[p * stride + off..][..d];
-            qr.iter()
-                .zip(kr)
-                .map(|(a, b)| a * f64::from(b.to_f32()))
+            let k = row(kv.k, p);
+            q.iter()
+                .zip(&k)
+                .map(|(a, b)| f64::from(*a) * b)
                 .sum::<f64>()
                 * f64::from(scale)
         })
@@ -58,16 +82,13 @@ fn reference_sink(
         .fold(f64::NEG_INFINITY, f64::max);
     let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
     let total: f64 = w.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
-    (0..d)
-        .map(|i| {
-            positions
-                .clone()
-                .zip(&w)
-                .map(|(p, wp)| wp * f64::from(v[p * stride + off + i].to_f32()))
-                .sum::<f64>()
-                / total
-        })
-        .collect()
+    let mut out = vec![0f64; d];
+    for (p, wp) in positions.zip(&w) {
+        for (o, v) in out.iter_mut().zip(row(kv.v, p)) {
+            *o += wp * v / total;
+        }
+    }
+    out
 }
 
 #[test]
@@ -740,51 +761,6 @@ fn vector_exp_is_libm_exhaustively() {
             .count() as u64;
     }
     assert_eq!(bad, 0);
-}
-
-/// f64 attention of an f32 query (unrounded, as ggml's tiled path keeps
-/// it) over `positions` of one KV head.
-fn reference_f32_query(
-    q: &[f32],
-    kv: &KvHead,
-    positions: Range<usize>,
-    scale: f32,
-    sink: Option<f32>,
-) -> Vec<f64> {
-    let d = q.len();
-    let row = |cache: &[f16], p: usize| -> Vec<f64> {
-        let at = (p % kv.ring) * kv.stride + kv.offset;
-        cache[at..at + d]
-            .iter()
-            .map(|x| f64::from(x.to_f32()))
-            .collect()
-    };
-    let scores: Vec<f64> = positions
-        .clone()
-        .map(|p| {
-            let k = row(kv.k, p);
-            q.iter()
-                .zip(&k)
-                .map(|(a, b)| f64::from(*a) * b)
-                .sum::<f64>()
-                * f64::from(scale)
-        })
-        .collect();
-    let sink = sink.map(f64::from);
-    let max = scores
-        .iter()
-        .cloned()
-        .chain(sink)
-        .fold(f64::NEG_INFINITY, f64::max);
-    let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-    let total: f64 = w.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
-    let mut out = vec![0f64; d];
-    for (p, wp) in positions.zip(&w) {
-        for (o, v) in out.iter_mut().zip(row(kv.v, p)) {
-            *o += wp * v / total;
-        }
-    }
-    out
 }
 
 /// ggml's tiled path (steps of 64 tokens or more) computes attention in

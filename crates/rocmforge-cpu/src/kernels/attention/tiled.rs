@@ -85,51 +85,59 @@ pub fn attend_tile(
             "attend_tile: cache shorter than {n_cells} cells"
         );
     }
+    let tile = Tile {
+        q,
+        cells,
+        n_cells,
+        kv,
+        hd: head_dim,
+        scale,
+        sink,
+    };
     #[cfg(target_arch = "x86_64")]
     if super::has_simd() {
         // SAFETY: `has_simd` found AVX2, FMA and F16C; the geometry was
         // checked above.
         unsafe {
-            return tile_fma(q, cells, n_cells, kv, head_dim, scale, sink, out, scratch);
+            return tile_fma(&tile, out, scratch);
         }
     }
-    tile(q, cells, n_cells, kv, head_dim, scale, sink, out, scratch);
+    run_tile(&tile, out, scratch);
 }
 
-/// [`tile`] compiled with FMA, so each `mul_add` is one instruction.
+/// One call's inputs, as [`attend_tile`] checked them.
+struct Tile<'a> {
+    q: &'a [f32],
+    /// Each row's visible cells.
+    cells: &'a [[Range<usize>; 2]],
+    n_cells: usize,
+    kv: &'a KvHead<'a>,
+    hd: usize,
+    scale: f32,
+    sink: Option<f32>,
+}
+
+/// [`run_tile`] compiled with FMA, so each `mul_add` is one instruction.
 ///
 /// # Safety
 /// AVX2, FMA and F16C are present.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_fma(
-    q: &[f32],
-    cells: &[[Range<usize>; 2]],
-    n_cells: usize,
-    kv: &KvHead,
-    head_dim: usize,
-    scale: f32,
-    sink: Option<f32>,
-    out: &mut [f32],
-    scratch: &mut [f32],
-) {
-    tile(q, cells, n_cells, kv, head_dim, scale, sink, out, scratch);
+unsafe fn tile_fma(tile: &Tile, out: &mut [f32], scratch: &mut [f32]) {
+    run_tile(tile, out, scratch);
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn tile(
-    q: &[f32],
-    cells: &[[Range<usize>; 2]],
-    n_cells: usize,
-    kv: &KvHead,
-    hd: usize,
-    scale: f32,
-    sink: Option<f32>,
-    out: &mut [f32],
-    scratch: &mut [f32],
-) {
+fn run_tile(tile: &Tile, out: &mut [f32], scratch: &mut [f32]) {
+    let Tile {
+        q,
+        cells,
+        n_cells,
+        kv,
+        hd,
+        scale,
+        sink,
+    } = *tile;
     let rows = cells.len();
     let (kt, rest) = scratch.split_at_mut(KV_TILE * hd);
     let (v32, rest) = rest.split_at_mut(KV_TILE * hd);
@@ -142,18 +150,18 @@ fn tile(
     out.fill(0.0);
     let sees = |r: usize, c: usize| cells[r].iter().any(|run| run.contains(&c));
     for c0 in (0..n_cells).step_by(KV_TILE) {
-        let tile = c0..(c0 + KV_TILE).min(n_cells);
-        let n = tile.len();
+        let block = c0..(c0 + KV_TILE).min(n_cells);
+        let n = block.len();
         // ggml skips a tile no row sees.
         if !(0..rows).any(|r| {
             cells[r]
                 .iter()
-                .any(|run| run.start < tile.end && tile.start < run.end)
+                .any(|run| run.start < block.end && block.start < run.end)
         }) {
             continue;
         }
         // K transposed, so a tile's cells are contiguous for each dimension.
-        for (tk, c) in tile.clone().enumerate() {
+        for (tk, c) in block.clone().enumerate() {
             let at = c * kv.stride + kv.offset;
             for (d, &k) in kv.k[at..at + hd].iter().enumerate() {
                 kt[d * KV_TILE + tk] = k.to_f32();
@@ -200,7 +208,7 @@ fn tile(
             }
             sum[r] = (f64::from(sum[r]) + total) as f32;
         }
-        for (tk, c) in tile.clone().enumerate() {
+        for (tk, c) in block.clone().enumerate() {
             let at = c * kv.stride + kv.offset;
             widen(&kv.v[at..at + hd], &mut v32[tk * hd..(tk + 1) * hd]);
         }
