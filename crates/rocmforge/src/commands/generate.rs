@@ -434,15 +434,14 @@ pub fn positive_secs(flag: &str, secs: f64) -> Result<Duration, String> {
     }
 }
 
-/// The context a run uses: `requested`, or with 0 the model's training
-/// context capped at 4096; a warning when it exceeds the training context.
 /// The context without `--ctx-size`, at most.
 pub const DEFAULT_CTX: usize = 4096;
 
 /// The context a session gets: `--ctx-size N`, 0 for the model's whole
 /// training context (llama.cpp's `-c 0`), or without the flag the training
 /// context capped at [`DEFAULT_CTX`] (a model trained at 128k would
-/// otherwise reserve a KV cache of many GiB by default).
+/// otherwise reserve a KV cache of many GiB by default). A warning when it
+/// exceeds the training context.
 pub fn context_size(requested: Option<usize>, n_ctx_train: usize) -> usize {
     let n_ctx = match requested {
         None => n_ctx_train.min(DEFAULT_CTX),
