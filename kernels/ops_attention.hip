@@ -16,6 +16,12 @@
 //                         writes Q8-packed for the integer mat-vec);
 //   attention_rows        prefill, 4 tokens of a head per workgroup sharing
 //   attention_rows_wide   every cache row a wave loads; writes the output.
+//
+// The decode and rows kernels also read a quantized cache (K and V of one
+// type, rocmforge_core::plan::KvType): attention_decode_q8_0,
+// attention_decode_wide_q8_0, attention_rows_q8_0, attention_rows_wide_q8_0
+// and the same four with _q4_0. Only the loads differ (KvF16, KvQ8_0,
+// KvQ4_0 below); every sum is the f16 kernels'.
 
 #include "ops_common.h"
 
@@ -72,6 +78,80 @@ DEV void write_output(const AttentionPush& p, uint32_t t, uint32_t h, float l,
     }
 }
 
+// How a lane reads head-dim pair w (values 2w, 2w + 1 of the head) of a
+// cache row, the cache type being the decode and rows kernels' template
+// parameter KV: head() points at the KV head's first value in row 0, a row
+// is row_units(kv_dim) Units; a lane loads one 32-bit word per pair and
+// position and holds it until the pair is used, lo() and hi() giving the
+// two values from it.
+//
+// f16 (WORDS): the row is the pairs' words, one aligned 32-bit load of
+// head[row + w]. The kernels write that load out themselves: made through
+// a function it changed the f16 kernels' code (up to 4 VGPRs more).
+struct KvF16 {
+    using Unit = uint32_t;
+    static constexpr bool WORDS = true;
+    DEV const Unit* head(uint64_t cache, uint32_t kvh, uint32_t hd) {
+        return dev_ptr<const Unit>(cache) + kvh * (hd / 2u);
+    }
+    DEV uint32_t row_units(uint32_t kv_dim) { return kv_dim / 2u; }
+    DEV float lo(uint32_t word) { return f16_bits_to_f32((uint16_t)word); }
+    DEV float hi(uint32_t word) { return f16_bits_to_f32((uint16_t)(word >> 16)); }
+};
+
+// ggml's blocks of 32 values, only 2-byte aligned: read in 16-bit units.
+// Pair w lies in block w / 16 of the head (a head is whole blocks) as its
+// pair w % 16. The word holds the block's f16 scale d in its low half and
+// the pair's quants in its high half.
+//
+// Q8_0: {f16 d; int8 qs[32]} (17 units), value j = d * qs[j]; the pair's
+// two int8s are one unit.
+struct KvQ8_0 {
+    using Unit = uint16_t;
+    static constexpr bool WORDS = false;
+    static constexpr uint32_t BLOCK_UNITS = 17u;
+    DEV const Unit* head(uint64_t cache, uint32_t kvh, uint32_t hd) {
+        return dev_ptr<const Unit>(cache) + kvh * (hd / 32u) * BLOCK_UNITS;
+    }
+    DEV uint32_t row_units(uint32_t kv_dim) { return kv_dim / 32u * BLOCK_UNITS; }
+    DEV uint32_t load(const Unit* head, uint64_t row, uint32_t w) {
+        const Unit* b = head + row + (w / 16u) * BLOCK_UNITS;
+        return (uint32_t)b[0] | ((uint32_t)b[1u + w % 16u] << 16);
+    }
+    DEV float lo(uint32_t word) {
+        return (float)(int8_t)(uint8_t)(word >> 16) * f16_bits_to_f32((uint16_t)word);
+    }
+    DEV float hi(uint32_t word) {
+        return (float)(int8_t)(uint8_t)(word >> 24) * f16_bits_to_f32((uint16_t)word);
+    }
+};
+
+// Q4_0: {f16 d; uint8 qs[16]} (9 units), value j = d * (q_j - 8) with q_j
+// the low nibble of qs[j] for j < 16, the high nibble of qs[j - 16] past.
+// The pair's nibbles sit in one unit (qs[j], qs[j + 1], j = 2 (w % 16)
+// mod 16), shifted down into the word's bytes 2 and 3.
+struct KvQ4_0 {
+    using Unit = uint16_t;
+    static constexpr bool WORDS = false;
+    static constexpr uint32_t BLOCK_UNITS = 9u;
+    DEV const Unit* head(uint64_t cache, uint32_t kvh, uint32_t hd) {
+        return dev_ptr<const Unit>(cache) + kvh * (hd / 32u) * BLOCK_UNITS;
+    }
+    DEV uint32_t row_units(uint32_t kv_dim) { return kv_dim / 32u * BLOCK_UNITS; }
+    DEV uint32_t load(const Unit* head, uint64_t row, uint32_t w) {
+        const Unit* b = head + row + (w / 16u) * BLOCK_UNITS;
+        uint32_t i = w % 16u;
+        uint32_t q = ((uint32_t)b[1u + i % 8u] >> (i < 8u ? 0u : 4u)) & 0x0F0Fu;
+        return (uint32_t)b[0] | (q << 16);
+    }
+    DEV float lo(uint32_t word) {
+        return (float)((int32_t)((word >> 16) & 15u) - 8) * f16_bits_to_f32((uint16_t)word);
+    }
+    DEV float hi(uint32_t word) {
+        return (float)((int32_t)(word >> 24) - 8) * f16_bits_to_f32((uint16_t)word);
+    }
+};
+
 // attention_decode (shaders/attention_decode.comp): one run of positions
 // per workgroup of WG threads; each wave takes its own groups of GROUP
 // consecutive positions and reads their K and V rows straight from the
@@ -92,8 +172,9 @@ template <uint32_t WG, uint32_t KP> struct DecodeShared {
 };
 
 // KP: pairs a lane may hold (head_dim <= 64 KP); the kp = ceil(pairs / 32)
-// in use is uniform, so the lanes skip the rest with scalar branches.
-template <uint32_t WG, uint32_t KP>
+// in use is uniform, so the lanes skip the rest with scalar branches. KV:
+// the cache's reader (KvF16, KvQ8_0, KvQ4_0).
+template <uint32_t WG, uint32_t KP, typename KV>
 DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) {
     constexpr uint32_t GROUP = ATT_DECODE_GROUP;
     constexpr uint32_t NW = WG / WAVE_SIZE;
@@ -131,9 +212,9 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
     }
     float m = -__builtin_inff();
     float l = 0.0f;
-    const uint32_t* kc = dev_ptr<const uint32_t>(p.k_cache) + kvh * pairs;
-    const uint32_t* vc = dev_ptr<const uint32_t>(p.v_cache) + kvh * pairs;
-    uint32_t row_words = p.kv_dim / 2u;
+    const typename KV::Unit* kc = KV::head(p.k_cache, kvh, hd);
+    const typename KV::Unit* vc = KV::head(p.v_cache, kvh, hd);
+    uint32_t row_units = KV::row_units(p.kv_dim);
     for (uint32_t p0 = begin + wv * GROUP; p0 < end; p0 += NW * GROUP) {
         uint32_t kw[GROUP][KP];
         uint32_t vw[GROUP][KP];
@@ -141,7 +222,7 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
         uint32_t r = p0 % p.ring;
 #pragma unroll
         for (uint32_t j = 0u; j < GROUP; j++) {
-            uint64_t row = (uint64_t)r * row_words;
+            uint64_t row = (uint64_t)r * row_units;
             bool live_row = p0 + j < end;
 #pragma unroll
             for (uint32_t k = 0u; k < KP; k++) {
@@ -150,8 +231,13 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
                 if (k < kp) {
                     uint32_t w = lane + WAVE_SIZE * k;
                     if (live_row && w < pairs) {
-                        kw[j][k] = kc[row + w];
-                        vw[j][k] = vc[row + w];
+                        if constexpr (KV::WORDS) {
+                            kw[j][k] = kc[row + w];
+                            vw[j][k] = vc[row + w];
+                        } else {
+                            kw[j][k] = KV::load(kc, row, w);
+                            vw[j][k] = KV::load(vc, row, w);
+                        }
                     }
                 }
             }
@@ -165,8 +251,8 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
 #pragma unroll
             for (uint32_t k = 0u; k < KP; k++) {
                 if (k < kp) {
-                    part = dev_fmaf(f16_bits_to_f32((uint16_t)kw[j][k]), qx[k], part);
-                    part = dev_fmaf(f16_bits_to_f32((uint16_t)(kw[j][k] >> 16)), qy[k], part);
+                    part = dev_fmaf(KV::lo(kw[j][k]), qx[k], part);
+                    part = dev_fmaf(KV::hi(kw[j][k]), qy[k], part);
                 }
             }
             float dot = wave_sum(part);
@@ -187,8 +273,8 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
 #pragma unroll
             for (uint32_t k = 0u; k < KP; k++) {
                 if (k < kp) {
-                    ax[k] = dev_fmaf(e, f16_bits_to_f32((uint16_t)vw[j][k]), ax[k]);
-                    ay[k] = dev_fmaf(e, f16_bits_to_f32((uint16_t)(vw[j][k] >> 16)), ay[k]);
+                    ax[k] = dev_fmaf(e, KV::lo(vw[j][k]), ax[k]);
+                    ay[k] = dev_fmaf(e, KV::hi(vw[j][k]), ay[k]);
                 }
             }
         }
@@ -252,7 +338,7 @@ template <uint32_t WG, uint32_t KP> struct RowsShared {
     float acc[WG / WAVE_SIZE][ATT_ROWS_TQ][2u * WAVE_SIZE * KP];
 };
 
-template <uint32_t WG, uint32_t KP>
+template <uint32_t WG, uint32_t KP, typename KV>
 DEV void attention_rows_run(const AttentionPush& p, RowsShared<WG, KP>& sh) {
     constexpr uint32_t TQ = ATT_ROWS_TQ;
     constexpr uint32_t GROUP = ATT_ROWS_GROUP;
@@ -302,16 +388,16 @@ DEV void attention_rows_run(const AttentionPush& p, RowsShared<WG, KP>& sh) {
         m[i] = -__builtin_inff();
         l[i] = 0.0f;
     }
-    const uint32_t* kc = dev_ptr<const uint32_t>(p.k_cache) + kvh * pairs;
-    const uint32_t* vc = dev_ptr<const uint32_t>(p.v_cache) + kvh * pairs;
-    uint32_t row_words = p.kv_dim / 2u;
+    const typename KV::Unit* kc = KV::head(p.k_cache, kvh, hd);
+    const typename KV::Unit* vc = KV::head(p.v_cache, kvh, hd);
+    uint32_t row_units = KV::row_units(p.kv_dim);
     for (uint32_t p0 = begin + wv * GROUP; p0 < end; p0 += NW * GROUP) {
         uint32_t kw[GROUP][KP];
         uint32_t vw[GROUP][KP];
         uint32_t r = p0 % p.ring;
 #pragma unroll
         for (uint32_t j = 0u; j < GROUP; j++) {
-            uint64_t row = (uint64_t)r * row_words;
+            uint64_t row = (uint64_t)r * row_units;
             bool live_row = p0 + j < end;
 #pragma unroll
             for (uint32_t k = 0u; k < KP; k++) {
@@ -320,8 +406,13 @@ DEV void attention_rows_run(const AttentionPush& p, RowsShared<WG, KP>& sh) {
                 if (k < kp) {
                     uint32_t w = lane + WAVE_SIZE * k;
                     if (live_row && w < pairs) {
-                        kw[j][k] = kc[row + w];
-                        vw[j][k] = vc[row + w];
+                        if constexpr (KV::WORDS) {
+                            kw[j][k] = kc[row + w];
+                            vw[j][k] = vc[row + w];
+                        } else {
+                            kw[j][k] = KV::load(kc, row, w);
+                            vw[j][k] = KV::load(vc, row, w);
+                        }
                     }
                 }
             }
@@ -337,9 +428,8 @@ DEV void attention_rows_run(const AttentionPush& p, RowsShared<WG, KP>& sh) {
 #pragma unroll
                 for (uint32_t k = 0u; k < KP; k++) {
                     if (k < kp) {
-                        part = dev_fmaf(f16_bits_to_f32((uint16_t)kw[j][k]), qx[i][k], part);
-                        part = dev_fmaf(f16_bits_to_f32((uint16_t)(kw[j][k] >> 16)), qy[i][k],
-                                        part);
+                        part = dev_fmaf(KV::lo(kw[j][k]), qx[i][k], part);
+                        part = dev_fmaf(KV::hi(kw[j][k]), qy[i][k], part);
                     }
                 }
                 float dot = wave_sum(part);
@@ -362,9 +452,8 @@ DEV void attention_rows_run(const AttentionPush& p, RowsShared<WG, KP>& sh) {
 #pragma unroll
                     for (uint32_t k = 0u; k < KP; k++) {
                         if (k < kp) {
-                            ax[i][k] = dev_fmaf(e, f16_bits_to_f32((uint16_t)vw[j][k]), ax[i][k]);
-                            ay[i][k] =
-                                dev_fmaf(e, f16_bits_to_f32((uint16_t)(vw[j][k] >> 16)), ay[i][k]);
+                            ax[i][k] = dev_fmaf(e, KV::lo(vw[j][k]), ax[i][k]);
+                            ay[i][k] = dev_fmaf(e, KV::hi(vw[j][k]), ay[i][k]);
                         }
                     }
                 }
@@ -476,22 +565,34 @@ DEV void attention_combine_run(const AttentionPush& p, float* weight, float* red
 
 } // namespace ops
 
-KERNEL LAUNCH_BOUNDS(128u) void attention_decode(AttentionPush p) {
-    __shared__ ops::DecodeShared<128u, 2u> sh;
-    ops::attention_decode_run<128u, 2u>(p, sh);
-}
-KERNEL LAUNCH_BOUNDS(128u) void attention_decode_wide(AttentionPush p) {
-    __shared__ ops::DecodeShared<128u, 4u> sh;
-    ops::attention_decode_run<128u, 4u>(p, sh);
-}
-KERNEL LAUNCH_BOUNDS(128u) void attention_rows(AttentionPush p) {
-    __shared__ ops::RowsShared<128u, 2u> sh;
-    ops::attention_rows_run<128u, 2u>(p, sh);
-}
-KERNEL LAUNCH_BOUNDS(128u) void attention_rows_wide(AttentionPush p) {
-    __shared__ ops::RowsShared<128u, 4u> sh;
-    ops::attention_rows_run<128u, 4u>(p, sh);
-}
+// A cache type's kernels: decode and prefill, each with up to 2 pairs a
+// lane (head_dim <= 128) and up to 4 (_wide); KV is the type's reader.
+#define ATTENTION_KERNELS(DECODE, DECODE_WIDE, ROWS, ROWS_WIDE, KV)                              \
+    KERNEL LAUNCH_BOUNDS(128u) void DECODE(AttentionPush p) {                                    \
+        __shared__ ops::DecodeShared<128u, 2u> sh;                                               \
+        ops::attention_decode_run<128u, 2u, ops::KV>(p, sh);                                     \
+    }                                                                                            \
+    KERNEL LAUNCH_BOUNDS(128u) void DECODE_WIDE(AttentionPush p) {                               \
+        __shared__ ops::DecodeShared<128u, 4u> sh;                                               \
+        ops::attention_decode_run<128u, 4u, ops::KV>(p, sh);                                     \
+    }                                                                                            \
+    KERNEL LAUNCH_BOUNDS(128u) void ROWS(AttentionPush p) {                                      \
+        __shared__ ops::RowsShared<128u, 2u> sh;                                                 \
+        ops::attention_rows_run<128u, 2u, ops::KV>(p, sh);                                       \
+    }                                                                                            \
+    KERNEL LAUNCH_BOUNDS(128u) void ROWS_WIDE(AttentionPush p) {                                 \
+        __shared__ ops::RowsShared<128u, 4u> sh;                                                 \
+        ops::attention_rows_run<128u, 4u, ops::KV>(p, sh);                                       \
+    }
+
+ATTENTION_KERNELS(attention_decode, attention_decode_wide, attention_rows, attention_rows_wide,
+                  KvF16)
+ATTENTION_KERNELS(attention_decode_q8_0, attention_decode_wide_q8_0, attention_rows_q8_0,
+                  attention_rows_wide_q8_0, KvQ8_0)
+ATTENTION_KERNELS(attention_decode_q4_0, attention_decode_wide_q4_0, attention_rows_q4_0,
+                  attention_rows_wide_q4_0, KvQ4_0)
+#undef ATTENTION_KERNELS
+
 KERNEL LAUNCH_BOUNDS(128u) void attention_combine(AttentionPush p) {
     __shared__ float weight[128u];
     __shared__ float red[128u / WAVE_SIZE];

@@ -43,14 +43,28 @@
 // Q kept in f32, each q.k one fused multiply-add per dimension in order,
 // and per chunk of 64 positions aligned to position 0 (ggml's KV tiles) the
 // online softmax moves once, with the chunk's weights accumulated in f32.
+//
+// KV_Q8_0 / KV_Q4_0 (a quantized cache, kv_cache.glsl; neither STAGE_KV nor
+// F32_TILES) follow the CPU reference's attention over such a cache, as
+// ggml's CPU flash attention does (rocmforge-cpu's kernels/attention/
+// typed.rs): Q quantized to Q8_0 by ggml's x86 quantizer; each q.k ggml's
+// AVX2 vec_dot of K's type with Q8_0 (integer sums of 4 values per lane, one
+// fma per block and lane, the lanes summed as hsum does; Q4_0 takes its
+// unsigned nibbles on two chains of alternate blocks, with 8 * d * sum(q)
+// subtracted at the end); V dequantized and accumulated in f32 (one fma a
+// value, a plain multiply to rescale).
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #if defined(SPLIT) || defined(F32_TILES)
 #define NEEDS_REDUCE
 #endif
 #include "common.glsl"
-#ifdef OUT_Q8
+#include "kv_cache.glsl"
+#if defined(OUT_Q8) || defined(KV_QUANTIZED)
 #include "q8_packed.glsl"
+#endif
+#if defined(KV_QUANTIZED) && (defined(STAGE_KV) || defined(F32_TILES) || defined(OUT_Q8))
+#error "a quantized cache takes the plain variant only"
 #endif
 
 layout(local_size_x = WG_SIZE) in;
@@ -79,6 +93,89 @@ shared uint v_stage[STAGE_WORDS];
 #else
 #define K_WORD(row, w) U32s(pc.k_cache).v[(row) + (w)]
 #define V_WORD(row, w) U32s(pc.v_cache).v[(row) + (w)]
+#endif
+
+#ifdef KV_QUANTIZED
+// Q's blocks: qs holds the quants (as floats), q_d the scales (f16 values);
+// Q4_0 also d * sum(q) per block.
+shared float q_d[MAX_HEAD_DIM / 32];
+shared float q_ds[MAX_HEAD_DIM / 32];
+
+// q . k for the K head starting at block `blk` of the layer's K block, as
+// the CPU's vec_dot (see the top).
+float dot_kv(uint blk, uint hd) {
+    U16s c = U16s(pc.k_cache);
+    float even[8];
+    float odd[8];
+    for (uint i = 0u; i < 8u; i++) {
+        even[i] = 0.0;
+        odd[i] = 0.0;
+    }
+    // Summed without fma, as the CPU does.
+    precise float off_even = 0.0;
+    precise float off_odd = 0.0;
+    for (uint b = 0u; b < hd / 32u; b++) {
+        uint bw = (blk + b) * KV_BLOCK_WORDS;
+        float dk = kv_scale(c, bw);
+        float d = dk * q_d[b];
+        for (uint i = 0u; i < 8u; i++) {
+            vec4 k = kv_quants4(c, bw, i);
+            uint at = b * 32u + 4u * i;
+            // Integers of at most 4 * 128 * 127: exact in f32.
+            float s = k.x * qs[at] + k.y * qs[at + 1u] + k.z * qs[at + 2u] + k.w * qs[at + 3u];
+#ifdef KV_Q4_0
+            if ((b & 1u) != 0u) {
+                odd[i] = fma(d, s, odd[i]);
+            } else {
+                even[i] = fma(d, s, even[i]);
+            }
+#else
+            even[i] = fma(d, s, even[i]);
+#endif
+        }
+#ifdef KV_Q4_0
+        if ((b & 1u) != 0u) {
+            off_odd = off_odd + dk * q_ds[b];
+        } else {
+            off_even = off_even + dk * q_ds[b];
+        }
+#endif
+    }
+#ifdef KV_Q4_0
+    for (uint i = 0u; i < 8u; i++) {
+        even[i] += odd[i];
+    }
+#endif
+    float sum = ((even[0] + even[4]) + (even[2] + even[6])) + ((even[1] + even[5]) + (even[3] + even[7]));
+#ifdef KV_Q4_0
+    sum -= 8.0 * (off_even + off_odd);
+#endif
+    return sum;
+}
+
+// One position of the in-order walk over a quantized V: score `s`, V head
+// starting at block `blk`; f32 accumulators, as the CPU.
+void walk_kv(float s, uint blk, uint hd, inout float m, inout float l, inout float acc[ATT_DIMS]) {
+    U16s c = U16s(pc.v_cache);
+    float ms = 1.0;
+    float vs = 1.0;
+    bool rescale = s > m;
+    if (rescale) {
+        ms = isinf(m) ? 0.0 : exp(m - s);
+        m = s;
+    } else {
+        vs = exp(s - m);
+    }
+    for (uint i = 0u; i < ATT_DIMS; i++) {
+        uint d = gl_LocalInvocationID.x + i * WG_SIZE;
+        if (d < hd) {
+            float a = rescale ? acc[i] * ms : acc[i];
+            float x = kv_value(c, (blk + d / 32u) * KV_BLOCK_WORDS, d % 32u);
+            acc[i] = fma(x, vs, a);
+        }
+    }
+    l = rescale ? fma(l, ms, vs) : l + vs;
+}
 #endif
 
 // q . k for the K row starting at word `kw` (pairs of halves), in ggml's
@@ -177,6 +274,25 @@ void main() {
 #endif
 
     F32s q = F32s(pc.q + (uint64_t(t) * q_dim + h * hd) * 4u);
+#ifdef KV_QUANTIZED
+    // Q as Q8_0 blocks, one invocation each (ggml's x86 quantizer).
+    if (tid < hd / 32u) {
+        float amax = 0.0;
+        for (uint j = 0u; j < 32u; j++) {
+            amax = max(amax, abs(q.v[tid * 32u + j]));
+        }
+        float d = div_rn(amax, 127.0);
+        float id = amax != 0.0 ? div_rn(127.0, amax) : 0.0;
+        float sum = 0.0;
+        for (uint j = 0u; j < 32u; j++) {
+            float v = roundEven(q.v[tid * 32u + j] * id);
+            qs[tid * 32u + j] = v;
+            sum += v;
+        }
+        q_d[tid] = round_f16(d);
+        q_ds[tid] = round_f16(d) * sum;
+    }
+#else
     for (uint d = tid; d < hd; d += WG_SIZE) {
 #ifdef F32_TILES
         qs[d] = q.v[d];
@@ -184,6 +300,7 @@ void main() {
         qs[d] = round_f16(q.v[d]);
 #endif
     }
+#endif
     memoryBarrierShared();
     barrier();
 
@@ -302,6 +419,24 @@ void main() {
                 }
                 acc[i] = a;
             }
+        }
+        memoryBarrierShared();
+        barrier();
+    }
+#elif defined(KV_QUANTIZED)
+    // Rows of kv_dim / 32 blocks; this head starts kvh * hd / 32 blocks in.
+    uint row_blocks = pc.kv_dim / 32u;
+    uint head_block = kvh * hd / 32u;
+    for (uint base = first; base < n_kv; base += WG_SIZE) {
+        uint p = base + tid;
+        if (p < n_kv) {
+            scores[tid] = dot_kv((p % pc.ring) * row_blocks + head_block, hd) * pc.scale;
+        }
+        memoryBarrierShared();
+        barrier();
+        uint cnt = min(uint(WG_SIZE), n_kv - base);
+        for (uint pp = 0u; pp < cnt; pp++) {
+            walk_kv(scores[pp], ((base + pp) % pc.ring) * row_blocks + head_block, hd, m, l, acc);
         }
         memoryBarrierShared();
         barrier();

@@ -21,9 +21,15 @@
 // is uniform, so invocations skip the rest with uniform branches.
 // Shared memory: 4 KiB, registers for 2 * GROUP * KP words: the kernel is
 // meant to run many workgroups per compute unit, each with loads in flight.
+//
+// KV_Q8_0 / KV_Q4_0: a quantized cache (kv_cache.glsl). A lane's pair of
+// dimensions is then its block's scale and the 16-bit word holding both
+// quants, loaded as one u32 in place of the two halves; the rest is the
+// same.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "kv_cache.glsl"
 
 layout(local_size_x = WG_SIZE) in;
 
@@ -83,10 +89,15 @@ void main() {
     }
     float m = -1.0 / 0.0;
     float l = 0.0;
+#ifdef KV_QUANTIZED
+    uint row_blocks = pc.kv_dim / 32u;
+    uint head_pair = kvh * pairs;
+#else
     U32s kc = U32s(pc.k_cache);
     U32s vc = U32s(pc.v_cache);
     uint row_words = pc.kv_dim / 2u;
     uint head_word = kvh * pairs;
+#endif
 
     for (uint p0 = begin + sg * GROUP; p0 < end; p0 += nsg * GROUP) {
         uint kw[GROUP][KP];
@@ -94,14 +105,21 @@ void main() {
         // Ring rows without a division per position.
         uint r = p0 % pc.ring;
         for (uint j = 0u; j < GROUP; j++) {
+#ifndef KV_QUANTIZED
             uint row = r * row_words + head_word;
+#endif
             for (uint k = 0u; k < KP; k++) {
                 kw[j][k] = 0u;
                 vw[j][k] = 0u;
                 uint w = lane + S * k;
                 if (k < kp && p0 + j < end && w < pairs) {
+#ifdef KV_QUANTIZED
+                    kw[j][k] = kv_load_pair(pc.k_cache, r, row_blocks, head_pair + w);
+                    vw[j][k] = kv_load_pair(pc.v_cache, r, row_blocks, head_pair + w);
+#else
                     kw[j][k] = kc.v[row + w];
                     vw[j][k] = vc.v[row + w];
+#endif
                 }
             }
             r = r + 1u == pc.ring ? 0u : r + 1u;
@@ -111,7 +129,7 @@ void main() {
         for (uint j = 0u; j < GROUP; j++) {
             float part = 0.0;
             for (uint k = 0u; k < KP; k++) {
-                vec2 kk = unpackHalf2x16(kw[j][k]);
+                vec2 kk = KV_PAIR(kw[j][k], lane + S * k);
                 part = fma(kk.x, q[k].x, fma(kk.y, q[k].y, part));
             }
             float dot = subgroupAdd(part);
@@ -127,7 +145,7 @@ void main() {
             float w = exp(s[j] - mx); // 0 past the run
             l += w;
             for (uint k = 0u; k < KP; k++) {
-                acc[k] = fma(vec2(w), unpackHalf2x16(vw[j][k]), acc[k]);
+                acc[k] = fma(vec2(w), KV_PAIR(vw[j][k], lane + S * k), acc[k]);
             }
         }
         m = mx;

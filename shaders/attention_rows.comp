@@ -15,9 +15,15 @@
 //
 // Pairs per lane at most KP (2: attention_rows, head_dim <= 128; 4:
 // attention_rows_wide, head_dim <= 256).
+//
+// KV_Q8_0 / KV_Q4_0: a quantized cache (kv_cache.glsl). A lane's pair of
+// dimensions is then its block's scale and the 16-bit word holding both
+// quants, loaded as one u32 in place of the two halves; the rest is the
+// same.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "kv_cache.glsl"
 
 layout(local_size_x = WG_SIZE) in;
 
@@ -85,24 +91,36 @@ void main() {
         m[i] = -1.0 / 0.0;
         l[i] = 0.0;
     }
+#ifdef KV_QUANTIZED
+    uint row_blocks = pc.kv_dim / 32u;
+    uint head_pair = kvh * pairs;
+#else
     U32s kc = U32s(pc.k_cache);
     U32s vc = U32s(pc.v_cache);
     uint row_words = pc.kv_dim / 2u;
     uint head_word = kvh * pairs;
+#endif
 
     for (uint p0 = begin + sg * GROUP; p0 < end; p0 += nsg * GROUP) {
         uint kw[GROUP][KP];
         uint vw[GROUP][KP];
         uint r = p0 % pc.ring;
         for (uint j = 0u; j < GROUP; j++) {
+#ifndef KV_QUANTIZED
             uint row = r * row_words + head_word;
+#endif
             for (uint k = 0u; k < KP; k++) {
                 kw[j][k] = 0u;
                 vw[j][k] = 0u;
                 uint w = lane + S * k;
                 if (k < kp && p0 + j < end && w < pairs) {
+#ifdef KV_QUANTIZED
+                    kw[j][k] = kv_load_pair(pc.k_cache, r, row_blocks, head_pair + w);
+                    vw[j][k] = kv_load_pair(pc.v_cache, r, row_blocks, head_pair + w);
+#else
                     kw[j][k] = kc.v[row + w];
                     vw[j][k] = vc.v[row + w];
+#endif
                 }
             }
             r = r + 1u == pc.ring ? 0u : r + 1u;
@@ -113,7 +131,7 @@ void main() {
             for (uint j = 0u; j < GROUP; j++) {
                 float part = 0.0;
                 for (uint k = 0u; k < KP; k++) {
-                    vec2 kk = unpackHalf2x16(kw[j][k]);
+                    vec2 kk = KV_PAIR(kw[j][k], lane + S * k);
                     part = fma(kk.x, q[i][k].x, fma(kk.y, q[i][k].y, part));
                 }
                 float dot = subgroupAdd(part);
@@ -131,7 +149,7 @@ void main() {
                     float e = exp(s[j] - mx); // 0 outside the token's range
                     l[i] += e;
                     for (uint k = 0u; k < KP; k++) {
-                        acc[i][k] = fma(vec2(e), unpackHalf2x16(vw[j][k]), acc[i][k]);
+                        acc[i][k] = fma(vec2(e), KV_PAIR(vw[j][k], lane + S * k), acc[i][k]);
                     }
                 }
                 m[i] = mx;

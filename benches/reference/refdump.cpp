@@ -52,6 +52,18 @@ int main(int argc, char ** argv) {
     const char * threads = getenv("REFDUMP_THREADS");
     const int nth = threads ? atoi(threads) : 2;
     cp.n_threads = nth; cp.n_threads_batch = nth; cp.n_ctx = n_ctx;
+    // REFDUMP_CACHE_TYPE (f16, q8_0 or q4_0): K and V cache type, as
+    // llama.cpp's -ctk / -ctv (a quantized V needs flash attention, which
+    // the CPU's auto setting turns on).
+    if (const char * ct = getenv("REFDUMP_CACHE_TYPE")) {
+        ggml_type t;
+        if (!strcmp(ct, "f16")) t = GGML_TYPE_F16;
+        else if (!strcmp(ct, "q8_0")) t = GGML_TYPE_Q8_0;
+        else if (!strcmp(ct, "q4_0")) t = GGML_TYPE_Q4_0;
+        else { fprintf(stderr, "REFDUMP_CACHE_TYPE: f16, q8_0 or q4_0, not %s\n", ct); return 2; }
+        cp.type_k = t; cp.type_v = t;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    }
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "ctx failed\n"); return 1; }
     std::vector<llama_token> toks(prompt.size() + 8);

@@ -102,6 +102,10 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ("rmsnorm", "rmsnorm.comp", &[("WG_SIZE", "512")]),
     ("rope", "rope.comp", &[]),
     ("store_kv", "store_kv.comp", &[]),
+    // A quantized cache (K and V of one type, kv_cache.glsl): an
+    // invocation per block of 32 values.
+    ("store_kv_q8_0", "store_kv.comp", &[("KV_Q8_0", "1")]),
+    ("store_kv_q4_0", "store_kv.comp", &[("KV_Q4_0", "1")]),
     ("attn_temp", "attn_temp.comp", &[]),
     (
         "rmsnorm_q8",
@@ -110,6 +114,18 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ),
     ("rope_kv", "rope.comp", &[("STORE_KV", "1")]),
     ("attention", "attention.comp", &[("WG_SIZE", "64")]),
+    // Over a quantized cache, where subgroups are narrower than 32 (every
+    // step) or the device has no wide-subgroup kernel for the shape.
+    (
+        "attention_q8_0",
+        "attention.comp",
+        &[("WG_SIZE", "64"), ("KV_Q8_0", "1")],
+    ),
+    (
+        "attention_q4_0",
+        "attention.comp",
+        &[("WG_SIZE", "64"), ("KV_Q4_0", "1")],
+    ),
     // Prompt steps of at least 64 tokens: ggml's f32 tiles, as the CPU.
     (
         "attention_f32",
@@ -151,6 +167,32 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         "attention_decode.comp",
         &[("WG_SIZE", "128")],
     ),
+    // Heads of up to 256 dimensions: 4 pairs per lane.
+    (
+        "attention_decode_wide",
+        "attention_decode.comp",
+        &[("WG_SIZE", "128"), ("KP", "4")],
+    ),
+    (
+        "attention_decode_q8_0",
+        "attention_decode.comp",
+        &[("WG_SIZE", "128"), ("KV_Q8_0", "1")],
+    ),
+    (
+        "attention_decode_q4_0",
+        "attention_decode.comp",
+        &[("WG_SIZE", "128"), ("KV_Q4_0", "1")],
+    ),
+    (
+        "attention_decode_wide_q8_0",
+        "attention_decode.comp",
+        &[("WG_SIZE", "128"), ("KP", "4"), ("KV_Q8_0", "1")],
+    ),
+    (
+        "attention_decode_wide_q4_0",
+        "attention_decode.comp",
+        &[("WG_SIZE", "128"), ("KP", "4"), ("KV_Q4_0", "1")],
+    ),
     // Prefill on the same devices: 4 tokens of a head per workgroup.
     (
         "attention_rows",
@@ -161,6 +203,26 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         "attention_rows_wide",
         "attention_rows.comp",
         &[("WG_SIZE", "128"), ("KP", "4")],
+    ),
+    (
+        "attention_rows_q8_0",
+        "attention_rows.comp",
+        &[("WG_SIZE", "128"), ("KV_Q8_0", "1")],
+    ),
+    (
+        "attention_rows_q4_0",
+        "attention_rows.comp",
+        &[("WG_SIZE", "128"), ("KV_Q4_0", "1")],
+    ),
+    (
+        "attention_rows_wide_q8_0",
+        "attention_rows.comp",
+        &[("WG_SIZE", "128"), ("KP", "4"), ("KV_Q8_0", "1")],
+    ),
+    (
+        "attention_rows_wide_q4_0",
+        "attention_rows.comp",
+        &[("WG_SIZE", "128"), ("KP", "4"), ("KV_Q4_0", "1")],
     ),
     // Prefill on matrix cores (VK_KHR_cooperative_matrix devices only):
     // 32 tokens by 32 positions per tile, heads of 128 and 64.

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use rocmforge::registry::{self, BackendOptions};
 use rocmforge_core::backend::Backend;
 use rocmforge_core::model::Model;
+use rocmforge_core::plan::{KvType, KvTypes};
 use rocmforge_core::quant::QuantType;
 
 use backends::{BackendChoice, Resolved, Target};
@@ -106,6 +107,15 @@ pub struct BenchArgs {
     #[arg(long = "ubatch-size", value_name = "N", default_value_t = 512,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub ubatch_size: u32,
+    /// KV cache type for K (llama-bench's -ctk): f16, q8_0 or q4_0; one
+    /// per run.
+    #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16",
+          value_parser = KvType::parse)]
+    pub cache_type_k: KvType,
+    /// KV cache type for V (llama-bench's -ctv): f16, q8_0 or q4_0.
+    #[arg(long = "cache-type-v", value_name = "TYPE", default_value = "f16",
+          value_parser = KvType::parse)]
+    pub cache_type_v: KvType,
     /// Accepted for llama-bench habits (`-ngl 99`) and written to the JSON
     /// rows: the GPU backends always hold every layer, whatever the value.
     #[arg(long = "n-gpu-layers", value_name = "N", default_value_t = -1,
@@ -183,6 +193,10 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
         n_batch: args.batch_size as usize,
         n_ubatch: args.ubatch_size as usize,
         n_cpu_moe: args.n_cpu_moe,
+        kv_types: KvTypes {
+            k: args.cache_type_k,
+            v: args.cache_type_v,
+        },
     };
     let tests = plan.tests();
     if tests.is_empty() {
@@ -260,6 +274,8 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
         .map(|(model, path)| report::ModelInfo::of(model, path));
     let run_info = RunInfo {
         n_cpu_moe: args.n_cpu_moe,
+        type_k: args.cache_type_k.name(),
+        type_v: args.cache_type_v.name(),
         ..RunInfo::collect(
             plan.n_batch,
             plan.n_ubatch,
@@ -303,6 +319,7 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
             n_prompt: &args.n_prompt,
             n_gen: &args.n_gen,
             n_depth: &args.n_depth,
+            kv_types: plan.kv_types,
             repetitions: args.repetitions,
             threads: &thread_counts,
         };

@@ -302,6 +302,7 @@ pub const GREEDY_STEPS: usize = 16;
 /// takes 16 + 4 + 2 + 1, four graph sizes.
 pub fn compare_options(all_logits: bool) -> SessionOptions {
     SessionOptions {
+        kv_types: Default::default(),
         n_ctx: 128,
         n_batch: 16,
         all_logits,
@@ -444,6 +445,7 @@ pub fn compare_at_depth_with_cpu(
         }
     };
     let opts = SessionOptions {
+        kv_types: Default::default(),
         n_ctx,
         n_batch: 256,
         all_logits: false,

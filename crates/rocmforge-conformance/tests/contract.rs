@@ -13,6 +13,7 @@ fn bad_token_ids_and_context_overflow_are_errors_and_the_session_goes_on() {
         let model = generated_model("tiny-qwen3", QuantType::Q8_0);
         let n_vocab = model.config.n_vocab;
         let opts = SessionOptions {
+            kv_types: Default::default(),
             n_ctx: 32,
             n_batch: 8,
             all_logits: false,
@@ -86,6 +87,7 @@ fn recorded_graphs_stay_bounded_for_any_prompt_length() {
         let _device = device_lock();
         let model = generated_model("tiny-qwen2", QuantType::Q8_0);
         let opts = SessionOptions {
+            kv_types: Default::default(),
             n_ctx: 1024,
             n_batch: 24,
             all_logits: false,

@@ -53,6 +53,7 @@ fn every_expert_type_decodes_as_llama_cpp() {
         for &backend in &backends {
             let _device = device_lock();
             let opts = SessionOptions {
+                kv_types: Default::default(),
                 n_ctx: 256,
                 n_batch: 64,
                 all_logits: false,

@@ -67,6 +67,7 @@ fn load(preset: &str, ty: QuantType) -> Reference {
 
 fn options(all_logits: bool) -> SessionOptions {
     SessionOptions {
+        kv_types: Default::default(),
         n_ctx: 256,
         n_batch: 64,
         all_logits,
@@ -176,6 +177,7 @@ fn families_match_the_cpu_backend() {
 #[test]
 fn window_rings_match_llama_cpp() {
     let ring_opts = SessionOptions {
+        kv_types: Default::default(),
         n_ctx: 256,
         n_batch: 3,
         all_logits: true,

@@ -55,6 +55,7 @@ fn prompt_logits_match_llama_cpp() {
         for stem in &fixtures() {
             let (model, tokens, reference) = fixture(stem);
             let opts = SessionOptions {
+                kv_types: Default::default(),
                 n_ctx: 256,
                 n_batch: 64,
                 all_logits: true,

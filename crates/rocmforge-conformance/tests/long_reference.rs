@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use rocmforge_conformance::*;
 use rocmforge_core::model::Model;
+use rocmforge_core::plan::{KvType, KvTypes};
 use rocmforge_core::quant::QuantType;
 use rocmforge_core::session::SessionOptions;
 
@@ -43,11 +44,18 @@ fn long_reference(stem: &str) -> (Vec<u32>, Vec<(u32, f32)>, Vec<DecodeStep>) {
 
 /// Runs `stem`'s reference on `backend`: a line of its agreement, or of
 /// the first step where it does not agree.
-fn check(model: &Arc<Model>, stem: &str, backend: &str, n_ctx: usize) -> Result<String, String> {
+fn check(
+    model: &Arc<Model>,
+    stem: &str,
+    backend: &str,
+    n_ctx: usize,
+    kv_types: KvTypes,
+) -> Result<String, String> {
     let (tokens, greedy, steps) = long_reference(stem);
     assert_eq!(greedy.len(), steps.len(), "{stem}: steps");
     let _device = device_lock();
     let opts = SessionOptions {
+        kv_types,
         n_ctx,
         n_batch: 512,
         all_logits: false,
@@ -94,19 +102,21 @@ fn check(model: &Arc<Model>, stem: &str, backend: &str, n_ctx: usize) -> Result<
 
 /// Checks `backends`, printing each one's line, then fails naming those
 /// that disagree.
-fn check_all(backends: Vec<&str>, model: &Arc<Model>, stem: &str, n_ctx: usize) {
+fn check_all(backends: Vec<&str>, model: &Arc<Model>, stem: &str, n_ctx: usize, kv_types: KvTypes) {
     let failed: Vec<String> = backends
         .into_iter()
-        .filter_map(|backend| match check(model, stem, backend, n_ctx) {
-            Ok(line) => {
-                eprintln!("{line}");
-                None
-            }
-            Err(line) => {
-                eprintln!("{line}");
-                Some(line)
-            }
-        })
+        .filter_map(
+            |backend| match check(model, stem, backend, n_ctx, kv_types) {
+                Ok(line) => {
+                    eprintln!("{line}");
+                    None
+                }
+                Err(line) => {
+                    eprintln!("{line}");
+                    Some(line)
+                }
+            },
+        )
         .collect();
     assert!(failed.is_empty(), "{}", failed.join("; "));
 }
@@ -117,7 +127,33 @@ fn check_all(backends: Vec<&str>, model: &Arc<Model>, stem: &str, n_ctx: usize) 
 fn prompts_of_4k_decode_as_llama_cpp() {
     for stem in ["tiny-qwen2-Q8_0", "tiny-qwen3-Q8_0", "tiny-llama-Q4_K_M"] {
         let model = Arc::new(Model::load(&fixture_path(&format!("{stem}.gguf"))).unwrap());
-        check_all(backends_under_test(), &model, stem, 8192);
+        check_all(
+            backends_under_test(),
+            &model,
+            stem,
+            8192,
+            KvTypes::default(),
+        );
+    }
+}
+
+/// The same prompt with K and V cached as Q8_0 and as Q4_0 (llama.cpp's
+/// `-ctk -ctv`), 100 decode steps: ggml's CPU walks each (token, head) in
+/// order over a quantized cache, with Q rounded to Q8_0 and V summed in
+/// f32.
+#[test]
+fn quantized_caches_decode_as_llama_cpp() {
+    let stem = "tiny-qwen2-Q8_0";
+    let model = Arc::new(Model::load(&fixture_path(&format!("{stem}.gguf"))).unwrap());
+    for ty in [KvType::Q8_0, KvType::Q4_0] {
+        let types = KvTypes { k: ty, v: ty };
+        check_all(
+            backends_under_test(),
+            &model,
+            &format!("{stem}.kv-{ty}"),
+            8192,
+            types,
+        );
     }
 }
 
@@ -129,5 +165,11 @@ fn prompts_of_4k_decode_as_llama_cpp() {
 fn a_prompt_past_16k_decodes_as_llama_cpp() {
     let model = generated_reference("tiny-gpt-oss", QuantType::Q8_0).model;
     let backends = backends_on_hardware("a 16k prompt takes it over ten minutes");
-    check_all(backends, &model, "tiny-gpt-oss-Q8_0", 16896);
+    check_all(
+        backends,
+        &model,
+        "tiny-gpt-oss-Q8_0",
+        16896,
+        KvTypes::default(),
+    );
 }

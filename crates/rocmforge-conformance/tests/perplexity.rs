@@ -123,6 +123,7 @@ fn perplexity_matches_llama_perplexity() {
             let plan = ChunkPlan::new(tokens.len(), N_CTX, None).unwrap();
             assert_eq!(plan.n_chunks, want.n_chunks, "{stem}: chunk count");
             let opts = SessionOptions {
+                kv_types: Default::default(),
                 n_ctx: N_CTX,
                 // Two steps per chunk: the second half is evaluated against
                 // a KV cache the first step wrote.

@@ -24,7 +24,7 @@ use crate::backend::{format_bytes, Backend, BackendError, GraphId, StepInputs};
 use crate::graph::split::{Exchange, GraphPart};
 use crate::graph::{build_graph, Graph};
 use crate::model::Model;
-use crate::plan::{ArenaPlan, KvLayout};
+use crate::plan::{ArenaPlan, KvLayout, KvTypes};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -51,6 +51,8 @@ pub struct SessionOptions {
     /// instead of the last one only. Decided up front because a batch's
     /// logits are the arena's largest tensor.
     pub all_logits: bool,
+    /// How the cache keeps K and V (`--cache-type-k` / `--cache-type-v`).
+    pub kv_types: KvTypes,
 }
 
 impl Default for SessionOptions {
@@ -59,6 +61,7 @@ impl Default for SessionOptions {
             n_ctx: 4096,
             n_batch: 512,
             all_logits: false,
+            kv_types: KvTypes::default(),
         }
     }
 }
@@ -147,6 +150,9 @@ impl Session {
                 opts.n_ctx
             )));
         }
+        opts.kv_types
+            .check(model.config.head_dim)
+            .map_err(SessionError::Option)?;
         let opts = SessionOptions {
             n_batch: opts.n_batch.min(opts.n_ctx),
             ..opts
@@ -166,7 +172,7 @@ impl Session {
             );
         }
         let arena_bytes = graphs.values().map(|g| g.plan.arena_bytes).max();
-        let kv = KvLayout::new(&model.config, opts.n_ctx, opts.n_batch);
+        let kv = KvLayout::typed(&model.config, opts.n_ctx, opts.n_batch, opts.kv_types);
         let needs = MemoryNeeds::of(&*backend, &model, &kv, arena_bytes.unwrap_or(0));
         // A model that does not fit is refused with these same figures, so
         // only one that fits is reported (an error stays one line).
@@ -290,6 +296,8 @@ pub struct MemoryNeeds {
     /// arithmetic on the way to the (refused) total.
     pub kv: u128,
     pub n_ctx: usize,
+    /// The cache's K and V types.
+    pub kv_types: KvTypes,
     /// Sliding-window layers, which keep a ring of positions, and its size.
     pub ring_layers: usize,
     pub ring: usize,
@@ -319,6 +327,7 @@ impl MemoryNeeds {
             weights_kept_out: mem.map_or(0, |m| m.weights_kept_out),
             kv: kv.bytes_u128(),
             n_ctx: kv.n_ctx,
+            kv_types: kv.types,
             ring_layers: rings.len(),
             ring: rings.first().copied().unwrap_or(0),
             activations: arena_bytes as u128,
@@ -347,8 +356,13 @@ impl MemoryNeeds {
             0 => String::new(),
             n => format!(", {n} sliding-window layers in rings of {}", self.ring),
         };
+        let types = if self.kv_types == KvTypes::default() {
+            String::new()
+        } else {
+            format!(" (K {}, V {})", self.kv_types.k, self.kv_types.v)
+        };
         parts.push(format!(
-            "KV cache {} for {} positions{rings}",
+            "KV cache {}{types} for {} positions{rings}",
             format_bytes(clamp(self.kv)),
             self.n_ctx
         ));
@@ -403,6 +417,7 @@ mod tests {
             weights: Some(3 << 30),
             kv: 1 << 30,
             n_ctx: 4096,
+            kv_types: KvTypes::default(),
             ring_layers: 5,
             ring: 1535,
             activations: 64 << 20,

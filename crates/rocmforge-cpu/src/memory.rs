@@ -169,16 +169,6 @@ impl SharedMem {
         // caller's promise.
         unsafe { std::slice::from_raw_parts(self.ptr.add(offset) as *const half::f16, n) }
     }
-
-    /// # Safety
-    /// As for [`SharedMem::bytes`]; `offset` must be 2-byte aligned.
-    pub unsafe fn f16s<'a>(&self, offset: usize, n: usize) -> &'a mut [half::f16] {
-        assert!(offset + n * 2 <= self.len, "buffer view out of range");
-        assert_eq!(offset % 2, 0, "misaligned f16 view");
-        // SAFETY: in range and aligned (checked above); exclusivity is the
-        // caller's promise.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset) as *mut half::f16, n) }
-    }
 }
 
 /// Host memory this process may still use: `MemAvailable` from

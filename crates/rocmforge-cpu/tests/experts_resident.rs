@@ -57,6 +57,7 @@ fn experts_fault_in_only_when_routed_to() {
 
     let before = resident_bytes();
     let opts = SessionOptions {
+        kv_types: Default::default(),
         n_ctx: 64,
         n_batch: 16,
         all_logits: false,

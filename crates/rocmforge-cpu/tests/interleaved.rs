@@ -54,6 +54,7 @@ fn prompt() -> Vec<u32> {
 /// the allocations the backend made.
 fn run(model: Arc<Model>, backend: CpuBackend) -> (Vec<f32>, usize) {
     let opts = SessionOptions {
+        kv_types: Default::default(),
         n_ctx: 64,
         n_batch: 64,
         all_logits: true,

@@ -77,6 +77,7 @@ fn load(stem: &str) -> Fixture {
 
 fn session(model: &Arc<Model>, threads: usize, all_logits: bool) -> Session {
     let opts = SessionOptions {
+        kv_types: Default::default(),
         n_ctx: 256,
         n_batch: 64,
         all_logits,

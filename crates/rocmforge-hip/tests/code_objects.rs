@@ -66,6 +66,18 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 32,
         max_lds: 0,
     },
+    // A quantized cache's store: a thread quantizes a block of 32 values
+    // (46-50 VGPRs), still 16 waves per SIMD everywhere.
+    Budget {
+        kernel: "store_kv_q8_0",
+        max_vgprs: 64,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "store_kv_q4_0",
+        max_vgprs: 64,
+        max_lds: 0,
+    },
     Budget {
         kernel: "add",
         max_vgprs: 32,
@@ -159,6 +171,51 @@ const BUDGETS: &[Budget] = &[
     },
     Budget {
         kernel: "attention_rows_wide",
+        max_vgprs: 192,
+        max_lds: 16640,
+    },
+    // The same over a quantized cache (one template, Q8_0 / Q4_0 blocks
+    // read in 16-bit units), within the f16 kernels' budgets: a lane holds
+    // as many words as in f16, and decoding them costs decode 2-7 VGPRs
+    // more (59-63, wide 103-108); prefill keeps its 4 positions' K and V
+    // dequantized for its 4 tokens (95-97, wide 164-167).
+    Budget {
+        kernel: "attention_decode_q8_0",
+        max_vgprs: 112,
+        max_lds: 4608,
+    },
+    Budget {
+        kernel: "attention_decode_q4_0",
+        max_vgprs: 112,
+        max_lds: 4608,
+    },
+    Budget {
+        kernel: "attention_decode_wide_q8_0",
+        max_vgprs: 128,
+        max_lds: 8704,
+    },
+    Budget {
+        kernel: "attention_decode_wide_q4_0",
+        max_vgprs: 128,
+        max_lds: 8704,
+    },
+    Budget {
+        kernel: "attention_rows_q8_0",
+        max_vgprs: 128,
+        max_lds: 8448,
+    },
+    Budget {
+        kernel: "attention_rows_q4_0",
+        max_vgprs: 128,
+        max_lds: 8448,
+    },
+    Budget {
+        kernel: "attention_rows_wide_q8_0",
+        max_vgprs: 192,
+        max_lds: 16640,
+    },
+    Budget {
+        kernel: "attention_rows_wide_q4_0",
         max_vgprs: 192,
         max_lds: 16640,
     },

@@ -180,6 +180,7 @@ pub fn short_run(backend: Box<dyn Backend>, path: &Path) -> Run {
     let model = Arc::new(Model::load(path).unwrap());
     let tensors = model.weights.table.len();
     let opts = SessionOptions {
+        kv_types: Default::default(),
         n_ctx: 32,
         n_batch: 8,
         all_logits: false,

@@ -86,6 +86,9 @@ pub struct Pipelines {
     /// The subgroup size every pipeline is created with (see
     /// `DeviceProps::subgroup`).
     pub subgroup: Subgroup,
+    /// Print each kernel variant's name as its pipeline is created
+    /// (`ROCMFORGE_VULKAN_LOG_PIPELINES=1`): which kernels a model runs.
+    log: bool,
     cache: vk::PipelineCache,
     map: HashMap<String, (vk::ShaderModule, vk::Pipeline)>,
 }
@@ -122,6 +125,7 @@ impl Pipelines {
             coopmat: false,
             int_dot: false,
             subgroup: Subgroup::default(),
+            log: std::env::var("ROCMFORGE_VULKAN_LOG_PIPELINES").is_ok_and(|v| v != "0"),
             cache,
             map: HashMap::new(),
         })
@@ -165,6 +169,9 @@ impl Pipelines {
         // enabled at device creation.
         match unsafe { device.create_compute_pipelines(self.cache, &[ci], None) } {
             Ok(p) => {
+                if self.log {
+                    eprintln!("vulkan: pipeline {name}");
+                }
                 self.map.insert(name.to_string(), (module, p[0]));
                 Ok(p[0])
             }

@@ -10,6 +10,9 @@ pub const SPELLINGS: &[(&str, &str)] = &[
     ("-ngl", "--n-gpu-layers"),
     // llama-bench's micro-batch size (`cargo xtask bench`).
     ("-ub", "--ubatch-size"),
+    // KV cache types.
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
 ];
 
 /// `args` with every llama.cpp spelling in [`SPELLINGS`] replaced by its
@@ -58,6 +61,10 @@ mod tests {
             ]
         );
         assert_eq!(rewrite(&["bench", "--", "-ngl"]), ["bench", "--", "-ngl"]);
+        assert_eq!(
+            rewrite(&["-ctk", "q8_0", "-ctv", "q4_0"]),
+            ["--cache-type-k", "q8_0", "--cache-type-v", "q4_0"]
+        );
         // Flags that merely start the same way are left alone.
         assert_eq!(rewrite(&["-nglx", "-n"]), ["-nglx", "-n"]);
     }

@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use rocmforge_core::plan::KvTypes;
 use serde::Deserialize;
 
 use super::report::{test_name, BackendResult, TestResult, LLAMA_CPP};
@@ -60,6 +61,9 @@ pub struct Settings<'a> {
     /// `-d`: passed on only when some depth is not 0, so a llama-bench
     /// older than the flag still runs the tests without one.
     pub n_depth: &'a [usize],
+    /// `-ctk` / `-ctv`: passed on only when not f16 (llama-bench's
+    /// default).
+    pub kv_types: KvTypes,
     pub repetitions: u32,
     pub threads: &'a [usize],
 }
@@ -81,6 +85,10 @@ pub fn args(s: &Settings) -> Vec<OsString> {
     push("-n", list(s.n_gen));
     if s.n_depth.iter().any(|&d| d > 0) {
         push("-d", list(s.n_depth));
+    }
+    if s.kv_types != KvTypes::default() {
+        push("-ctk", s.kv_types.k.name().to_string());
+        push("-ctv", s.kv_types.v.name().to_string());
     }
     push("-r", s.repetitions.to_string());
     push("-t", list(s.threads));

@@ -30,6 +30,9 @@ pub struct RunInfo {
     pub main_gpu: usize,
     /// `--n-cpu-moe` (0 unless given).
     pub n_cpu_moe: usize,
+    /// The KV cache types, by llama.cpp's names (`-ctk` / `-ctv`).
+    pub type_k: &'static str,
+    pub type_v: &'static str,
 }
 
 impl RunInfo {
@@ -60,6 +63,8 @@ impl RunInfo {
             n_gpu_layers,
             main_gpu,
             n_cpu_moe: 0,
+            type_k: "f16",
+            type_v: "f16",
         }
     }
 }
@@ -161,9 +166,8 @@ pub fn row<'a>(
         cpu_mask: "0x0",
         cpu_strict: false,
         poll: 50,
-        // Our KV cache holds f16 keys and values on every backend.
-        type_k: "f16",
-        type_v: "f16",
+        type_k: run.type_k,
+        type_v: run.type_v,
         n_gpu_layers: run.n_gpu_layers,
         n_cpu_moe: run.n_cpu_moe as u32,
         split_mode: "layer",

@@ -10,6 +10,7 @@ use std::time::Instant;
 use rocmforge::registry::{self, BackendOptions};
 use rocmforge_core::backend::Backend;
 use rocmforge_core::model::Model;
+use rocmforge_core::plan::KvTypes;
 use rocmforge_core::session::{Session, SessionOptions};
 
 use super::llama_schema::now_rfc3339;
@@ -33,6 +34,8 @@ pub struct Plan {
     /// llama-bench's `--n-cpu-moe`: the experts of the first N layers on
     /// the CPU (0: none).
     pub n_cpu_moe: usize,
+    /// llama-bench's `-ctk` / `-ctv`.
+    pub kv_types: KvTypes,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +125,7 @@ impl Plan {
         let (max_prompt, max_gen, max_depth) =
             (max(&self.n_prompts), max(&self.n_gens), max(&self.n_depths));
         SessionOptions {
+            kv_types: self.kv_types,
             n_ctx: max_depth
                 .saturating_add(max_prompt)
                 .saturating_add(max_gen)

@@ -256,6 +256,11 @@ impl<W: std::io::Write> Printer<W> {
         self.buf.clear();
     }
 
+    /// A KV cache other than llama-bench's default f16.
+    fn typed_cache(&self) -> bool {
+        (self.run.type_k, self.run.type_v) != ("f16", "f16")
+    }
+
     /// Markdown: one line per backend, its device or why it cannot run.
     pub fn preamble(&mut self, backends: &[BackendResult]) {
         self.write_preamble(backends);
@@ -288,11 +293,18 @@ impl<W: std::io::Write> Printer<W> {
         match self.format {
             OutputFormat::Md => {
                 if self.model.is_some() && !self.announced.is_empty() {
-                    self.buf.push_str(
-                        "\n| model | size | params | backend | device | threads | test | t/s |\n",
+                    // llama-bench adds the cache types' columns when they
+                    // are not its default.
+                    let (types, rule) = if self.typed_cache() {
+                        (" type_k | type_v |", " --- | --- |")
+                    } else {
+                        ("", "")
+                    };
+                    let _ = write!(
+                        self.buf,
+                        "\n| model | size | params | backend | device | threads |{types} test | t/s |\n\
+                         | --- | ---: | ---: | --- | --- | ---: |{rule} ---: | ---: |\n"
                     );
-                    self.buf
-                        .push_str("| --- | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
                 }
             }
             OutputFormat::Csv => self.buf.push_str(
@@ -334,9 +346,14 @@ impl<W: std::io::Write> Printer<W> {
         };
         match self.format {
             OutputFormat::Md => {
+                let types = if self.typed_cache() {
+                    format!(" {} | {} |", self.run.type_k, self.run.type_v)
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(
                     self.buf,
-                    "| {} | {} | {} | {backend} | {device} | {} | {} | {:.2} ± {:.2} |",
+                    "| {} | {} | {} | {backend} | {device} | {} |{types} {} | {:.2} ± {:.2} |",
                     model.desc,
                     size(model.size_bytes),
                     params(model.n_params),

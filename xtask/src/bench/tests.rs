@@ -7,6 +7,7 @@ use super::measure::TokenStream;
 use super::measure::{Plan, Test};
 use super::model_source;
 use super::report::{self, BackendResult, ModelInfo, OutputFormat, Printer, TestResult};
+use rocmforge_core::plan::{KvType, KvTypes};
 use rocmforge_genmodel::presets;
 
 /// A llama-bench `-o json` result as it prints it (fields trimmed to a
@@ -160,6 +161,8 @@ fn run_info() -> RunInfo {
         n_gpu_layers: -1,
         main_gpu: 0,
         n_cpu_moe: 0,
+        type_k: "f16",
+        type_v: "f16",
     }
 }
 
@@ -438,12 +441,13 @@ fn llama_bench_depth_rows_and_arguments() {
         .collect();
     assert_eq!(got, [("pp512 @ d4096", 4096), ("tg128", 0)]);
 
-    let args = |n_depth: &[usize]| -> Vec<String> {
+    let typed_args = |n_depth: &[usize], kv_types: KvTypes| -> Vec<String> {
         let s = llama_bench::Settings {
             model: Path::new("m.gguf"),
             n_prompt: &[512],
             n_gen: &[128],
             n_depth,
+            kv_types,
             repetitions: 3,
             threads: &[2],
         };
@@ -452,6 +456,7 @@ fn llama_bench_depth_rows_and_arguments() {
             .map(|a| a.into_string().unwrap())
             .collect()
     };
+    let args = |n_depth: &[usize]| typed_args(n_depth, KvTypes::default());
     assert_eq!(
         args(&[0, 4096]).join(" "),
         "-m m.gguf -p 512 -n 128 -d 0,4096 -r 3 -t 2 -o json"
@@ -461,6 +466,15 @@ fn llama_bench_depth_rows_and_arguments() {
     assert_eq!(
         args(&[0]).join(" "),
         "-m m.gguf -p 512 -n 128 -r 3 -t 2 -o json"
+    );
+    // Quantized caches are passed on as llama-bench spells them.
+    let q8 = KvTypes {
+        k: KvType::Q8_0,
+        v: KvType::Q8_0,
+    };
+    assert_eq!(
+        typed_args(&[0], q8).join(" "),
+        "-m m.gguf -p 512 -n 128 -ctk q8_0 -ctv q8_0 -r 3 -t 2 -o json"
     );
 }
 
@@ -481,6 +495,7 @@ fn plan(n_prompts: &[usize], n_gens: &[usize], n_depths: &[usize]) -> Plan {
         n_batch: 2048,
         n_ubatch: 512,
         n_cpu_moe: 0,
+        kv_types: KvTypes::default(),
     }
 }
 

@@ -62,7 +62,7 @@ pub fn op_seconds(
     let bytes =
         |ids: &[usize]| -> f64 { ids.iter().map(|&id| graph.tensor(id).bytes() as f64).sum() };
     let matrix = |w: usize| (weights[w].rows * weights[w].row_bytes) as f64;
-    let kv_elem = kv.bytes() as f64 / kv.total_elems().max(1) as f64;
+    let kv_elem = (kv.k_row_bytes() + kv.v_row_bytes()) as f64 / (2 * kv.kv_dim).max(1) as f64;
     graph
         .ops
         .iter()

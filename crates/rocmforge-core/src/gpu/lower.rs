@@ -22,7 +22,7 @@ use crate::graph::fusion::{
 };
 use crate::graph::split::GraphPart;
 use crate::graph::{Graph, Op, TensorId};
-use crate::plan::{ArenaPlan, KvLayout, StepInputLayout};
+use crate::plan::{ArenaPlan, KvLayout, KvTypes, StepInputLayout};
 use crate::quant::QuantType;
 
 use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
@@ -129,6 +129,27 @@ pub fn weight_kernel(w: &DeviceWeight) -> Result<&'static str, BackendError> {
         return Err(unsupported());
     }
     Ok(suffix)
+}
+
+/// The kernel-name suffix of a quantized cache (`q8_0`), `None` for f16;
+/// unsupported where K and V differ (the kernels take one type for both,
+/// as llama.cpp's CUDA build does by default).
+fn kv_suffix(l: &KvLayout) -> Result<Option<&'static str>, BackendError> {
+    let KvTypes { k, v } = l.types;
+    if k != v {
+        return Err(BackendError::unsupported(
+            "KV cache types",
+            format!(
+                "--cache-type-k {k} with --cache-type-v {v}: the GPU kernels take K and V of one type (use the same for both, or --backend cpu)"
+            ),
+        ));
+    }
+    Ok(k.is_quantized().then_some(k.name()))
+}
+
+/// `_q8_0` after a kernel family's name for a quantized cache.
+fn suffix(quantized: Option<&str>) -> String {
+    quantized.map_or(String::new(), |q| format!("_{q}"))
 }
 
 /// What a GPU backend reserved, for [`check_graph`].
@@ -313,7 +334,8 @@ pub fn record_graph(
         if !matches!(op, Op::MatMulId { .. }) {
             scratch = None;
         }
-        if fuse && fits(i + 3) {
+        // The fused rope and store writes f16 rows only.
+        if fuse && fits(i + 3) && a.kv_layout.types == KvTypes::default() {
             if let Some(rs) = rope_store_at(graph, i) {
                 record_rope_store(
                     sink,
@@ -423,17 +445,23 @@ pub fn record_graph(
                 let push = StoreKvPush {
                     k: t(k),
                     v: t(v),
-                    k_cache: a.kv + 2 * l.k_offset(layer) as u64,
-                    v_cache: a.kv + 2 * l.v_offset(layer) as u64,
+                    k_cache: a.kv + l.k_at(layer) as u64,
+                    v_cache: a.kv + l.v_at(layer) as u64,
                     step: a.step,
                     rows: u32_of(d.rows, "rows")?,
                     kv_dim: u32_of(l.kv_dim, "kv width")?,
                     ring: u32_of(l.capacity(layer), "cache positions")?,
                     pad: 0,
                 };
-                let groups = groups_for("store_kv", d.rows * l.kv_dim / 2)?;
+                // f16: an invocation per pair of values; quantized: per
+                // block of 32.
+                let (kernel, per) = match kv_suffix(l)? {
+                    None => ("store_kv".to_string(), 2),
+                    Some(q) => (format!("store_kv_{q}"), 32),
+                };
+                let groups = groups_for(&kernel, d.rows * l.kv_dim / per)?;
                 let what = label(i, format!("StoreKv layer {layer}"));
-                sink.dispatch("store_kv", push.bytes(), groups, what)?;
+                sink.dispatch(&kernel, push.bytes(), groups, what)?;
             }
             Op::Attention {
                 layer,
@@ -444,8 +472,12 @@ pub fn record_graph(
             } => {
                 let s = &graph.attention;
                 let l = a.kv_layout;
-                let k_cache = a.kv + 2 * l.k_offset(layer) as u64;
-                let v_cache = a.kv + 2 * l.v_offset(layer) as u64;
+                let k_cache = a.kv + l.k_at(layer) as u64;
+                let v_cache = a.kv + l.v_at(layer) as u64;
+                // A quantized cache (both K and V of one type) has kernels
+                // of its own, named with the type.
+                let quantized = kv_suffix(l)?;
+                let f16_cache = quantized.is_none();
                 // Few (token, head) workgroups: stage K/V rows in shared
                 // memory with 16-byte loads (attention.comp, STAGE_KV).
                 // The decode kernels (staged, split or by runs) take graphs
@@ -453,65 +485,75 @@ pub fn record_graph(
                 // halved decode attention time and cost prefill a fifth of
                 // its speed (docs/vulkan.md), and the partials are sized
                 // for that many rows.
-                let staged = graph.n_tokens <= MAX_SPLIT_TOKENS
+                let decode = graph.n_tokens <= MAX_SPLIT_TOKENS;
+                let staged = f16_cache
+                    && decode
                     && s.head_dim.is_multiple_of(8)
                     && l.kv_dim.is_multiple_of(8)
                     && (k_cache | v_cache).is_multiple_of(16);
-                let q8 = staged && s.head_dim.is_multiple_of(32) && feeds_int_matvec(i, out);
+                // A quantized cache's decode runs by runs on wide subgroups.
+                let quantized_runs = !f16_cache && decode && lw.subgroup_decode;
+                let q8 = (staged || quantized_runs)
+                    && s.head_dim.is_multiple_of(32)
+                    && feeds_int_matvec(i, out);
                 let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
                 // Split over positions where the rows alone leave the
                 // device idle (super::split); the layer attends to at most
                 // its window or its ring.
                 let ring = l.capacity(layer);
                 let attended = window.map_or(ring, |w| w.min(ring));
-                let n_split = if staged {
+                let n_split = if staged || quantized_runs {
                     attention_splits(graph.n_tokens, s.n_head, attended, lw.compute_units)
                 } else {
                     1
                 };
                 let rows = graph.n_tokens * s.n_head;
-                let wide = s.head_dim > 128;
-                // The matrix-core kernel reads cache rows in 16-byte units.
+                let wide = if s.head_dim > 128 { "_wide" } else { "" };
+                let row_groups = graph.n_tokens.div_ceil(ROWS_PER_GROUP) * s.n_head;
+                // The matrix-core kernel reads f16 cache rows in 16-byte
+                // units.
                 let matrix = match s.head_dim {
                     128 => Some("attention_cm"),
                     64 => Some("attention_cm64"),
                     _ => None,
                 }
                 .filter(|_| {
-                    lw.matrix_attention
+                    f16_cache
+                        && lw.matrix_attention
                         && l.kv_dim.is_multiple_of(8)
                         && (k_cache | v_cache).is_multiple_of(16)
                 });
                 // Decode by runs, merged by a combine that writes the
                 // output: on wide subgroups always (their kernel serves
                 // every decode step), elsewhere when split.
-                let by_runs = staged && (lw.subgroup_decode || n_split > 1);
+                let by_runs = (staged && (lw.subgroup_decode || n_split > 1)) || quantized_runs;
                 let (kernel, groups) = match (by_runs, lw.subgroup_decode, staged, q8 != 0) {
-                    (true, true, ..) if wide => ("attention_decode_wide", rows * n_split),
-                    (true, true, ..) => ("attention_decode", rows * n_split),
-                    (true, false, ..) => ("attention_split", rows * n_split),
+                    (true, true, ..) => (
+                        format!("attention_decode{wide}{}", suffix(quantized)),
+                        rows * n_split,
+                    ),
+                    (true, false, ..) => ("attention_split".into(), rows * n_split),
                     // Prefill on matrix cores: tiles of 32 tokens by 32
                     // positions.
                     (false, true, ..) if matrix.is_some() => (
-                        matrix.unwrap_or_default(),
+                        matrix.unwrap_or_default().into(),
                         graph.n_tokens.div_ceil(MATRIX_ROWS_PER_GROUP) * s.n_head,
                     ),
                     // Prefill on wide subgroups: a few tokens of a head per
                     // workgroup share each cache row they read.
-                    (false, true, ..) => {
-                        let kernel = if wide {
-                            "attention_rows_wide"
-                        } else {
-                            "attention_rows"
-                        };
-                        (kernel, graph.n_tokens.div_ceil(ROWS_PER_GROUP) * s.n_head)
-                    }
-                    (false, false, true, true) => ("attention_staged_q8", rows),
-                    (false, false, true, false) => ("attention_staged", rows),
+                    (false, true, ..) => (
+                        format!("attention_rows{wide}{}", suffix(quantized)),
+                        row_groups,
+                    ),
+                    // Elsewhere a quantized cache takes the plain kernel,
+                    // a workgroup per (token, head).
+                    _ if !f16_cache => (format!("attention{}", suffix(quantized)), rows),
+                    (false, false, true, true) => ("attention_staged_q8".into(), rows),
+                    (false, false, true, false) => ("attention_staged".into(), rows),
                     (false, false, false, _) if graph.n_tokens >= F32_ATTENTION_MIN_TOKENS => {
-                        ("attention_f32", rows)
+                        ("attention_f32".into(), rows)
                     }
-                    (false, false, false, _) => ("attention", rows),
+                    (false, false, false, _) => ("attention".into(), rows),
                 };
                 let partials_needed = partials_bytes(rows * n_split, s.head_dim) as u64;
                 if by_runs && partials_needed > a.partials_bytes {
@@ -545,7 +587,7 @@ pub fn record_graph(
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
                 let what = label(i, format!("Attention layer {layer}"));
                 let groups = u32_of(groups, "attention workgroups")?;
-                sink.dispatch(kernel, push.bytes(), groups, what.clone())?;
+                sink.dispatch(&kernel, push.bytes(), groups, what.clone())?;
                 if by_runs {
                     let combine = if q8 != 0 {
                         "attention_combine_q8"
@@ -702,8 +744,8 @@ fn record_rope_store(
         yarn: r.yarn_terms().into(),
         k: t(rs.k),
         v: t(rs.v),
-        k_cache: a.kv + 2 * l.k_offset(rs.layer) as u64,
-        v_cache: a.kv + 2 * l.v_offset(rs.layer) as u64,
+        k_cache: a.kv + l.k_at(rs.layer) as u64,
+        v_cache: a.kv + l.v_at(rs.layer) as u64,
         ring: u32_of(l.capacity(rs.layer), "cache positions")?,
         pad: 0,
     };

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::backend::BackendError;
 use crate::graph::{Graph, Op, TensorDesc, TensorId};
-use crate::plan::ArenaPlan;
+use crate::plan::{ArenaPlan, KvLayout, KvType, KvTypes};
 use crate::quant::QuantType;
 
 /// Width of the Q rows and of the K / V rows.
@@ -1439,4 +1439,80 @@ fn split_attention_is_refused_past_its_partials() {
     );
     a.partials_bytes = need;
     super::record_graph(&mut sink, &lw, &g, &plan, &a, 0..g.ops.len()).expect("fits");
+}
+
+/// A quantized cache (`-ctk q8_0 -ctv q8_0`) takes the kernels named with
+/// its type: stored by block (not fused into rope), decode by runs and
+/// prefill by rows on wide subgroups, the plain kernel elsewhere, never
+/// the f16-only staged or matrix-core ones; K and V of two types are
+/// refused on the GPU.
+#[test]
+fn a_quantized_cache_takes_its_own_kernels() {
+    let mut m = dense_llama(QuantType::Q4_0);
+    for ty in [KvType::Q8_0, KvType::Q4_0] {
+        m.kv = KvLayout::typed(&m.model.config, N_CTX, N_CTX, KvTypes { k: ty, v: ty });
+        let kernels = |lw: &Lowering, n: usize| -> Vec<(String, u32)> {
+            let g = m.graph(n);
+            let sink = m.record(lw, &g, &naive_plan(&g));
+            let found: Vec<_> = sink
+                .launches
+                .iter()
+                .filter(|l| l.kernel.contains("attention") || l.kernel.contains("kv"))
+                .map(|l| (l.kernel.clone(), l.groups))
+                .collect();
+            found[..found.len() / N_LAYER].to_vec()
+        };
+        let wide = Lowering {
+            subgroup_decode: true,
+            matrix_attention: true,
+            ..vulkan_lowering()
+        };
+        let store = |n: usize| {
+            (
+                format!("store_kv_{ty}"),
+                (n * KV_DIM / 32).div_ceil(64) as u32,
+            )
+        };
+        let decode = kernels(&wide, 1);
+        assert_eq!(decode[0], store(1));
+        assert_eq!(decode[1].0, format!("attention_decode_{ty}"));
+        // Its output feeds the Q4_0 output projection's integer mat-vec.
+        assert_eq!(decode[2], ("attention_combine_q8".into(), N_HEAD as u32));
+        let prefill = kernels(&wide, 40);
+        assert_eq!(
+            prefill,
+            [
+                store(40),
+                (
+                    format!("attention_rows_{ty}"),
+                    (40usize.div_ceil(4) * N_HEAD) as u32
+                )
+            ]
+        );
+        let plain = kernels(&vulkan_lowering(), 40);
+        assert_eq!(
+            plain,
+            [store(40), (format!("attention_{ty}"), (40 * N_HEAD) as u32)]
+        );
+        assert_eq!(
+            kernels(&vulkan_lowering(), 1)[1].0,
+            format!("attention_{ty}")
+        );
+    }
+    m.kv = KvLayout::typed(
+        &m.model.config,
+        N_CTX,
+        N_CTX,
+        KvTypes {
+            k: KvType::Q8_0,
+            v: KvType::F16,
+        },
+    );
+    let g = m.graph(1);
+    let err = m.record_ops(&vulkan_lowering(), &g, &naive_plan(&g), 0..g.ops.len());
+    assert!(
+        matches!(&err, Err(BackendError::Unsupported { reason, .. }) if reason.contains("--cache-type-k q8_0 with --cache-type-v f16")),
+        "{:?}",
+        err.err()
+    );
 }

@@ -160,7 +160,7 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("v_cache", p.v_cache),
                 ]
             }
-            "store_kv" => {
+            "store_kv" | "store_kv_q8_0" | "store_kv_q4_0" => {
                 let p: StoreKvPush = l.push_as();
                 vec![
                     ("k", p.k),

@@ -155,6 +155,10 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         // cut its serial chain of loads (docs/vulkan.md, 7B tg128 246 → 269).
         "rmsnorm" | "rmsnorm_q8" => 512,
         "rope" | "rope_kv" | "store_kv" | "attention" | "attention_f32" => 64,
+        // A quantized cache's: an invocation per block; the plain
+        // attention's size; the decode and rows kernels' size.
+        "store_kv_q8_0" | "store_kv_q4_0" | "attention_q8_0" | "attention_q4_0" => 64,
+        _ if family("attention_decode_") || family("attention_rows_") => 128,
         // Two subgroups of 32 on the matrix cores.
         "attention_cm" | "attention_cm64" => 64,
         "attention_staged" | "attention_staged_q8" | "attention_split" | "attention_decode" => 128,

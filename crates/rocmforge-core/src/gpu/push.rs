@@ -140,7 +140,7 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         "rmsnorm" | "rmsnorm_q8" => NormPush::FIELDS,
         "rope" => RopePush::FIELDS,
         "rope_kv" => RopeKvPush::FIELDS,
-        "store_kv" => StoreKvPush::FIELDS,
+        "store_kv" | "store_kv_q8_0" | "store_kv_q4_0" => StoreKvPush::FIELDS,
         k if ATTENTION_KERNELS.contains(&k) => AttentionPush::FIELDS,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => {
             EltwisePush::FIELDS
@@ -332,6 +332,17 @@ pub const ATTENTION_KERNELS: &[&str] = &[
     "attention_cm64",
     "attention_combine",
     "attention_combine_q8",
+    // A quantized cache's (K and V of one type).
+    "attention_q8_0",
+    "attention_q4_0",
+    "attention_decode_q8_0",
+    "attention_decode_q4_0",
+    "attention_decode_wide_q8_0",
+    "attention_decode_wide_q4_0",
+    "attention_rows_q8_0",
+    "attention_rows_q4_0",
+    "attention_rows_wide_q8_0",
+    "attention_rows_wide_q4_0",
 ];
 
 #[repr(C)]

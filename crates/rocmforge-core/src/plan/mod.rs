@@ -9,6 +9,6 @@ mod regions;
 mod step;
 
 pub use arena::{ArenaPlan, ARENA_ALIGN};
-pub use kv::KvLayout;
+pub use kv::{KvLayout, KvType, KvTypes};
 pub use regions::{split_regions, RegionAssignment, RegionError, RegionSplit};
 pub use step::{word as step_word, StepInputLayout};

@@ -3,11 +3,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use half::f16;
 use rocmforge_core::graph::fusion::group_starting_at;
 use rocmforge_core::graph::{Graph, Op, TensorId};
 use rocmforge_core::model::WeightId;
-use rocmforge_core::plan::{ArenaPlan, KvLayout};
+use rocmforge_core::plan::{ArenaPlan, KvLayout, KvTypes};
 use rocmforge_core::quant::{dequantize, QuantType};
 
 mod moe;
@@ -190,8 +189,8 @@ impl Step<'_> {
         }
     }
 
-    /// Layer `layer`'s whole K and V cache blocks, each head at offset 0;
-    /// only positions below n_kv are read.
+    /// Layer `layer`'s whole K and V cache blocks of an f16 cache, each
+    /// head at offset 0; only positions below n_kv are read.
     ///
     /// # Safety
     /// No op writes the cache while the view is alive (attention writes
@@ -202,10 +201,8 @@ impl Step<'_> {
         // contract).
         let (k, v) = unsafe {
             (
-                self.kv
-                    .f16s_ref(l.k_offset(layer) * 2, l.block_elems(layer)),
-                self.kv
-                    .f16s_ref(l.v_offset(layer) * 2, l.block_elems(layer)),
+                self.kv.f16s_ref(l.k_at(layer), l.k_block_bytes(layer) / 2),
+                self.kv.f16s_ref(l.v_at(layer), l.v_block_bytes(layer) / 2),
             )
         };
         attention::KvHead {
@@ -340,19 +337,12 @@ impl Step<'_> {
                     let (k_src, v_src) = (self.input(k), self.input(v));
                     for r in rows {
                         let slot = l.slot(layer, self.inputs().0 + r);
-                        let kd = self
-                            .kv
-                            .f16s((l.k_offset(layer) + slot * l.kv_dim) * 2, l.kv_dim);
-                        let vd = self
-                            .kv
-                            .f16s((l.v_offset(layer) + slot * l.kv_dim) * 2, l.kv_dim);
+                        let (kb, vb) = (l.k_row_bytes(), l.v_row_bytes());
+                        let kd = self.kv.bytes(l.k_at(layer) + slot * kb, kb);
+                        let vd = self.kv.bytes(l.v_at(layer) + slot * vb, vb);
                         let row = r * d.cols..(r + 1) * d.cols;
-                        for (dst, &s) in kd.iter_mut().zip(&k_src[row.clone()]) {
-                            *dst = f16::from_f32(s);
-                        }
-                        for (dst, &s) in vd.iter_mut().zip(&v_src[row]) {
-                            *dst = f16::from_f32(s);
-                        }
+                        attention::store_row(l.types.k, &k_src[row.clone()], kd);
+                        attention::store_row(l.types.v, &v_src[row], vd);
                     }
                 }
                 Op::Attention {
@@ -566,6 +556,12 @@ impl Step<'_> {
         let group = spec.n_head / spec.n_head_kv;
         let l = self.kv_layout;
         let n = self.graph.tensor(q).rows;
+        // A quantized cache: ggml walks every (token, head) in order.
+        if l.types != KvTypes::default() {
+            // SAFETY: this fn's contract.
+            unsafe { self.attention_typed(m, layer, (q, out), window, sinks) };
+            return;
+        }
         // One token over a long view: ggml's split-KV path. The choice
         // depends only on the step, so every member makes the same one (and
         // meets the same barrier).
@@ -614,6 +610,62 @@ impl Step<'_> {
                     sinks.map(|s| s[h]),
                     self.output(out, span),
                     scores,
+                );
+            }
+        }
+    }
+
+    /// Attention over a cache with a quantized K or V (ggml's one-chunk
+    /// walk, `attention::attend_head_typed`), items (token, head) taken
+    /// strided as in the f16 walk.
+    ///
+    /// # Safety
+    /// As for `run_op`.
+    unsafe fn attention_typed(
+        &self,
+        m: Member,
+        layer: usize,
+        (q, out): (TensorId, TensorId),
+        window: Option<usize>,
+        sinks: Option<&[f32]>,
+    ) {
+        let spec = &self.graph.attention;
+        let hd = spec.head_dim;
+        let group = spec.n_head / spec.n_head_kv;
+        let l = self.kv_layout;
+        let n = self.graph.tensor(q).rows;
+        let q_dim = spec.n_head * hd;
+        // SAFETY: this op writes none of the cache or `q`; item `(t, h)`
+        // of `out` is written by the one member that takes it (this fn's
+        // contract); the blocks lie inside the cache (its layout).
+        unsafe {
+            let blocks = attention::TypedKvHead {
+                k: self.kv.bytes_ref(l.k_at(layer), l.k_block_bytes(layer)),
+                v: self.kv.bytes_ref(l.v_at(layer), l.v_block_bytes(layer)),
+                types: l.types,
+                k_row: l.k_row_bytes(),
+                v_row: l.v_row_bytes(),
+                offset: 0,
+                ring: l.capacity(layer),
+            };
+            let qs = self.input(q);
+            for item in (m.ith..n * spec.n_head).step_by(m.nth) {
+                let (t, h) = (item / spec.n_head, item % spec.n_head);
+                let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
+                let n_kv = self.inputs().0 + t + 1;
+                let first = window.map_or(0, |w| n_kv.saturating_sub(w));
+                let kv = attention::TypedKvHead {
+                    offset: (h / group) * hd,
+                    ..blocks
+                };
+                attention::attend_head_typed(
+                    &qs[span.clone()],
+                    &kv,
+                    first..n_kv,
+                    hd,
+                    spec.scale,
+                    sinks.map(|s| s[h]),
+                    self.output(out, span),
                 );
             }
         }

@@ -19,6 +19,7 @@ use super::backend_choice::{create_backend, load_bar, BackendArgs, Chosen};
 use super::sampling_args::SamplingArgs;
 use super::text_input::read_text;
 use super::{check_model_path, note, write_stdout, CliError};
+use crate::commands::cache_types::CacheTypeArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -61,6 +62,8 @@ pub struct Args {
     /// llama.cpp's. Unset: the training context, capped at 4096.
     #[arg(long, short = 'c', allow_negative_numbers = true)]
     ctx_size: Option<usize>,
+    #[command(flatten)]
+    cache_types: CacheTypeArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Print generated token ids, one per line, instead of text.
@@ -269,6 +272,7 @@ fn generate(
     };
     let opts = SessionOptions {
         n_ctx,
+        kv_types: a.cache_types.types(),
         ..SessionOptions::default()
     };
     let host_opts = BackendOptions {

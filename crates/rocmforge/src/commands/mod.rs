@@ -2,6 +2,7 @@
 //! by `main`.
 
 pub mod backend_choice;
+pub mod cache_types;
 pub mod chat;
 pub mod devices;
 pub mod doctor;

@@ -16,6 +16,7 @@ use rocmforge_core::tokenizer::Tokenizer;
 use super::backend_choice::{create_backend, BackendArgs, Chosen};
 use super::text_input::read_text;
 use super::{check_model_path, note, write_stdout, CliError};
+use crate::commands::cache_types::CacheTypeArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,6 +56,8 @@ pub struct Args {
     chunks: Option<usize>,
     #[command(flatten)]
     backend: BackendArgs,
+    #[command(flatten)]
+    cache_types: CacheTypeArgs,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -89,6 +92,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         n_ctx: plan.n_ctx,
         n_batch: a.batch_size.min(plan.n_ctx),
         all_logits: true,
+        kv_types: a.cache_types.types(),
     };
     let mut report = |needs: &MemoryNeeds| note(&needs.summary());
     let result = Session::new_reporting(model, backend, opts, &mut |_, _| {}, &mut report)

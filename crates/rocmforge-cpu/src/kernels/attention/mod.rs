@@ -31,6 +31,7 @@ mod split;
 #[cfg(test)]
 mod tests;
 mod tiled;
+mod typed;
 
 use half::f16;
 
@@ -38,6 +39,7 @@ pub use split::{
     attend_cells, cells_scratch_len, clip, merge_partials, partial_len, rows_of, KvSplit,
 };
 pub use tiled::{attend_tile, tiled_scratch_len, v_expf, Q_TILE};
+pub use typed::{attend_head_typed, store_row, TypedKvHead, MAX_HEAD_DIM};
 
 /// One KV head's rows in a layer's cache blocks: `k` / `v` hold f16 rows
 /// of `stride` elements, this head starts `offset` into a row, and

@@ -35,7 +35,9 @@ use super::backend_choice::{create_backend, load_bar, BackendArgs};
 use super::generate::context_size;
 use super::sampling_args::SamplingArgs;
 use super::{check_model_path, note, CliError};
+use crate::commands::cache_types::CacheTypeArgs;
 use conversation::Chat;
+use rocmforge_core::plan::KvTypes;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -70,6 +72,8 @@ pub struct Args {
     #[arg(long, short = 'c')]
     ctx_size: Option<usize>,
     #[command(flatten)]
+    cache_types: CacheTypeArgs,
+    #[command(flatten)]
     sampling: SamplingArgs,
 }
 
@@ -90,35 +94,36 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
     let chosen = create_backend(&a.backend)?;
     let print_seed = a.sampling.prints_seed();
-    let result = start_session(model, chosen.backend, n_ctx).and_then(|session| {
-        // After the load, so anything refused before stays one line.
-        if print_seed {
-            note(&format!(
-                "seed: {seed} (random; -s {seed} repeats this chat)"
-            ));
-        }
-        let render = RenderOptions {
-            add_generation_prompt: true,
-            bos_token: token_text(&tok, tok.bos()),
-            eos_token: token_text(&tok, tok.eos()),
-            enable_thinking: a.no_think.then_some(false),
-        };
-        let mut chat = Chat {
-            session,
-            tok,
-            template,
-            render,
-            system: a.system.clone(),
-            history: Vec::new(),
-            cached: CachedText::new(),
-            sampler,
-            stops: StopStrings::new(a.stop.clone()),
-            n_predict: a.n_predict,
-            timings: a.timings,
-        };
-        chat.clear();
-        chat.converse()
-    });
+    let result =
+        start_session(model, chosen.backend, n_ctx, a.cache_types.types()).and_then(|session| {
+            // After the load, so anything refused before stays one line.
+            if print_seed {
+                note(&format!(
+                    "seed: {seed} (random; -s {seed} repeats this chat)"
+                ));
+            }
+            let render = RenderOptions {
+                add_generation_prompt: true,
+                bos_token: token_text(&tok, tok.bos()),
+                eos_token: token_text(&tok, tok.eos()),
+                enable_thinking: a.no_think.then_some(false),
+            };
+            let mut chat = Chat {
+                session,
+                tok,
+                template,
+                render,
+                system: a.system.clone(),
+                history: Vec::new(),
+                cached: CachedText::new(),
+                sampler,
+                stops: StopStrings::new(a.stop.clone()),
+                n_predict: a.n_predict,
+                timings: a.timings,
+            };
+            chat.clear();
+            chat.converse()
+        });
     if let Err(e) = &result {
         chosen.failures.record_failure(e.as_ref());
     }
@@ -165,6 +170,7 @@ pub(crate) fn start_session(
     model: Arc<Model>,
     backend: Box<dyn Backend>,
     n_ctx: usize,
+    kv_types: KvTypes,
 ) -> Result<Session, CliError> {
     let bar = load_bar();
     let mut progress = |done: u64, total: u64| {
@@ -173,6 +179,7 @@ pub(crate) fn start_session(
     };
     let opts = SessionOptions {
         n_ctx,
+        kv_types,
         ..SessionOptions::default()
     };
     let mut report = |needs: &MemoryNeeds| note(&needs.summary());

@@ -25,6 +25,7 @@ use super::backend_choice::{create_backend, BackendArgs};
 use super::chat::{load_template, start_session, token_text};
 use super::generate::context_size;
 use super::{check_model_path, note, CliError};
+use crate::commands::cache_types::CacheTypeArgs;
 use metrics::Metrics;
 use routes::AppState;
 use worker::{Job, ModelInfo, Worker};
@@ -54,6 +55,8 @@ pub struct Args {
     /// at 4096.
     #[arg(long, short = 'c')]
     ctx_size: Option<usize>,
+    #[command(flatten)]
+    cache_types: CacheTypeArgs,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -75,6 +78,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         chat_template_file: a.chat_template_file.clone(),
         backend: a.backend,
         ctx_size: a.ctx_size,
+        cache_types: a.cache_types,
         metrics: metrics.clone(),
     };
     // The backend is not `Send`: it is created on the thread that keeps it.
@@ -140,6 +144,7 @@ struct Load {
     chat_template_file: Option<PathBuf>,
     backend: BackendArgs,
     ctx_size: Option<usize>,
+    cache_types: CacheTypeArgs,
     metrics: Arc<Metrics>,
 }
 
@@ -154,10 +159,11 @@ impl Load {
             load_template(self.chat_template_file.as_deref(), &model).map_err(|e| e.to_string())?;
         let n_ctx = context_size(self.ctx_size, model.config.n_ctx_train);
         let chosen = create_backend(&self.backend).map_err(|e| e.to_string())?;
-        let session = start_session(model, chosen.backend, n_ctx).map_err(|e| {
-            chosen.failures.record_failure(e.as_ref());
-            e.to_string()
-        })?;
+        let session = start_session(model, chosen.backend, n_ctx, self.cache_types.types())
+            .map_err(|e| {
+                chosen.failures.record_failure(e.as_ref());
+                e.to_string()
+            })?;
         let render = RenderOptions {
             add_generation_prompt: true,
             bos_token: token_text(&tok, tok.bos()),
