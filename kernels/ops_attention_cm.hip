@@ -20,10 +20,12 @@
 // normalised, in f32.
 //
 // Kernels (argument block AttentionPush): attention_cm (head size 128),
-// attention_cm64 (64). The lowering picks them for rows of whole 16-byte
-// units.
+// attention_cm64 (64), for f16 rows of whole 16-byte units; with _q8_0 /
+// _q4_0 after the name, over a quantized cache (kv_cache.h), whose blocks
+// are dequantized to f16 as the tile is staged.
 
 #include "ops_common.h"
+#include "kv_cache.h"
 
 namespace ops {
 
@@ -45,7 +47,8 @@ template <uint32_t HD> struct CmShared {
     float alpha[2u][16u];
 };
 
-template <uint32_t HD> DEV void attention_cm_run(const AttentionPush& p, CmShared<HD>& sh) {
+template <uint32_t HD, typename KV>
+DEV void attention_cm_run(const AttentionPush& p, CmShared<HD>& sh) {
     static_assert(WAVE_SIZE == 32u, "two lanes per row of a wave's 16");
     using S = CmShared<HD>;
     constexpr uint32_t HF = HD / 16u;
@@ -101,6 +104,27 @@ template <uint32_t HD> DEV void attention_cm_run(const AttentionPush& p, CmShare
             uint32_t j = e / (HD / 8u);
             uint32_t u = e % (HD / 8u);
             uint32_t pp = p0 + j;
+            if constexpr (!KV::WORDS) {
+                // A quantized cache: the unit's 8 values of K and of V.
+                float kf[8] = {};
+                float vf[8] = {};
+                if (pp < end) {
+                    constexpr uint32_t UNITS = KV::BLOCK_UNITS;
+                    const auto* kq = dev_ptr<const typename KV::Unit>(p.k_cache);
+                    const auto* vq = dev_ptr<const typename KV::Unit>(p.v_cache);
+                    uint64_t bw = ((uint64_t)(pp % p.ring) * (p.kv_dim / 32u) +
+                                   (kvh * HD + 8u * u) / 32u) *
+                                  UNITS;
+                    KV{}.dequant8(kq + bw, (8u * u) % 32u, kf);
+                    KV{}.dequant8(vq + bw, (8u * u) % 32u, vf);
+                }
+#pragma unroll
+                for (uint32_t i = 0u; i < 8u; i++) {
+                    sh.k[j * S::LDQ + 8u * u + i] = (half)kf[i];
+                    sh.vt[(8u * u + i) * S::LDV + j] = (half)vf[i];
+                }
+                continue;
+            }
             uint4 kw = (uint4){0u, 0u, 0u, 0u};
             uint4 vw = (uint4){0u, 0u, 0u, 0u};
             if (pp < end) {
@@ -229,11 +253,15 @@ template <uint32_t HD> DEV void attention_cm_run(const AttentionPush& p, CmShare
 
 } // namespace ops
 
-KERNEL LAUNCH_BOUNDS(64u) void attention_cm(AttentionPush p) {
-    __shared__ ops::CmShared<128u> sh;
-    ops::attention_cm_run<128u>(p, sh);
-}
-KERNEL LAUNCH_BOUNDS(64u) void attention_cm64(AttentionPush p) {
-    __shared__ ops::CmShared<64u> sh;
-    ops::attention_cm_run<64u>(p, sh);
-}
+#define ATTENTION_CM(name, hd, kv)                                                         \
+    KERNEL LAUNCH_BOUNDS(64u) void name(AttentionPush p) {                                 \
+        __shared__ ops::CmShared<hd> sh;                                                   \
+        ops::attention_cm_run<hd, kv>(p, sh);                                              \
+    }
+ATTENTION_CM(attention_cm, 128u, ops::KvF16)
+ATTENTION_CM(attention_cm64, 64u, ops::KvF16)
+ATTENTION_CM(attention_cm_q8_0, 128u, ops::KvQ8_0)
+ATTENTION_CM(attention_cm64_q8_0, 64u, ops::KvQ8_0)
+ATTENTION_CM(attention_cm_q4_0, 128u, ops::KvQ4_0)
+ATTENTION_CM(attention_cm64_q4_0, 64u, ops::KvQ4_0)
+#undef ATTENTION_CM

@@ -19,7 +19,9 @@
 // does, and is written normalised, in f32.
 //
 // HD (64 or 128) is the head size; the host picks this kernel only for
-// those, for tiles whose cache rows are 16-byte aligned.
+// those, for tiles whose cache rows are 16-byte aligned. With KV_Q8_0 or
+// KV_Q4_0 the cache is ggml's blocks (kv_cache.glsl), dequantized to f16
+// as the tile is staged.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_cooperative_matrix : require
@@ -27,6 +29,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #include "common.glsl"
+#include "kv_cache.glsl"
 
 #ifndef HD
 #define HD 128
@@ -131,6 +134,32 @@ void main() {
             uint j = e / (HD / 8u);
             uint u = e % (HD / 8u);
             uint p = p0 + j;
+#ifdef KV_QUANTIZED
+            // The unit's 8 values of K and of V (a head is whole blocks).
+            vec4 k0 = vec4(0.0), k1 = vec4(0.0), v0 = vec4(0.0), v1 = vec4(0.0);
+            if (p < end) {
+                uint first = kvh * HD + 8u * u;
+                uint bw = ((p % pc.ring) * (pc.kv_dim / 32u) + first / 32u) * KV_BLOCK_WORDS;
+                uint i = (first % 32u) / 4u;
+                U16s kq = U16s(pc.k_cache);
+                U16s vq = U16s(pc.v_cache);
+#ifdef KV_Q4_0
+                const float zero = 8.0;
+#else
+                const float zero = 0.0;
+#endif
+                float dk = kv_scale(kq, bw);
+                float dv = kv_scale(vq, bw);
+                k0 = (kv_quants4(kq, bw, i) - zero) * dk;
+                k1 = (kv_quants4(kq, bw, i + 1u) - zero) * dk;
+                v0 = (kv_quants4(vq, bw, i) - zero) * dv;
+                v1 = (kv_quants4(vq, bw, i + 1u) - zero) * dv;
+            }
+            ks_[j * SK4 + 2u * u] = f16vec4(k0);
+            ks_[j * SK4 + 2u * u + 1u] = f16vec4(k1);
+            vs_[j * SK4 + 2u * u] = f16vec4(v0);
+            vs_[j * SK4 + 2u * u + 1u] = f16vec4(v1);
+#else
             uvec4 kw = uvec4(0u);
             uvec4 vw = uvec4(0u);
             if (p < end) {
@@ -142,6 +171,7 @@ void main() {
             ks_[j * SK4 + 2u * u + 1u] = half4(kw.z, kw.w);
             vs_[j * SK4 + 2u * u] = half4(vw.x, vw.y);
             vs_[j * SK4 + 2u * u + 1u] = half4(vw.z, vw.w);
+#endif
         }
         memoryBarrierShared();
         barrier();

@@ -229,6 +229,26 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     ("attention_cm", "attention_coopmat.comp", &[("HD", "128")]),
     ("attention_cm64", "attention_coopmat.comp", &[("HD", "64")]),
     (
+        "attention_cm_q8_0",
+        "attention_coopmat.comp",
+        &[("HD", "128"), ("KV_Q8_0", "1")],
+    ),
+    (
+        "attention_cm64_q8_0",
+        "attention_coopmat.comp",
+        &[("HD", "64"), ("KV_Q8_0", "1")],
+    ),
+    (
+        "attention_cm_q4_0",
+        "attention_coopmat.comp",
+        &[("HD", "128"), ("KV_Q4_0", "1")],
+    ),
+    (
+        "attention_cm64_q4_0",
+        "attention_coopmat.comp",
+        &[("HD", "64"), ("KV_Q4_0", "1")],
+    ),
+    (
         "attention_combine",
         "attention_combine.comp",
         &[("WG_SIZE", "128"), ("ATT_DIMS", "2")],

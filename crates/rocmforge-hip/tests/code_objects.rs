@@ -231,6 +231,29 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 176,
         max_lds: 21632,
     },
+    // The same over a quantized cache, its blocks dequantized as a tile
+    // is staged (gfx1100: 208 / 174, Q4_0 210 / 176; 216 still leaves 7
+    // waves a SIMD, as 208 does).
+    Budget {
+        kernel: "attention_cm_q8_0",
+        max_vgprs: 208,
+        max_lds: 34944,
+    },
+    Budget {
+        kernel: "attention_cm64_q8_0",
+        max_vgprs: 176,
+        max_lds: 21632,
+    },
+    Budget {
+        kernel: "attention_cm_q4_0",
+        max_vgprs: 216,
+        max_lds: 34944,
+    },
+    Budget {
+        kernel: "attention_cm64_q4_0",
+        max_vgprs: 176,
+        max_lds: 21632,
+    },
     Budget {
         kernel: "attention_combine",
         max_vgprs: 32,

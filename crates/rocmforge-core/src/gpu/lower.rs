@@ -511,17 +511,16 @@ pub fn record_graph(
                 let wide = if s.head_dim > 128 { "_wide" } else { "" };
                 let row_groups = graph.n_tokens.div_ceil(ROWS_PER_GROUP) * s.n_head;
                 // The matrix-core kernel reads f16 cache rows in 16-byte
-                // units.
+                // units, and a quantized cache's blocks in 16-bit ones.
                 let matrix = match s.head_dim {
                     128 => Some("attention_cm"),
                     64 => Some("attention_cm64"),
                     _ => None,
                 }
                 .filter(|_| {
-                    f16_cache
-                        && lw.matrix_attention
-                        && l.kv_dim.is_multiple_of(8)
-                        && (k_cache | v_cache).is_multiple_of(16)
+                    lw.matrix_attention
+                        && (!f16_cache
+                            || l.kv_dim.is_multiple_of(8) && (k_cache | v_cache).is_multiple_of(16))
                 });
                 // Decode by runs, merged by a combine that writes the
                 // output: on wide subgroups always (their kernel serves
@@ -536,7 +535,7 @@ pub fn record_graph(
                     // Prefill on matrix cores: tiles of 32 tokens by 32
                     // positions.
                     (false, true, ..) if matrix.is_some() => (
-                        matrix.unwrap_or_default().into(),
+                        format!("{}{}", matrix.unwrap_or_default(), suffix(quantized)),
                         graph.n_tokens.div_ceil(MATRIX_ROWS_PER_GROUP) * s.n_head,
                     ),
                     // Prefill on wide subgroups: a few tokens of a head per

@@ -1443,9 +1443,9 @@ fn split_attention_is_refused_past_its_partials() {
 
 /// A quantized cache (`-ctk q8_0 -ctv q8_0`) takes the kernels named with
 /// its type: stored by block (not fused into rope), decode by runs and
-/// prefill by rows on wide subgroups, the plain kernel elsewhere, never
-/// the f16-only staged or matrix-core ones; K and V of two types are
-/// refused on the GPU.
+/// prefill on the matrix cores or by rows on wide subgroups, the plain
+/// kernel elsewhere, never the f16-only staged ones; K and V of two types
+/// are refused on the GPU.
 #[test]
 fn a_quantized_cache_takes_its_own_kernels() {
     let mut m = dense_llama(QuantType::Q4_0);
@@ -1484,10 +1484,21 @@ fn a_quantized_cache_takes_its_own_kernels() {
             [
                 store(40),
                 (
-                    format!("attention_rows_{ty}"),
-                    (40usize.div_ceil(4) * N_HEAD) as u32
+                    format!("attention_cm64_{ty}"),
+                    (40usize.div_ceil(32) * N_HEAD) as u32
                 )
             ]
+        );
+        let rows = Lowering {
+            matrix_attention: false,
+            ..wide
+        };
+        assert_eq!(
+            kernels(&rows, 40)[1],
+            (
+                format!("attention_rows_{ty}"),
+                (40usize.div_ceil(4) * N_HEAD) as u32
+            )
         );
         let plain = kernels(&vulkan_lowering(), 40);
         assert_eq!(

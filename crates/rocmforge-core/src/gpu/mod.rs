@@ -161,6 +161,7 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         _ if family("attention_decode_") || family("attention_rows_") => 128,
         // Two subgroups of 32 on the matrix cores.
         "attention_cm" | "attention_cm64" => 64,
+        _ if family("attention_cm_") || family("attention_cm64_") => 64,
         "attention_staged" | "attention_staged_q8" | "attention_split" | "attention_decode" => 128,
         "attention_decode_wide" | "attention_rows" | "attention_rows_wide" => 128,
         "attention_combine" | "attention_combine_q8" => 128,

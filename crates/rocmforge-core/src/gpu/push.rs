@@ -343,6 +343,10 @@ pub const ATTENTION_KERNELS: &[&str] = &[
     "attention_rows_q4_0",
     "attention_rows_wide_q8_0",
     "attention_rows_wide_q4_0",
+    "attention_cm_q8_0",
+    "attention_cm_q4_0",
+    "attention_cm64_q8_0",
+    "attention_cm64_q4_0",
 ];
 
 #[repr(C)]
