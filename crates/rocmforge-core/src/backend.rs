@@ -114,7 +114,7 @@ pub enum BackendError {
     Alignment { tensor: String, reason: String },
     /// The model does not fit in the memory the device has free, found
     /// before anything was allocated ([`Backend::free_memory`]).
-    #[error("the model needs {} on {device} ({detail}) but only {} is free; use a smaller --ctx-size, a smaller quantization or another backend", format_bytes(*needed), format_bytes(*free))]
+    #[error("the model needs {} on {device} ({detail}) but only {} is free; use a smaller --ctx-size, a quantized KV cache (-ctk q8_0 -ctv q8_0), a smaller quantization or another backend", format_bytes(*needed), format_bytes(*free))]
     DoesNotFit {
         device: String,
         needed: u64,
