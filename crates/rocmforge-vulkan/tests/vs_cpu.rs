@@ -301,7 +301,6 @@ fn long_prompt() {
         let Some(vk) = vulkan_or_skip() else { return };
         let path = generated("tiny-llama", ty);
         let model = Arc::new(Model::load(&path).unwrap());
-        let n_vocab = model.config.n_vocab;
         let run = |backend: Box<dyn Backend>| {
             let opts = SessionOptions {
                 kv_types: Default::default(),
@@ -309,18 +308,7 @@ fn long_prompt() {
                 n_batch: 256,
                 all_logits: true,
             };
-            let mut s = Session::new(Arc::clone(&model), backend, opts, &mut |_, _| {}).unwrap();
-            let prompt: Vec<u32> = (0..150u32)
-                .map(|i| (i * 7919 + 13) % n_vocab as u32)
-                .collect();
-            let mut rows: Vec<Vec<f32>> = s
-                .eval(&prompt)
-                .unwrap()
-                .chunks_exact(n_vocab)
-                .map(<[f32]>::to_vec)
-                .collect();
-            rows.push(s.eval(&[1]).unwrap().to_vec());
-            rows
+            prompt_then_decode(&model, backend, opts, 150, &[1])
         };
         let cpu = run(Box::new(CpuBackend::new(2)));
         let ours = run(Box::new(vk));
@@ -402,21 +390,10 @@ fn quantized_kv_cache() {
                 n_batch: *n_batch,
                 all_logits: true,
             };
-            let mut s = Session::new(Arc::clone(&model), backend, opts, &mut |_, _| {}).unwrap();
-            let prompt: Vec<u32> = (0..71u32)
-                .map(|i| (i * 7919 + 13) % n_vocab as u32)
+            let decode: Vec<u32> = (0..8u32)
+                .map(|i| (i * 104_729 + 7) % n_vocab as u32)
                 .collect();
-            let mut rows: Vec<Vec<f32>> = s
-                .eval(&prompt)
-                .unwrap()
-                .chunks_exact(n_vocab)
-                .map(<[f32]>::to_vec)
-                .collect();
-            for i in 0..8u32 {
-                let token = (i * 104_729 + 7) % n_vocab as u32;
-                rows.push(s.eval(&[token]).unwrap().to_vec());
-            }
-            rows
+            prompt_then_decode(&model, backend, opts, 71, &decode)
         };
         let name = path.file_name().unwrap().to_string_lossy();
         let Some(vk) = vulkan_or_skip() else { return };
@@ -461,4 +438,30 @@ fn quantized_kv_cache() {
             );
         }
     }
+}
+
+/// The logit rows of a prompt of `n_prompt` pseudo-random tokens (every
+/// row), then of each token of `decode` evaluated alone.
+fn prompt_then_decode(
+    model: &Arc<Model>,
+    backend: Box<dyn Backend>,
+    opts: SessionOptions,
+    n_prompt: u32,
+    decode: &[u32],
+) -> Vec<Vec<f32>> {
+    let n_vocab = model.config.n_vocab;
+    let mut s = Session::new(Arc::clone(model), backend, opts, &mut |_, _| {}).unwrap();
+    let prompt: Vec<u32> = (0..n_prompt)
+        .map(|i| (i * 7919 + 13) % n_vocab as u32)
+        .collect();
+    let mut rows: Vec<Vec<f32>> = s
+        .eval(&prompt)
+        .unwrap()
+        .chunks_exact(n_vocab)
+        .map(<[f32]>::to_vec)
+        .collect();
+    for &token in decode {
+        rows.push(s.eval(&[token]).unwrap().to_vec());
+    }
+    rows
 }

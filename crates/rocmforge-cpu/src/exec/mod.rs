@@ -553,7 +553,6 @@ impl Step<'_> {
         let sinks = sinks.map(|s| self.weights[s].f32s());
         let spec = &self.graph.attention;
         let hd = spec.head_dim;
-        let group = spec.n_head / spec.n_head_kv;
         let l = self.kv_layout;
         let n = self.graph.tensor(q).rows;
         // A quantized cache: ggml walks every (token, head) in order.
@@ -588,30 +587,19 @@ impl Step<'_> {
             let blocks = self.layer_cache(layer);
             let qs = self.input(q);
             let scores = self.thread_scratch(m);
-            let q_dim = spec.n_head * hd;
-            // Strided, not contiguous: with the causal mask a late token costs
-            // more than an early one, and taking every nth (token, head) item
-            // gives each thread the same mix of both.
-            for item in (m.ith..n * spec.n_head).step_by(m.nth) {
-                let (t, h) = (item / spec.n_head, item % spec.n_head);
-                let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
-                let n_kv = self.inputs().0 + t + 1;
-                let first = window.map_or(0, |w| n_kv.saturating_sub(w));
-                let kv = attention::KvHead {
-                    offset: (h / group) * hd,
-                    ..blocks
-                };
+            self.head_items(m, n, window, |h, span, positions, offset| {
+                let kv = attention::KvHead { offset, ..blocks };
                 attention::attend_head(
                     &qs[span.clone()],
                     &kv,
-                    first..n_kv,
+                    positions,
                     hd,
                     spec.scale,
                     sinks.map(|s| s[h]),
                     self.output(out, span),
                     scores,
                 );
-            }
+            });
         }
     }
 
@@ -631,10 +619,8 @@ impl Step<'_> {
     ) {
         let spec = &self.graph.attention;
         let hd = spec.head_dim;
-        let group = spec.n_head / spec.n_head_kv;
         let l = self.kv_layout;
         let n = self.graph.tensor(q).rows;
-        let q_dim = spec.n_head * hd;
         // SAFETY: this op writes none of the cache or `q`; item `(t, h)`
         // of `out` is written by the one member that takes it (this fn's
         // contract); the blocks lie inside the cache (its layout).
@@ -649,25 +635,43 @@ impl Step<'_> {
                 ring: l.capacity(layer),
             };
             let qs = self.input(q);
-            for item in (m.ith..n * spec.n_head).step_by(m.nth) {
-                let (t, h) = (item / spec.n_head, item % spec.n_head);
-                let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
-                let n_kv = self.inputs().0 + t + 1;
-                let first = window.map_or(0, |w| n_kv.saturating_sub(w));
-                let kv = attention::TypedKvHead {
-                    offset: (h / group) * hd,
-                    ..blocks
-                };
+            self.head_items(m, n, window, |h, span, positions, offset| {
+                let kv = attention::TypedKvHead { offset, ..blocks };
                 attention::attend_head_typed(
                     &qs[span.clone()],
                     &kv,
-                    first..n_kv,
+                    positions,
                     hd,
                     spec.scale,
                     sinks.map(|s| s[h]),
                     self.output(out, span),
                 );
-            }
+            });
+        }
+    }
+
+    /// The (token, head) items of an `n`-token step that member `m` takes
+    /// in a per-head walk: `f(head, its span of q and out, the positions
+    /// it attends to, its KV head's offset in a cache row)`. Strided, not
+    /// contiguous: with the causal mask a late token costs more than an
+    /// early one, and taking every nth item gives each thread the same mix
+    /// of both.
+    fn head_items(
+        &self,
+        m: Member,
+        n: usize,
+        window: Option<usize>,
+        mut f: impl FnMut(usize, std::ops::Range<usize>, std::ops::Range<usize>, usize),
+    ) {
+        let spec = &self.graph.attention;
+        let hd = spec.head_dim;
+        let (q_dim, group) = (spec.n_head * hd, spec.n_head / spec.n_head_kv);
+        for item in (m.ith..n * spec.n_head).step_by(m.nth) {
+            let (t, h) = (item / spec.n_head, item % spec.n_head);
+            let n_kv = self.inputs().0 + t + 1;
+            let first = window.map_or(0, |w| n_kv.saturating_sub(w));
+            let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
+            f(h, span, first..n_kv, (h / group) * hd);
         }
     }
 

@@ -136,9 +136,15 @@ pub fn attend_head(
             out,
         );
     }
+    finish_head(out, max, sum, sink);
+}
+
+/// The end of a head's walk: the sink joins the denominator (ggml rescales
+/// its f32 copy of the accumulator here, unrounded, and, as compiled, does
+/// not fuse this sum), then the output is normalised (zeros for an empty
+/// sum).
+fn finish_head(out: &mut [f32], max: f32, mut sum: f32, sink: Option<f32>) {
     if let Some(s) = sink {
-        // ggml rescales its f32 copy of the accumulator here, unrounded,
-        // and (as compiled) does not fuse this sum.
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
         if s > max {
             ms = (max - s).exp();

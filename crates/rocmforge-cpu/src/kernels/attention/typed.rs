@@ -18,7 +18,7 @@ use rocmforge_core::plan::{KvType, KvTypes};
 use rocmforge_core::quant::{dequantize, QuantType};
 
 use super::super::quant_dot::{quantize_activation_into, vec_dot};
-use super::{dot, has_simd, mad_f16, scale_f16, softmax_sum};
+use super::{dot, finish_head, has_simd, mad_f16, scale_f16, softmax_sum};
 
 /// Largest head the walk takes (its buffers live on the stack).
 pub const MAX_HEAD_DIM: usize = 512;
@@ -137,20 +137,7 @@ pub fn attend_head_typed(
         }
         sum = softmax_sum(simd, sum, ms, vs);
     }
-    if let Some(s) = sink {
-        let (mut ms, mut vs) = (1.0f32, 1.0f32);
-        if s > max {
-            ms = (max - s).exp();
-            out.iter_mut().for_each(|o| *o *= ms);
-        } else {
-            vs = (s - max).exp();
-        }
-        sum = sum * ms + vs;
-    }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    for o in out.iter_mut() {
-        *o *= inv;
-    }
+    finish_head(out, max, sum, sink);
 }
 
 /// A Q8_0 or Q4_0 row as ggml's `to_float` gives it.
