@@ -433,6 +433,8 @@ fn bad_llama_flag_values_are_one_line() {
         (&["-t", "x"][..], 2, "--threads"),
         (&["-t", "-2"][..], 2, "--threads"),
         (&["--temp", "hot"][..], 2, "--temp"),
+        (&["-ctk", "q5_1"][..], 2, "unknown cache type 'q5_1'"),
+        (&["-ctv", "f32"][..], 2, "--cache-type-v"),
     ] {
         let mut args = vec!["generate", "-m", gguf, "-p", "hi"];
         args.extend_from_slice(flags);
@@ -536,4 +538,32 @@ fn perplexity_refuses_what_it_cannot_score_in_one_line() {
     assert_one_line_error(&o, 2, "--ctx-size");
     let o = run(&["perplexity", "-f", text]);
     assert_one_line_error(&o, 2, "--model");
+}
+
+/// `-ctk` / `-ctv` as llama-cli spells them: a quantized cache on the CPU
+/// generates and the memory line says its types.
+#[test]
+fn cache_types_take_llama_cpp_flags() {
+    let gguf = fixture("tiny-qwen2-Q8_0.gguf");
+    let gguf = gguf.to_str().unwrap();
+    let o = run(&[
+        "generate",
+        "-m",
+        gguf,
+        "-p",
+        "hi",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+        "--backend",
+        "cpu",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q4_0",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("(K q8_0, V q4_0)"), "{err}");
 }

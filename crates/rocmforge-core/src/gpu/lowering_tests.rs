@@ -13,6 +13,7 @@ use std::collections::HashSet;
 
 use super::mock::*;
 use super::push::*;
+use super::split::MAX_SPLITS;
 use super::{
     check_graph, q8_packed_layout, scratch_bytes, workgroup_size, DeviceWeight, Lowering,
     MatrixTiles, Reserved,
@@ -1526,4 +1527,57 @@ fn a_quantized_cache_takes_its_own_kernels() {
         "{:?}",
         err.err()
     );
+}
+
+/// A context of 131072 positions (gpt-oss's, Llama 3.1's): every cache
+/// address the lowering passes lies at its layer's block in the layout
+/// (byte offsets past 4 GiB stay 64-bit), the ring is the whole context,
+/// and decode is split over it within the partials, for f16 and a
+/// quantized cache alike.
+#[test]
+fn a_128k_context_lowers_without_overflow() {
+    let mut m = dense_llama(QuantType::Q4_0);
+    let lw = Lowering {
+        subgroup_decode: true,
+        compute_units: 132,
+        ..vulkan_lowering()
+    };
+    for ty in [KvType::F16, KvType::Q8_0] {
+        let n_ctx = 131072;
+        m.kv = KvLayout::typed(&m.model.config, n_ctx, 512, KvTypes { k: ty, v: ty });
+        // The same rows for a 70B-sized cache (80 layers of 1024-wide
+        // rows): the region passes 4 GiB and its offsets stay exact.
+        let mut big = m.model.config.clone();
+        big.n_layer = 80;
+        big.n_head_kv = 1024 / big.head_dim;
+        let far = KvLayout::typed(&big, n_ctx, 512, KvTypes { k: ty, v: ty });
+        let row = ty.row_bytes(1024) as u128;
+        assert_eq!(far.k_at(79) as u128, 79 * 2 * n_ctx as u128 * row);
+        assert_eq!(far.bytes_u128(), 80 * 2 * n_ctx as u128 * row);
+        assert!(far.bytes_u128() > u32::MAX as u128);
+        for n in [1usize, 40] {
+            let g = m.graph(n);
+            let sink = m.record(&lw, &g, &naive_plan(&g));
+            let mut layer = 0;
+            for l in sink
+                .launches
+                .iter()
+                .filter(|l| l.kernel.starts_with("attention_"))
+            {
+                if l.kernel.starts_with("attention_combine") {
+                    continue;
+                }
+                let push: AttentionPush = l.push_as();
+                assert_eq!(push.k_cache, KV_BASE + m.kv.k_at(layer) as u64, "{ty} {n}");
+                assert_eq!(push.v_cache, KV_BASE + m.kv.v_at(layer) as u64, "{ty} {n}");
+                assert_eq!(push.ring, n_ctx as u32);
+                if n == 1 {
+                    // Split to fill the device, within MAX_SPLITS.
+                    assert!(push.n_split > 1 && push.n_split as usize <= MAX_SPLITS);
+                }
+                layer += 1;
+            }
+            assert_eq!(layer, N_LAYER, "{ty} {n}");
+        }
+    }
 }
