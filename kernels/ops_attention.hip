@@ -170,20 +170,26 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
             }
             r = r + 1u == p.ring ? 0u : r + 1u;
         }
-        float s[GROUP];
-        float mx = m;
+        // Each lane's part of every position's dot, then the wave's sums
+        // of all GROUP at once.
+        float part[GROUP];
 #pragma unroll
         for (uint32_t j = 0u; j < GROUP; j++) {
-            float part = 0.0f;
+            part[j] = 0.0f;
 #pragma unroll
             for (uint32_t k = 0u; k < KP; k++) {
                 if (k < kp) {
-                    part = dev_fmaf(KV::lo(kw[j][k]), qx[k], part);
-                    part = dev_fmaf(KV::hi(kw[j][k]), qy[k], part);
+                    part[j] = dev_fmaf(KV::lo(kw[j][k]), qx[k], part[j]);
+                    part[j] = dev_fmaf(KV::hi(kw[j][k]), qy[k], part[j]);
                 }
             }
-            float dot = wave_sum(part);
-            s[j] = p0 + j < end ? dot * p.scale : -__builtin_inff();
+        }
+        float s[GROUP];
+        wave_sum8(part, s);
+        float mx = m;
+#pragma unroll
+        for (uint32_t j = 0u; j < GROUP; j++) {
+            s[j] = p0 + j < end ? s[j] * p.scale : -__builtin_inff();
             mx = dev_fmaxf(mx, s[j]);
         }
         float alpha = dev_expf(m - mx); // 0 while m = -inf

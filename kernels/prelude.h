@@ -150,6 +150,60 @@ DEV float wave_shfl_xor_f32(float v, uint32_t mask) {
     return __builtin_bit_cast(float, wave_shfl_xor(__builtin_bit_cast(uint32_t, v), mask));
 }
 
+// The value of lane `src` (the same for every lane: a broadcast).
+DEV float wave_shfl_idx_f32(float v, uint32_t src) {
+#if RF_AMDGPU
+    return __builtin_bit_cast(
+        float, __builtin_amdgcn_ds_bpermute((int)(src << 2), __builtin_bit_cast(int, v)));
+#else
+    return __builtin_bit_cast(float, __nvvm_shfl_sync_idx_i32(0xffffffffu, __builtin_bit_cast(int, v),
+                                                              (int)src, 0x1f));
+#endif
+}
+
+// The wave sums of eight values v[0..8), each to every lane: a
+// reduce-scatter (partners 16, 8, 4 each take half of what is left, so
+// lane l ends with sum j(l) = 4 b4 + 2 b3 + b2 of its bits) and the last
+// two butterfly steps, then each sum from a lane that holds it: 17
+// shuffles where eight wave_sums take 40.
+// `c ? a : b` with both values in registers: a select of two array
+// elements may otherwise become a load through a selected address, and
+// the array then lives in local memory.
+DEV float pick(bool c, float a, float b) {
+    uint32_t m = 0u - (uint32_t)c;
+    return __builtin_bit_cast(float, (__builtin_bit_cast(uint32_t, a) & m) |
+                                         (__builtin_bit_cast(uint32_t, b) & ~m));
+}
+
+DEV void wave_sum8(const float (&v)[8], float (&out)[8]) {
+    static_assert(WAVE_SIZE == 32u, "lane bits 4..0");
+    uint32_t lane = lane_id();
+    bool b4 = (lane >> 4) & 1u;
+    bool b3 = (lane >> 3) & 1u;
+    bool b2 = (lane >> 2) & 1u;
+    float a4[4];
+#pragma unroll
+    for (uint32_t i = 0u; i < 4u; i++) {
+        float send = pick(b4, v[i], v[i + 4u]);
+        float keep = pick(b4, v[i + 4u], v[i]);
+        a4[i] = keep + wave_shfl_xor_f32(send, 16u);
+    }
+    float a2[2];
+#pragma unroll
+    for (uint32_t i = 0u; i < 2u; i++) {
+        float send = pick(b3, a4[i], a4[i + 2u]);
+        float keep = pick(b3, a4[i + 2u], a4[i]);
+        a2[i] = keep + wave_shfl_xor_f32(send, 8u);
+    }
+    float a1 = pick(b2, a2[1], a2[0]) + wave_shfl_xor_f32(pick(b2, a2[0], a2[1]), 4u);
+    a1 += wave_shfl_xor_f32(a1, 2u);
+    a1 += wave_shfl_xor_f32(a1, 1u);
+#pragma unroll
+    for (uint32_t j = 0u; j < 8u; j++) {
+        out[j] = wave_shfl_idx_f32(a1, ((j >> 2) & 1u) * 16u + ((j >> 1) & 1u) * 8u + (j & 1u) * 4u);
+    }
+}
+
 // Sum over the wave, returned to every lane. Butterfly order (partners at
 // distance 16, 8, 4, 2, 1): both partners add the same two values, so every
 // lane ends with the same bits, and the order is the same on every target.
