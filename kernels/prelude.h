@@ -161,11 +161,6 @@ DEV float wave_shfl_idx_f32(float v, uint32_t src) {
 #endif
 }
 
-// The wave sums of eight values v[0..8), each to every lane: a
-// reduce-scatter (partners 16, 8, 4 each take half of what is left, so
-// lane l ends with sum j(l) = 4 b4 + 2 b3 + b2 of its bits) and the last
-// two butterfly steps, then each sum from a lane that holds it: 17
-// shuffles where eight wave_sums take 40.
 // `c ? a : b` with both values in registers: a select of two array
 // elements may otherwise become a load through a selected address, and
 // the array then lives in local memory.
@@ -175,32 +170,36 @@ DEV float pick(bool c, float a, float b) {
                                          (__builtin_bit_cast(uint32_t, b) & ~m));
 }
 
+// One reduce-scatter step: a lane with `mask`'s bit set keeps the upper
+// half of `in` and sends the lower to its partner (lane ^ mask), which
+// does the opposite; each kept value gains the partner's.
+template <uint32_t N>
+DEV void scatter_half(const float (&in)[2u * N], float (&out)[N], uint32_t mask) {
+    bool up = (lane_id() & mask) != 0u;
+#pragma unroll
+    for (uint32_t i = 0u; i < N; i++) {
+        out[i] = pick(up, in[i + N], in[i]) + wave_shfl_xor_f32(pick(up, in[i], in[i + N]), mask);
+    }
+}
+
+// The wave sums of eight values v[0..8), each to every lane: a
+// reduce-scatter (partners 16, 8, 4 each take half of what is left, so
+// lane l ends with sum j(l) = 4 b4 + 2 b3 + b2 of its bits) and the last
+// two butterfly steps, then each sum from a lane that holds it: 17
+// shuffles where eight wave_sums take 40.
 DEV void wave_sum8(const float (&v)[8], float (&out)[8]) {
     static_assert(WAVE_SIZE == 32u, "lane bits 4..0");
-    uint32_t lane = lane_id();
-    bool b4 = (lane >> 4) & 1u;
-    bool b3 = (lane >> 3) & 1u;
-    bool b2 = (lane >> 2) & 1u;
     float a4[4];
-#pragma unroll
-    for (uint32_t i = 0u; i < 4u; i++) {
-        float send = pick(b4, v[i], v[i + 4u]);
-        float keep = pick(b4, v[i + 4u], v[i]);
-        a4[i] = keep + wave_shfl_xor_f32(send, 16u);
-    }
     float a2[2];
-#pragma unroll
-    for (uint32_t i = 0u; i < 2u; i++) {
-        float send = pick(b3, a4[i], a4[i + 2u]);
-        float keep = pick(b3, a4[i + 2u], a4[i]);
-        a2[i] = keep + wave_shfl_xor_f32(send, 8u);
-    }
-    float a1 = pick(b2, a2[1], a2[0]) + wave_shfl_xor_f32(pick(b2, a2[0], a2[1]), 4u);
-    a1 += wave_shfl_xor_f32(a1, 2u);
-    a1 += wave_shfl_xor_f32(a1, 1u);
+    float a1[1];
+    scatter_half<4u>(v, a4, 16u);
+    scatter_half<2u>(a4, a2, 8u);
+    scatter_half<1u>(a2, a1, 4u);
+    float sum = a1[0] + wave_shfl_xor_f32(a1[0], 2u);
+    sum += wave_shfl_xor_f32(sum, 1u);
 #pragma unroll
     for (uint32_t j = 0u; j < 8u; j++) {
-        out[j] = wave_shfl_idx_f32(a1, ((j >> 2) & 1u) * 16u + ((j >> 1) & 1u) * 8u + (j & 1u) * 4u);
+        out[j] = wave_shfl_idx_f32(sum, ((j >> 2) & 1u) * 16u + ((j >> 1) & 1u) * 8u + (j & 1u) * 4u);
     }
 }
 
