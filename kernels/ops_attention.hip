@@ -84,9 +84,11 @@ DEV void write_output(const AttentionPush& p, uint32_t t, uint32_t h, float l,
 // consecutive positions and reads their K and V rows straight from the
 // cache, lane l holding head-dim pairs l + 32 k (k < KP), every word of the
 // group loaded before the first is used. A position's score is the wave's
-// sum of the lanes' partial dot products; the group's weights follow in
-// f32, then one multiply-add per pair and position. The waves' (maximum,
-// sum, output) merge through shared memory into the run's partial.
+// sum of the lanes' partial dot products (a reduce-scatter leaves each
+// lane one position's sum); the group's weights follow in f32, each
+// computed by the lanes holding its score and shuffled to the others, then
+// one multiply-add per pair and position. The waves' (maximum, sum,
+// output) merge through shared memory into the run's partial.
 // attention_decode holds up to 2 pairs a lane (head_dim <= 128),
 // attention_decode_wide up to 4 (head_dim <= 256). Weights use dev_expf,
 // not libm_expf: this kernel's sums are its own (f32), not the CPU's.
@@ -98,12 +100,140 @@ template <uint32_t WG, uint32_t KP> struct DecodeShared {
     float acc[WG / WAVE_SIZE][2u * WAVE_SIZE * KP];
 };
 
+// A wave's walk over positions begin..end of a run, into its running
+// maximum m, sum l and output (ax, ay). FK: the head's words per lane when
+// every lane's FK words are in the head (head_dim == 64 FK), so nothing is
+// masked; 0 for any other head size (kp words, some lanes idle). Groups
+// that are whole and do not wrap the ring (all but at most two of a run)
+// load without per-position checks, row after row from one address.
+template <uint32_t WG, uint32_t KP, uint32_t FK, typename KV>
+DEV void decode_walk(const AttentionPush& p, uint32_t begin, uint32_t end,
+                     const typename KV::Unit* kc, const typename KV::Unit* vc,
+                     const float (&qx)[KP], const float (&qy)[KP], float (&ax)[KP],
+                     float (&ay)[KP], float& m, float& l) {
+    constexpr uint32_t GROUP = ATT_DECODE_GROUP;
+    constexpr uint32_t STEP = WG / WAVE_SIZE * GROUP;
+    static_assert(GROUP == 8u, "wave_sum8_scattered");
+    const uint32_t lane = lane_id();
+    const uint32_t pairs = p.head_dim / 2u;
+    const uint32_t kp = FK != 0u ? FK : (pairs + WAVE_SIZE - 1u) / WAVE_SIZE;
+    const uint32_t row_units = KV::row_units(p.kv_dim);
+    const uint32_t ring = p.ring;
+    const uint32_t mine = wave_sum8_index(lane); // the position this lane scores
+    // Word k of this lane in the head, and whether it is there.
+    auto used = [&](uint32_t k) { return FK != 0u ? k < FK : k < kp; };
+    auto in_head = [&](uint32_t k) { return FK != 0u || lane + WAVE_SIZE * k < pairs; };
+    uint32_t p0 = begin + wave_id() * GROUP;
+    uint32_t r = p0 % ring; // p0's ring row, carried from group to group
+    for (; p0 < end; p0 += STEP) {
+        uint32_t kw[GROUP][KP];
+        uint32_t vw[GROUP][KP];
+        if (p0 + GROUP <= end && r + GROUP <= ring) {
+            uint64_t row = (uint64_t)r * row_units;
+            // The lane's first word of row r, then one row further each time.
+            const typename KV::Unit* kr = kc + row + lane;
+            const typename KV::Unit* vr = vc + row + lane;
+#pragma unroll
+            for (uint32_t j = 0u; j < GROUP; j++) {
+#pragma unroll
+                for (uint32_t k = 0u; k < KP; k++) {
+                    kw[j][k] = 0u;
+                    vw[j][k] = 0u;
+                    uint32_t w = lane + WAVE_SIZE * k;
+                    if (used(k) && in_head(k)) {
+                        if constexpr (KV::WORDS) {
+                            kw[j][k] = kr[WAVE_SIZE * k];
+                            vw[j][k] = vr[WAVE_SIZE * k];
+                        } else {
+                            kw[j][k] = KV::load(kc, row, w);
+                            vw[j][k] = KV::load(vc, row, w);
+                        }
+                    }
+                }
+                row += row_units;
+                kr += row_units;
+                vr += row_units;
+            }
+        } else {
+            // A run's last group, or one wrapping the ring.
+            uint32_t rr = r;
+#pragma unroll
+            for (uint32_t j = 0u; j < GROUP; j++) {
+                uint64_t row = (uint64_t)rr * row_units;
+                bool live_row = p0 + j < end;
+#pragma unroll
+                for (uint32_t k = 0u; k < KP; k++) {
+                    kw[j][k] = 0u;
+                    vw[j][k] = 0u;
+                    uint32_t w = lane + WAVE_SIZE * k;
+                    if (used(k) && live_row && in_head(k)) {
+                        if constexpr (KV::WORDS) {
+                            kw[j][k] = kc[row + w];
+                            vw[j][k] = vc[row + w];
+                        } else {
+                            kw[j][k] = KV::load(kc, row, w);
+                            vw[j][k] = KV::load(vc, row, w);
+                        }
+                    }
+                }
+                rr = rr + 1u == ring ? 0u : rr + 1u;
+            }
+        }
+        // Each lane's part of every position's dot; the wave's sums leave
+        // lane l with position `mine`'s.
+        float part[GROUP];
+#pragma unroll
+        for (uint32_t j = 0u; j < GROUP; j++) {
+            part[j] = 0.0f;
+#pragma unroll
+            for (uint32_t k = 0u; k < KP; k++) {
+                if (used(k)) {
+                    part[j] = dev_fmaf(KV::lo(kw[j][k]), qx[k], part[j]);
+                    part[j] = dev_fmaf(KV::hi(kw[j][k]), qy[k], part[j]);
+                }
+            }
+        }
+        float s = wave_sum8_scattered(part);
+        s = p0 + mine < end ? s * p.scale : -__builtin_inff();
+        // The group's maximum: lanes differing in bits 4..2 hold the eight.
+        float mx = s;
+#pragma unroll
+        for (uint32_t b = 16u; b >= 4u; b >>= 1) {
+            mx = dev_fmaxf(mx, wave_shfl_xor_f32(mx, b));
+        }
+        mx = dev_fmaxf(m, mx);
+        float alpha = dev_expf(m - mx); // 0 while m = -inf
+        float e_mine = dev_expf(s - mx); // 0 past the run
+        l *= alpha;
+#pragma unroll
+        for (uint32_t k = 0u; k < KP; k++) {
+            ax[k] *= alpha;
+            ay[k] *= alpha;
+        }
+#pragma unroll
+        for (uint32_t j = 0u; j < GROUP; j++) {
+            float e = wave_shfl_idx_f32(e_mine, wave_sum8_lane(j));
+            l += e;
+#pragma unroll
+            for (uint32_t k = 0u; k < KP; k++) {
+                if (used(k)) {
+                    ax[k] = dev_fmaf(e, KV::lo(vw[j][k]), ax[k]);
+                    ay[k] = dev_fmaf(e, KV::hi(vw[j][k]), ay[k]);
+                }
+            }
+        }
+        m = mx;
+        r += STEP;
+        while (r >= ring) {
+            r -= ring;
+        }
+    }
+}
+
 // KP: pairs a lane may hold (head_dim <= 64 KP); the kp = ceil(pairs / 32)
-// in use is uniform, so the lanes skip the rest with scalar branches. KV:
-// the cache's reader (KvF16, KvQ8_0, KvQ4_0).
+// in use is uniform. KV: the cache's reader (KvF16, KvQ8_0, KvQ4_0).
 template <uint32_t WG, uint32_t KP, typename KV>
 DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) {
-    constexpr uint32_t GROUP = ATT_DECODE_GROUP;
     constexpr uint32_t NW = WG / WAVE_SIZE;
     uint32_t g = wg_linear();
     uint32_t run = g % p.n_split;
@@ -116,7 +246,6 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
     uint32_t kvh = h / (p.n_head / p.n_head_kv);
     uint32_t hd = p.head_dim;
     uint32_t pairs = hd / 2u;
-    uint32_t kp = (pairs + WAVE_SIZE - 1u) / WAVE_SIZE;
     uint32_t n_kv = step_pos0(p.step) + t + 1u;
     uint32_t first = (p.window != 0u && n_kv > p.window) ? n_kv - p.window : 0u;
     uint32_t span = n_kv - first;
@@ -141,77 +270,12 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
     float l = 0.0f;
     const typename KV::Unit* kc = KV::head(p.k_cache, kvh, hd);
     const typename KV::Unit* vc = KV::head(p.v_cache, kvh, hd);
-    uint32_t row_units = KV::row_units(p.kv_dim);
-    for (uint32_t p0 = begin + wv * GROUP; p0 < end; p0 += NW * GROUP) {
-        uint32_t kw[GROUP][KP];
-        uint32_t vw[GROUP][KP];
-        // Ring rows without a division per position.
-        uint32_t r = p0 % p.ring;
-#pragma unroll
-        for (uint32_t j = 0u; j < GROUP; j++) {
-            uint64_t row = (uint64_t)r * row_units;
-            bool live_row = p0 + j < end;
-#pragma unroll
-            for (uint32_t k = 0u; k < KP; k++) {
-                kw[j][k] = 0u;
-                vw[j][k] = 0u;
-                if (k < kp) {
-                    uint32_t w = lane + WAVE_SIZE * k;
-                    if (live_row && w < pairs) {
-                        if constexpr (KV::WORDS) {
-                            kw[j][k] = kc[row + w];
-                            vw[j][k] = vc[row + w];
-                        } else {
-                            kw[j][k] = KV::load(kc, row, w);
-                            vw[j][k] = KV::load(vc, row, w);
-                        }
-                    }
-                }
-            }
-            r = r + 1u == p.ring ? 0u : r + 1u;
-        }
-        // Each lane's part of every position's dot, then the wave's sums
-        // of all GROUP at once.
-        float part[GROUP];
-#pragma unroll
-        for (uint32_t j = 0u; j < GROUP; j++) {
-            part[j] = 0.0f;
-#pragma unroll
-            for (uint32_t k = 0u; k < KP; k++) {
-                if (k < kp) {
-                    part[j] = dev_fmaf(KV::lo(kw[j][k]), qx[k], part[j]);
-                    part[j] = dev_fmaf(KV::hi(kw[j][k]), qy[k], part[j]);
-                }
-            }
-        }
-        float s[GROUP];
-        wave_sum8(part, s);
-        float mx = m;
-#pragma unroll
-        for (uint32_t j = 0u; j < GROUP; j++) {
-            s[j] = p0 + j < end ? s[j] * p.scale : -__builtin_inff();
-            mx = dev_fmaxf(mx, s[j]);
-        }
-        float alpha = dev_expf(m - mx); // 0 while m = -inf
-        l *= alpha;
-#pragma unroll
-        for (uint32_t k = 0u; k < KP; k++) {
-            ax[k] *= alpha;
-            ay[k] *= alpha;
-        }
-#pragma unroll
-        for (uint32_t j = 0u; j < GROUP; j++) {
-            float e = dev_expf(s[j] - mx); // 0 past the run
-            l += e;
-#pragma unroll
-            for (uint32_t k = 0u; k < KP; k++) {
-                if (k < kp) {
-                    ax[k] = dev_fmaf(e, KV::lo(vw[j][k]), ax[k]);
-                    ay[k] = dev_fmaf(e, KV::hi(vw[j][k]), ay[k]);
-                }
-            }
-        }
-        m = mx;
+    if (pairs == WAVE_SIZE * KP) {
+        decode_walk<WG, KP, KP, KV>(p, begin, end, kc, vc, qx, qy, ax, ay, m, l);
+    } else if (pairs == WAVE_SIZE * (KP / 2u)) {
+        decode_walk<WG, KP, KP / 2u, KV>(p, begin, end, kc, vc, qx, qy, ax, ay, m, l);
+    } else {
+        decode_walk<WG, KP, 0u, KV>(p, begin, end, kc, vc, qx, qy, ax, ay, m, l);
     }
 
     if (lane == 0u) {

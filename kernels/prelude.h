@@ -182,12 +182,18 @@ DEV void scatter_half(const float (&in)[2u * N], float (&out)[N], uint32_t mask)
     }
 }
 
-// The wave sums of eight values v[0..8), each to every lane: a
-// reduce-scatter (partners 16, 8, 4 each take half of what is left, so
-// lane l ends with sum j(l) = 4 b4 + 2 b3 + b2 of its bits) and the last
-// two butterfly steps, then each sum from a lane that holds it: 17
-// shuffles where eight wave_sums take 40.
-DEV void wave_sum8(const float (&v)[8], float (&out)[8]) {
+// The wave sums of eight values v[0..8) by a reduce-scatter (partners 16,
+// 8, 4 each take half of what is left) and the last two butterfly steps:
+// lane l ends with the sum of v[wave_sum8_index(l)], j = 4 b4 + 2 b3 + b2
+// of its bits, in 15 shuffles (eight wave_sums take 40).
+DEV uint32_t wave_sum8_index(uint32_t lane) {
+    return ((lane >> 4) & 1u) * 4u + ((lane >> 3) & 1u) * 2u + ((lane >> 2) & 1u);
+}
+// The lane that holds sum j (and three more do: bits 1 and 0 are free).
+DEV uint32_t wave_sum8_lane(uint32_t j) {
+    return ((j >> 2) & 1u) * 16u + ((j >> 1) & 1u) * 8u + (j & 1u) * 4u;
+}
+DEV float wave_sum8_scattered(const float (&v)[8]) {
     static_assert(WAVE_SIZE == 32u, "lane bits 4..0");
     float a4[4];
     float a2[2];
@@ -196,13 +202,8 @@ DEV void wave_sum8(const float (&v)[8], float (&out)[8]) {
     scatter_half<2u>(a4, a2, 8u);
     scatter_half<1u>(a2, a1, 4u);
     float sum = a1[0] + wave_shfl_xor_f32(a1[0], 2u);
-    sum += wave_shfl_xor_f32(sum, 1u);
-#pragma unroll
-    for (uint32_t j = 0u; j < 8u; j++) {
-        out[j] = wave_shfl_idx_f32(sum, ((j >> 2) & 1u) * 16u + ((j >> 1) & 1u) * 8u + (j & 1u) * 4u);
-    }
+    return sum + wave_shfl_xor_f32(sum, 1u);
 }
-
 // Sum over the wave, returned to every lane. Butterfly order (partners at
 // distance 16, 8, 4, 2, 1): both partners add the same two values, so every
 // lane ends with the same bits, and the order is the same on every target.

@@ -4,9 +4,15 @@
 //! fall back as llama-quantize does, ffn_down to F16, and no dimension is a
 //! multiple of a typical workgroup tile).
 
-use rocmforge_conformance::*;
+use std::sync::Arc;
 
-fn check_preset(preset: &str) {
+use rocmforge_conformance::*;
+use rocmforge_core::model::Model;
+
+/// Runs `check(model, backend, label)` for every weight type of `preset`
+/// on every backend but the reference, once per distinct set of weight
+/// types (llama-quantize's fallbacks make some types the same model).
+fn each_type(preset: &str, check: impl Fn(&Arc<Model>, &str, &str)) {
     let backends: Vec<_> = backends_under_test()
         .into_iter()
         .filter(|&b| b != "cpu")
@@ -26,9 +32,15 @@ fn check_preset(preset: &str) {
         seen.push((ty, types));
         for &backend in &backends {
             let _device = device_lock();
-            compare_with_cpu(&model, backend, &format!("{preset} {ty}"), VS_CPU);
+            check(&model, backend, &format!("{preset} {ty}"));
         }
     }
+}
+
+fn check_preset(preset: &str) {
+    each_type(preset, |model, backend, label| {
+        compare_with_cpu(model, backend, label, VS_CPU);
+    });
 }
 
 #[test]
@@ -52,4 +64,16 @@ fn every_weight_type_on_ragged_tiny_qwen2() {
 #[test]
 fn every_weight_type_on_ragged_tiny_qwen3moe() {
     check_preset("tiny-qwen3moe-ragged");
+}
+
+/// A 150-token prompt in one graph, for every type: the prefill matmul's
+/// token tiles (32 tokens in the portable kernel, 64 or 128 on matrix
+/// cores, the last one ragged), which the comparisons above (16 tokens a
+/// graph) never reach. `ROCMFORGE_HIP_BIG_TILES=0` or
+/// `ROCMFORGE_VULKAN_BIG_TILES=0` puts every one on 128×128 tiles.
+#[test]
+fn every_weight_type_in_a_long_prompt() {
+    each_type("tiny-llama", |model, backend, label| {
+        compare_at_depth_with_cpu(model, backend, label, (150, 256), VS_CPU);
+    });
 }

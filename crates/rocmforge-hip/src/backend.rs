@@ -139,11 +139,15 @@ impl GpuDevice for HipDevice {
 
     /// What the HIP kernels offer: integer mat-vecs named `matvec_int_*`
     /// (the prelude's `dot4` picks the instruction per target, so there
-    /// are no `_dot` variants), 64×64 matrix-core tiles with register
-    /// prefetch (`matmul_cmps_*`), Q8-packed roundings one block per wave
-    /// (`kernels/ops_quantize.hip`).
+    /// are no `_dot` variants), 128×128 and 64×64 matrix-core tiles with
+    /// register prefetch (`matmul_cmp_*`, `matmul_cmps_*`), Q8-packed
+    /// roundings one block per wave (`kernels/ops_quantize.hip`).
     fn lowering(&self) -> Lowering {
-        hip_lowering(self.dev.props.compute_units)
+        let mut l = hip_lowering(self.dev.props.compute_units);
+        if let Some(min) = self.opts.big_tiles {
+            l.matrix = MatrixTiles::BigFrom(min);
+        }
+        l
     }
 
     fn max_region(&self) -> u64 {
@@ -368,7 +372,7 @@ fn hip_lowering(compute_units: u32) -> Lowering {
         fuse: true,
         int_matvec: true,
         int_dot_names: false,
-        matrix: MatrixTiles::Small,
+        matrix: MatrixTiles::Auto,
         matrix_prefetch: true,
         q8_packed_blocks_per_group: 2,
         compute_units,
@@ -393,7 +397,11 @@ mod tests {
     fn hip_lowering_names_the_hip_kernels() {
         let l = hip_lowering(96);
         assert!(!l.int_dot_names, "HIP kernels have no _dot variants");
-        assert_eq!(l.matrix, MatrixTiles::Small, "64x64 tiles: matmul_cmps_*");
+        assert_eq!(
+            l.matrix,
+            MatrixTiles::Auto,
+            "128x128 tiles where they fill the GPU (matmul_cmp_*), else 64x64 (matmul_cmps_*)"
+        );
         assert!(l.matrix_prefetch);
         assert_eq!(
             l.q8_packed_blocks_per_group, 2,

@@ -328,6 +328,14 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 128,
         max_lds: 16384,
     },
+    // The same on 128 x 128 tiles (8 waves of 4 x 2 fragments, 64 VGPRs
+    // of accumulators; the kernels cap themselves at 160, >= 9 waves per
+    // SIMD): 20 KiB of f16 tiles.
+    Budget {
+        kernel: "matmul_cmp_",
+        max_vgprs: 160,
+        max_lds: 24576,
+    },
     // Mixture-of-experts routing: one workgroup per token, a shared
     // (probability, expert) pair per lane for each pick's argmax, the max
     // and the f64 normaliser's partial sums (784 bytes); the weighted sum
@@ -375,7 +383,14 @@ fn expected_kernels() -> Vec<String> {
         let Some(suffix) = weight_suffix(ty) else {
             continue;
         };
-        for family in ["embed_", "matvec_", "matvec_id_", "matmul_", "matmul_cmps_"] {
+        for family in [
+            "embed_",
+            "matvec_",
+            "matvec_id_",
+            "matmul_",
+            "matmul_cmps_",
+            "matmul_cmp_",
+        ] {
             names.push(format!("{family}{suffix}"));
         }
         if has_int_form(ty) {
