@@ -223,12 +223,12 @@ template <typename S, typename Q> DEV void matmul_coopmat(const MatPush& s) {
     }
 }
 
-#define MATMUL_COOPMAT_KERNELS(ty, Q)                                                               \
-    KERNEL LAUNCH_BOUNDS(MmcSmall::WG) MMC_REGS_SMALL void matmul_cmps_##ty(MatPush s) {            \
-        matmul_coopmat<MmcSmall, Q>(s);                                                             \
-    }                                                                                               \
-    KERNEL LAUNCH_BOUNDS(MmcBig::WG) MMC_REGS_BIG void matmul_cmp_##ty(MatPush s) {                 \
-        matmul_coopmat<MmcBig, Q>(s);                                                               \
+#define MATMUL_COOPMAT_KERNELS(ty, Q)                                                             \
+    KERNEL LAUNCH_BOUNDS(MmcSmall::WG) MMC_REGS_SMALL void matmul_cmps_##ty(MatPush s) {          \
+        matmul_coopmat<MmcSmall, Q>(s);                                                           \
+    }                                                                                             \
+    KERNEL LAUNCH_BOUNDS(MmcBig::WG) MMC_REGS_BIG void matmul_cmp_##ty(MatPush s) {               \
+        matmul_coopmat<MmcBig, Q>(s);                                                             \
     }
 RF_WEIGHT_TYPES(MATMUL_COOPMAT_KERNELS)
 #undef MATMUL_COOPMAT_KERNELS
