@@ -546,6 +546,9 @@ DEV void attention_combine_run(const AttentionPush& p, float* weight, float* red
     for (uint32_t i = 0u; i < DIMS; i++) {
         acc[i] = 0.0f;
     }
+    // Unrolled so that a few runs' loads are in flight at once (the sums
+    // stay in run order).
+#pragma unroll 8
     for (uint32_t c = 0u; c < p.n_split; c++) {
         float wc = weight[c];
 #pragma unroll

@@ -47,11 +47,15 @@ void main() {
     V4s ov = V4s(pc.out_ + uint64_t(g) * pc.group * 4u);
     V4s wv = V4s(pc.w);
     for (uint b = gl_LocalInvocationID.x; b < nb; b += WG_SIZE) {
+        // The block's loads all before its first store: a store may alias
+        // them for all the compiler knows, so loads after it would wait.
         vec4 v[8];
         for (uint j = 0u; j < 8u; j++) {
             uint i = b * 8u + j;
             v[j] = xv.v[i] * scale * wv.v[i];
-            ov.v[i] = v[j];
+        }
+        for (uint j = 0u; j < 8u; j++) {
+            ov.v[b * 8u + j] = v[j];
         }
         store_q8_packed(v, pc.q8, pc.q8_scales, g * nb + b);
     }

@@ -40,15 +40,17 @@ const BUDGETS: &[Budget] = &[
     // Non-weight ops (kernels/ops_*.hip), named and sized as the Vulkan
     // pipelines (rocmforge_core::gpu::workgroup_size). Measured with clang
     // 19.1.7 on every target. Row and element-wise ops: 4-25 VGPRs, full
-    // occupancy; rmsnorm's LDS is one f64 per wave (16 x 8 bytes).
+    // occupancy; rmsnorm's LDS is one f64 per wave (16 x 8 bytes). It
+    // holds up to 16 values and weights a thread between its two passes
+    // (61-84 VGPRs; one workgroup per row, 12+ waves per SIMD still).
     Budget {
         kernel: "rmsnorm",
-        max_vgprs: 32,
+        max_vgprs: 96,
         max_lds: 256,
     },
     Budget {
         kernel: "rmsnorm_q8",
-        max_vgprs: 32,
+        max_vgprs: 96,
         max_lds: 256,
     },
     Budget {
