@@ -164,7 +164,24 @@ pub fn tokenizer_metadata(p: &Preset, tokenizer_dir: &Path) -> Result<Metadata, 
             what: format!("{n_tokens} tokens, preset {} needs {}", p.name, p.n_vocab),
         });
     }
+    if let Some(what) = repeated_token(&m) {
+        return Err(GenError::VocabContent { path, what });
+    }
     Ok(m)
+}
+
+/// The first token whose text repeats an earlier one's, if any: llama.cpp
+/// maps texts to ids one to one and aborts loading a vocab otherwise.
+fn repeated_token(m: &Metadata) -> Option<String> {
+    let tokens = get(m, "tokenizer.ggml.tokens")?.as_array()?;
+    let mut seen = std::collections::HashMap::with_capacity(tokens.len());
+    for (id, t) in tokens.iter().enumerate() {
+        let text = t.as_str()?;
+        if let Some(first) = seen.insert(text, id) {
+            return Some(format!("token {id} repeats token {first}'s text {text:?}"));
+        }
+    }
+    None
 }
 
 fn get<'a>(m: &'a Metadata, key: &str) -> Option<&'a GgufValue> {
@@ -245,7 +262,15 @@ fn pad_to_harmony(m: &mut Metadata, n_vocab: u64) -> Result<(), String> {
     }
     for id in n_base..n_vocab {
         let name = match HARMONY_SPECIAL.iter().find(|s| s.0 == id) {
-            Some(&(_, name)) => name.to_string(),
+            Some(&(_, name)) => {
+                // GPT-2's own `<|endoftext|>` (50256) moves to o200k's id:
+                // the base token becomes a reserved one, as a text may
+                // name one token only (llama.cpp aborts on a repeat).
+                if let Some(j) = tokens.iter().position(|t| t.as_str() == Some(name)) {
+                    tokens[j] = GgufValue::String(format!("<|reserved_{j}|>"));
+                }
+                name.to_string()
+            }
             None => format!("<|reserved_{id}|>"),
         };
         tokens.push(GgufValue::String(name));

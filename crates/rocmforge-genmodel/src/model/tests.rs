@@ -11,7 +11,7 @@ use rocmforge_core::quant::{dequantize, QuantType};
 use super::layout::tensors;
 use super::metadata::{model_metadata, tokenizer_metadata};
 use super::{tokenizer_dir, write_model, ModelPlan};
-use crate::presets::{find, Preset};
+use crate::presets::{find, Preset, PRESETS};
 
 fn generate(plan: &ModelPlan, seed: u64) -> GgufFile {
     let bytes = write_model(plan, seed, 2, Vec::new(), &ProgressBar::hidden()).unwrap();
@@ -288,6 +288,59 @@ fn llama3_vocab_is_padded_with_specials_at_their_real_ids() {
         (specs[0].shape.as_slice(), specs[0].ty),
         (&[32u64][..], QuantType::F32)
     );
+}
+
+/// gpt-oss-20b's stand-in o200k vocab: the harmony tokens at their ids,
+/// every text once (GPT-2's `<|endoftext|>` moved to 199999; llama.cpp's
+/// vocab loader aborts on a repeated text).
+#[test]
+fn gpt_oss_vocab_has_harmony_tokens_and_no_repeated_text() {
+    let p = find("gpt-oss-20b").unwrap();
+    let meta = tokenizer_metadata(p, &tokenizer_dir()).unwrap();
+    let get = |k: &str| {
+        meta.iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v)
+            .unwrap()
+    };
+    let tokens: Vec<&str> = get("tokenizer.ggml.tokens")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 201088);
+    assert_eq!(
+        tokens.iter().collect::<HashSet<_>>().len(),
+        tokens.len(),
+        "unique"
+    );
+    assert_eq!(tokens[50256], "<|reserved_50256|>");
+    assert_eq!(tokens[199998], "<|startoftext|>");
+    assert_eq!(tokens[199999], "<|endoftext|>");
+    assert_eq!(tokens[200002], "<|return|>");
+    assert_eq!(tokens[200012], "<|call|>");
+    assert_eq!(get("tokenizer.ggml.bos_token_id").as_u64(), Some(199998));
+    assert_eq!(get("tokenizer.ggml.eos_token_id").as_u64(), Some(200002));
+    // The test-sized preset keeps GPT-2's vocab as it is.
+    let tiny = tokenizer_metadata(find("tiny-gpt-oss").unwrap(), &tokenizer_dir()).unwrap();
+    let tiny_tokens = tiny
+        .iter()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+        .and_then(|(_, v)| v.as_array())
+        .unwrap();
+    assert_eq!(tiny_tokens[50256].as_str(), Some("<|endoftext|>"));
+}
+
+/// Every preset's vocab passes the generator's own checks (its size, and
+/// no text twice), so each file loads in llama.cpp (issue 23).
+#[test]
+fn every_preset_has_a_valid_vocab() {
+    for p in PRESETS {
+        if let Err(e) = tokenizer_metadata(p, &tokenizer_dir()) {
+            panic!("{}: {e}", p.name);
+        }
+    }
 }
 
 #[test]
