@@ -356,3 +356,63 @@ fn failing_llama_bench_is_one_line() {
     let _ = std::fs::remove_file(&fake);
     assert_error(&out, 1, "error: boom");
 }
+
+/// The mixture-of-experts path end to end at tiny size (issue 23): a
+/// generated Qwen3-MoE (Q4_0) and gpt-oss (MXFP4 experts) file, benched on
+/// every backend that runs here (the CPU always, Vulkan on lavapipe too,
+/// required where `ROCMFORGE_REQUIRE_BACKENDS` names it, as in CI), each
+/// row a real measurement.
+#[test]
+fn moe_presets_bench_at_tiny_size() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    for (preset, ty, arch) in [
+        ("tiny-qwen3moe", "Q4_0", "| qwen3moe "),
+        ("tiny-gpt-oss", "MXFP4", "| gpt-oss "),
+    ] {
+        let path = dir.join(format!("bench-{preset}-{ty}.gguf"));
+        let gen = Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .args(["gen-model", "--preset", preset, "--type", ty, "--out"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(gen.status.code(), Some(0), "{}", stderr(&gen));
+        let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .args([
+                "bench",
+                "--backend",
+                "all",
+                "-p",
+                "40",
+                "-n",
+                "4",
+                "-r",
+                "1",
+            ])
+            .arg("--model")
+            .arg(&path)
+            .env("ROCMFORGE_HIP_RUNTIME", "none")
+            .env("ROCMFORGE_VULKAN_ALLOW_CPU", "1")
+            .output()
+            .unwrap();
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(0), "{preset}: {}", stderr(&out));
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with(arch)).collect();
+        assert!(rows.len() >= 2, "{preset}: {text}");
+        for row in &rows {
+            let ts: f64 = row
+                .rsplit('|')
+                .nth(1)
+                .and_then(|cell| cell.split('±').next())
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{preset}: no t/s in {row}"));
+            assert!(ts > 0.0, "{preset}: {row}");
+        }
+        assert!(rows.iter().any(|r| r.contains("| cpu |")), "{text}");
+        // Where CI requires Vulkan (lavapipe), its rows must be there too.
+        let required = std::env::var("ROCMFORGE_REQUIRE_BACKENDS").unwrap_or_default();
+        if required.split(',').any(|b| b == "vulkan") {
+            assert!(rows.iter().any(|r| r.contains("| vulkan |")), "{text}");
+        }
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+}
