@@ -17,11 +17,36 @@
 // Kernels: matvec_int_<ty> for the types with an integer form, argument
 // block MatPush, grid: sum over parts of ceil(rows / MVI_NR) (wg_linear).
 // k % 32 == 0; with residual set there is one part.
+//
+// matvec_id_int_<ty> (shaders/matvec_int.comp with MAT_ID): the expert
+// mat-vec of a mixture-of-experts layer in the same arithmetic, for every
+// (token, choice) pair p: out[p][r] = x[p / x_div] . W_e[r] (+ bias[e][r]),
+// e = ids[p] read on the device; argument block MatIdPush, grid n_pairs *
+// ceil(rows / MVI_NR), MVI_NR rows of one pair a workgroup.
 #include "mat_common.h"
 
 #define MVI_WG 64u
 #define MVI_NR 2u
 #define MVI_WAVES (MVI_WG / WAVE_SIZE)
+
+// Weight block (q, dm) times an activation block (quants x0, x1, (d, s)
+// sx), as ggml's CPU dot products round.
+template <typename Q>
+DEV float block_term(const uint32_t (&q)[8], float2 dm, uint4 x0, uint4 x1, float2 sx) {
+    int32_t sum = dot4_i8(q[0], x0.x, 0);
+    sum = dot4_i8(q[1], x0.y, sum);
+    sum = dot4_i8(q[2], x0.z, sum);
+    sum = dot4_i8(q[3], x0.w, sum);
+    sum = dot4_i8(q[4], x1.x, sum);
+    sum = dot4_i8(q[5], x1.y, sum);
+    sum = dot4_i8(q[6], x1.z, sum);
+    sum = dot4_i8(q[7], x1.w, sum);
+    if constexpr (Q::Q8_MIN) {
+        return (dm.x * sx.x) * (float)sum + dm.y * sx.y;
+    } else {
+        return (dm.x * sx.x) * (float)sum;
+    }
+}
 
 template <typename Q> DEV void matvec_int(const MatPush& s) {
     __shared__ float part_sums[MVI_NR * MV_MAX_TOKENS * MVI_WAVES];
@@ -68,19 +93,7 @@ template <typename Q> DEV void matvec_int(const MatPush& s) {
                 float2 sx = xs[xb];
 #pragma unroll
                 for (uint32_t r = 0u; r < MVI_NR; r++) {
-                    int32_t sum = dot4_i8(q[r][0], x0.x, 0);
-                    sum = dot4_i8(q[r][1], x0.y, sum);
-                    sum = dot4_i8(q[r][2], x0.z, sum);
-                    sum = dot4_i8(q[r][3], x0.w, sum);
-                    sum = dot4_i8(q[r][4], x1.x, sum);
-                    sum = dot4_i8(q[r][5], x1.y, sum);
-                    sum = dot4_i8(q[r][6], x1.z, sum);
-                    sum = dot4_i8(q[r][7], x1.w, sum);
-                    if constexpr (Q::Q8_MIN) {
-                        acc[r][t] += (dm[r].x * sx.x) * (float)sum + dm[r].y * sx.y;
-                    } else {
-                        acc[r][t] += (dm[r].x * sx.x) * (float)sum;
-                    }
+                    acc[r][t] += block_term<Q>(q[r], dm[r], x0, x1, sx);
                 }
             }
         }
@@ -124,7 +137,67 @@ template <typename Q> DEV void matvec_int(const MatPush& s) {
     }
 }
 
+template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
+    __shared__ float part_sums[MVI_NR * MVI_WAVES];
+    const uint32_t groups = (s.rows + MVI_NR - 1u) / MVI_NR;
+    const uint32_t g = wg_linear();
+    if (g >= s.n_pairs * groups) {
+        return;
+    }
+    const uint32_t p = g / groups;
+    const uint32_t r0 = (g % groups) * MVI_NR;
+    // Ids are exact small integers stored as f32 (graph::Op::TopKGate).
+    const uint32_t e = (uint32_t)dev_ptr<const float>(s.ids)[p];
+    const uint32_t nb = s.k / 32u;
+    const uint64_t row_bytes = (uint64_t)nb * Q::BLOCK_BYTES;
+    const uint8_t* w = dev_ptr<const uint8_t>(s.w + (uint64_t)e * s.expert_bytes);
+    const uint4* xq = dev_ptr<const uint4>(s.x);
+    const float2* xs = dev_ptr<const float2>(s.x_scales);
+    const uint32_t xb0 = (p / s.x_div) * nb;
+    float acc[MVI_NR];
+#pragma unroll
+    for (uint32_t r = 0u; r < MVI_NR; r++) {
+        acc[r] = 0.0f;
+    }
+    for (uint32_t b = thread_id_x(); b < nb; b += MVI_WG) {
+        const uint32_t xb = xb0 + b;
+        uint4 x0 = xq[2u * (uint64_t)xb];
+        uint4 x1 = xq[2u * (uint64_t)xb + 1u];
+        float2 sx = xs[xb];
+#pragma unroll
+        for (uint32_t r = 0u; r < MVI_NR; r++) {
+            uint32_t q[8];
+            // Rows past the end read the last row again (never written out).
+            uint32_t rr = __builtin_elementwise_min(r0 + r, s.rows - 1u);
+            float2 dm = Q::block_q8(w + rr * row_bytes, b, q);
+            acc[r] += block_term<Q>(q, dm, x0, x1, sx);
+        }
+    }
+#pragma unroll
+    for (uint32_t r = 0u; r < MVI_NR; r++) {
+        float v = wave_sum(acc[r]);
+        if (lane_id() == 0u) {
+            part_sums[r * MVI_WAVES + wave_id()] = v;
+        }
+    }
+    block_barrier();
+    const uint32_t i = thread_id_x();
+    const uint32_t row = r0 + i;
+    if (i < MVI_NR && row < s.rows) {
+        float v = 0.0f;
+#pragma unroll
+        for (uint32_t j = 0u; j < MVI_WAVES; j++) {
+            v += part_sums[i * MVI_WAVES + j];
+        }
+        if (s.bias != 0u) {
+            v += dev_ptr<const float>(s.bias)[(uint64_t)e * s.rows + row];
+        }
+        dev_ptr<float>(s.out)[(uint64_t)p * s.rows + row] = v;
+    }
+}
+
 #define MATVEC_INT_KERNEL(ty, Q)                                                                    \
-    KERNEL LAUNCH_BOUNDS(MVI_WG) void matvec_int_##ty(MatPush s) { matvec_int<Q>(s); }
+    KERNEL LAUNCH_BOUNDS(MVI_WG) void matvec_int_##ty(MatPush s) { matvec_int<Q>(s); }            \
+    KERNEL LAUNCH_BOUNDS(MVI_WG) void matvec_id_int_##ty(MatIdPush s) { matvec_id_int<Q>(s); }
 RF_INT_WEIGHT_TYPES(MATVEC_INT_KERNEL)
 #undef MATVEC_INT_KERNEL

@@ -185,6 +185,7 @@ struct MatIdPush {
     uint32_t n_pairs;
     uint32_t x_div;
     uint64_t bias; // per-expert f32 rows of `rows`, 0 for none
+    uint64_t x_scales; // matvec_id_int_*: the Q8-packed blocks' (d, s)
 };
 
 struct MoeSumPush {
@@ -336,7 +337,7 @@ static_assert(sizeof(AttnTempPush) == 32, "AttnTempPush size");
 RF_PUSH_AT(AttnTempPush, step, 8);
 RF_PUSH_AT(AttnTempPush, floor, 28);
 
-static_assert(sizeof(MatIdPush) == 64, "MatIdPush size");
+static_assert(sizeof(MatIdPush) == 72, "MatIdPush size");
 RF_PUSH_AT(MatIdPush, x, 0);
 RF_PUSH_AT(MatIdPush, w, 8);
 RF_PUSH_AT(MatIdPush, ids, 16);
@@ -347,6 +348,7 @@ RF_PUSH_AT(MatIdPush, k, 44);
 RF_PUSH_AT(MatIdPush, n_pairs, 48);
 RF_PUSH_AT(MatIdPush, x_div, 52);
 RF_PUSH_AT(MatIdPush, bias, 56);
+RF_PUSH_AT(MatIdPush, x_scales, 64);
 
 static_assert(sizeof(MoeSumPush) == 40, "MoeSumPush size");
 RF_PUSH_AT(MoeSumPush, x, 0);

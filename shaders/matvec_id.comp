@@ -23,6 +23,7 @@ layout(push_constant, std430) uniform Push {
     uint n_pairs;
     uint x_div;
     uint64_t bias; // 0: none
+    uint64_t x_scales; // matvec_id_int only
 } pc;
 
 shared float part_sums[WG_SIZE];

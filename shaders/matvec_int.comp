@@ -14,6 +14,12 @@
 // workgroup holds several subgroups, through shared memory: correct for any
 // subgroup size. INT_DOT uses GL_EXT_integer_dot_product (one instruction
 // for four products where the hardware has it).
+//
+// MAT_ID (matvec_id_int*): the expert mat-vec of a mixture-of-experts
+// layer in the same arithmetic, for every (token, choice) pair p:
+//   out[p][r] = x[p / x_div] . W_e[r] (+ bias[e][r]),  e = ids[p],
+// the ids read on the device (as matvec_id.comp); a workgroup computes NR
+// rows of one pair.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -27,6 +33,21 @@ layout(local_size_x = WG_SIZE) in;
 
 #define MV_MAX_TOKENS 8
 
+#ifdef MAT_ID
+layout(push_constant, std430) uniform Push {
+    uint64_t x;
+    uint64_t w;
+    uint64_t ids;
+    uint64_t out_;
+    uint64_t expert_bytes;
+    uint rows;
+    uint k;
+    uint n_pairs;
+    uint x_div;
+    uint64_t bias; // per-expert rows of f32; 0: none
+    uint64_t x_scales;
+} pc;
+#else
 layout(push_constant, std430) uniform Push {
     uint64_t x;
     uint64_t w[3];
@@ -41,6 +62,7 @@ layout(push_constant, std430) uniform Push {
     // laid out as the output; 0 = none.
     uint64_t residual;
 } pc;
+#endif
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer V2s { vec2 v[]; };
 
@@ -56,32 +78,118 @@ int dot4(uint a, uint b) {
 
 shared float part_sums[NR * MV_MAX_TOKENS][WG_SIZE];
 
-// Adds block b of NR weight rows (q, dm) times block b of every token's
-// activations to acc.
-void accumulate(uint b, uint nb, uint q[NR][8], vec2 dm[NR], inout float acc[NR][MV_MAX_TOKENS]) {
-    U4s xq = U4s(pc.x);
-    V2s xs = V2s(pc.x_scales);
-    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-        if (t >= pc.n) {
-            break;
-        }
-        uint xb = t * nb + b;
-        uvec4 x0 = xq.v[2u * xb];
-        uvec4 x1 = xq.v[2u * xb + 1u];
-        vec2 s = xs.v[xb];
-        for (uint r = 0u; r < NR; r++) {
-            int sum = dot4(q[r][0], x0.x) + dot4(q[r][1], x0.y) + dot4(q[r][2], x0.z)
-                + dot4(q[r][3], x0.w) + dot4(q[r][4], x1.x) + dot4(q[r][5], x1.y)
-                + dot4(q[r][6], x1.z) + dot4(q[r][7], x1.w);
-#ifdef QUANT_Q8_MIN
-            acc[r][t] += (dm[r].x * s.x) * float(sum) + dm[r].y * s.y;
-#else
-            acc[r][t] += (dm[r].x * s.x) * float(sum);
-#endif
-        }
-    }
+// The exact integer dot of a weight block's quants with an activation
+// block's.
+int block_dot(uint q[8], uvec4 x0, uvec4 x1) {
+    return dot4(q[0], x0.x) + dot4(q[1], x0.y) + dot4(q[2], x0.z) + dot4(q[3], x0.w)
+        + dot4(q[4], x1.x) + dot4(q[5], x1.y) + dot4(q[6], x1.z) + dot4(q[7], x1.w);
 }
 
+// Weight block (q, dm) times an activation block (quants x0, x1 and its
+// (d, s)), as ggml's CPU dot products round.
+float block_term(uint q[8], vec2 dm, uvec4 x0, uvec4 x1, vec2 s) {
+    int sum = block_dot(q, x0, x1);
+#ifdef QUANT_Q8_MIN
+    return (dm.x * s.x) * float(sum) + dm.y * s.y;
+#else
+    return (dm.x * s.x) * float(sum);
+#endif
+}
+
+// The workgroup's sums of acc[r][t] (r < NR, t < n): invocation i < NR * n
+// returns sum (i / n, i % n). Subgroup sums, then one slot per subgroup in
+// shared memory (only the n sums in use: n is uniform, so these branches
+// are too).
+float workgroup_sums(float acc[NR][MV_MAX_TOKENS], uint n) {
+    for (uint r = 0u; r < NR; r++) {
+        for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+            if (t < n) {
+                acc[r][t] = subgroupAdd(acc[r][t]);
+            }
+        }
+    }
+    uint i = gl_LocalInvocationID.x;
+    float s = 0.0;
+    if (gl_NumSubgroups > 1u) {
+        if (subgroupElect()) {
+            for (uint r = 0u; r < NR; r++) {
+                for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+                    if (t < n) {
+                        part_sums[r * MV_MAX_TOKENS + t][gl_SubgroupID] = acc[r][t];
+                    }
+                }
+            }
+        }
+        memoryBarrierShared();
+        barrier();
+        if (i < NR * n) {
+            uint r = i / n;
+            uint t = i % n;
+            for (uint j = 0u; j < gl_NumSubgroups; j++) {
+                s += part_sums[r * MV_MAX_TOKENS + t][j];
+            }
+        }
+    } else if (i < NR * n) {
+        // One subgroup: every invocation holds every sum; pick by index
+        // (constant indices keep the array in registers).
+        for (uint r = 0u; r < NR; r++) {
+            for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+                if (r * n + t == i && t < n) {
+                    s = acc[r][t];
+                }
+            }
+        }
+    }
+    return s;
+}
+
+#ifdef MAT_ID
+void main() {
+    uint groups = (pc.rows + NR - 1u) / NR;
+    uint g = wg_linear();
+    if (g >= pc.n_pairs * groups) {
+        return;
+    }
+    uint p = g / groups;
+    uint r0 = (g % groups) * NR;
+    // Ids are exact small integers stored as f32 (graph::Op::TopKGate).
+    uint e = uint(F32s(pc.ids).v[p]);
+    uint nb = pc.k / 32u;
+    uint64_t row_bytes = uint64_t(nb) * QUANT_BLOCK_BYTES;
+    uint64_t w = pc.w + uint64_t(e) * pc.expert_bytes;
+    uint xb0 = (p / pc.x_div) * nb;
+    U4s xq = U4s(pc.x);
+    V2s xs = V2s(pc.x_scales);
+    float acc[NR][MV_MAX_TOKENS];
+    for (uint r = 0u; r < NR; r++) {
+        for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+            acc[r][t] = 0.0;
+        }
+    }
+    for (uint b = gl_LocalInvocationID.x; b < nb; b += WG_SIZE) {
+        uint xb = xb0 + b;
+        uvec4 x0 = xq.v[2u * xb];
+        uvec4 x1 = xq.v[2u * xb + 1u];
+        vec2 xsc = xs.v[xb];
+        for (uint r = 0u; r < NR; r++) {
+            uint q[8];
+            vec2 dm;
+            // Rows past the end read the last row again (never written out).
+            uint rr = min(r0 + r, pc.rows - 1u);
+            block_q8(w + uint64_t(rr) * row_bytes, b, q, dm);
+            acc[r][0] += block_term(q, dm, x0, x1, xsc);
+        }
+    }
+    float s = workgroup_sums(acc, 1u);
+    uint r = r0 + gl_LocalInvocationID.x;
+    if (gl_LocalInvocationID.x < NR && r < pc.rows) {
+        if (pc.bias != 0ul) {
+            s += F32s(pc.bias).v[e * pc.rows + r];
+        }
+        F32s(pc.out_).v[p * pc.rows + r] = s;
+    }
+}
+#else
 void main() {
     uint g = wg_linear();
     uint p = 0u;
@@ -110,57 +218,28 @@ void main() {
             uint rr = min(r0 + r, m - 1u);
             block_q8(pc.w[p] + uint64_t(rr) * row_bytes, b, q[r], dm[r]);
         }
-        accumulate(b, nb, q, dm, acc);
-    }
-    // Subgroup sums, then one slot per subgroup in shared memory.
-    // (Only the n sums in use: pc.n is uniform, so these branches are too.)
-    for (uint r = 0u; r < NR; r++) {
+        // Each activation block read once for the NR rows.
+        U4s xq = U4s(pc.x);
+        V2s xs = V2s(pc.x_scales);
         for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-            if (t < pc.n) {
-                acc[r][t] = subgroupAdd(acc[r][t]);
+            if (t >= pc.n) {
+                break;
             }
-        }
-    }
-    uint i = gl_LocalInvocationID.x;
-    if (gl_NumSubgroups > 1u) {
-        if (subgroupElect()) {
+            uint xb = t * nb + b;
+            uvec4 x0 = xq.v[2u * xb];
+            uvec4 x1 = xq.v[2u * xb + 1u];
+            vec2 xsc = xs.v[xb];
             for (uint r = 0u; r < NR; r++) {
-                for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-                    if (t < pc.n) {
-                        part_sums[r * MV_MAX_TOKENS + t][gl_SubgroupID] = acc[r][t];
-                    }
-                }
+                acc[r][t] += block_term(q[r], dm[r], x0, x1, xsc);
             }
         }
-        memoryBarrierShared();
-        barrier();
-        if (i < NR * pc.n) {
-            uint r = i / pc.n;
-            uint t = i % pc.n;
-            float s = 0.0;
-            for (uint j = 0u; j < gl_NumSubgroups; j++) {
-                s += part_sums[r * MV_MAX_TOKENS + t][j];
-            }
-            acc[0][0] = s;
-        }
-    } else if (i < NR * pc.n) {
-        // One subgroup: every invocation holds every sum; pick by index
-        // (constant indices keep the array in registers).
-        float s = 0.0;
-        for (uint r = 0u; r < NR; r++) {
-            for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-                if (r * pc.n + t == i && t < pc.n) {
-                    s = acc[r][t];
-                }
-            }
-        }
-        acc[0][0] = s;
     }
+    float s = workgroup_sums(acc, pc.n);
+    uint i = gl_LocalInvocationID.x;
     if (i < NR * pc.n) {
         uint r = r0 + i / pc.n;
         uint t = i % pc.n;
         if (r < m) {
-            float s = acc[0][0];
             if (pc.bias[p] != 0ul) {
                 s += F32s(pc.bias[p]).v[r];
             }
@@ -171,3 +250,4 @@ void main() {
         }
     }
 }
+#endif

@@ -92,6 +92,23 @@ const INT_KERNELS: &[(&str, &str, Defines)] = &[
         "matvec_int.comp",
         &[("WG_SIZE", "64"), ("NR", "2"), ("INT_DOT", "1")],
     ),
+    // The expert mat-vec in the same arithmetic (one pair's NR rows per
+    // workgroup).
+    (
+        "matvec_id_int",
+        "matvec_int.comp",
+        &[("WG_SIZE", "64"), ("NR", "2"), ("MAT_ID", "1")],
+    ),
+    (
+        "matvec_id_int_dot",
+        "matvec_int.comp",
+        &[
+            ("WG_SIZE", "64"),
+            ("NR", "2"),
+            ("MAT_ID", "1"),
+            ("INT_DOT", "1"),
+        ],
+    ),
 ];
 
 /// Kernels independent of the weight type: (variant name, file, defines).

@@ -359,6 +359,14 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 64,
         max_lds: 256,
     },
+    // The expert mat-vec in integers (matvec_int.comp with MAT_ID): one
+    // token, 2 rows, so fewer sums than matvec_int; one shared float per
+    // wave and row.
+    Budget {
+        kernel: "matvec_id_int_",
+        max_vgprs: 96,
+        max_lds: 64,
+    },
     // Test-only spinner: one invocation, as the GLSL one.
     Budget {
         kernel: "spin",
@@ -397,6 +405,7 @@ fn expected_kernels() -> Vec<String> {
         }
         if has_int_form(ty) {
             names.push(format!("matvec_int_{suffix}"));
+            names.push(format!("matvec_id_int_{suffix}"));
         }
     }
     names.extend(

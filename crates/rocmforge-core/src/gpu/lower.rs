@@ -352,7 +352,7 @@ pub fn record_graph(
         match *op {
             Op::TopKGate { .. } | Op::MatMulId { .. } | Op::MoeSum { .. } => {
                 let what = label(i, format!("{op:?}"));
-                record_moe_op(sink, graph, op, a, &t, &mut scratch, what)?;
+                record_moe_op(sink, lw, graph, op, a, &t, &mut scratch, what)?;
             }
             Op::Embed { table, out } => {
                 let w = &a.weights[table];

@@ -871,8 +871,15 @@ fn a_plan_that_reuses_the_matmul_input_for_the_sum_keeps_the_add() {
 }
 
 /// A MoE step (qwen3moe-like, Q4_0 attention) of `n` ≤ 8 tokens with
-/// experts of suffix `xs`, rounded by `round` in blocks of `block`.
-fn moe_small_step(n: usize, xs: &str, round: &str, block: usize) -> Vec<(String, u32)> {
+/// experts of suffix `xs`: in integers (`int`, over Q8-packed inputs), else
+/// the f32 expert mat-vec over inputs rounded by `round` in blocks of
+/// `block`.
+fn moe_small_step(
+    n: usize,
+    xs: &str,
+    int: bool,
+    (round, block): (&str, usize),
+) -> Vec<(String, u32)> {
     let pairs = n * N_EXPERT_USED;
     let mv = "matvec_int_q4_0";
     let mut want = vec![launch("embed_q4_0", n)];
@@ -891,13 +898,32 @@ fn moe_small_step(n: usize, xs: &str, round: &str, block: usize) -> Vec<(String,
             launch("matvec_f32", N_EXPERT),
             // One workgroup per token.
             launch("moe_route", n),
-            item_launch(round, n * N_EMBD / block),
+        ]);
+        if int {
+            // Q8-packed once for gate and up (64 blocks a workgroup), two
+            // rows of one pair a workgroup.
+            let packed = |values: usize| launch("quantize_q8_packed", (values / 32).div_ceil(64));
+            let id = format!("matvec_id_int_{xs}");
+            want.extend([
+                packed(n * N_EMBD),
+                launch(&id, pairs * N_FF_EXP.div_ceil(2)),
+                launch(&id, pairs * N_FF_EXP.div_ceil(2)),
+                item_launch("swiglu", pairs * N_FF_EXP),
+                packed(pairs * N_FF_EXP),
+                launch(&id, pairs * N_EMBD.div_ceil(2)),
+            ]);
+        } else {
             // One workgroup per (choice, row); up reuses gate's rounding.
-            launch(format!("matvec_id_{xs}"), pairs * N_FF_EXP),
-            launch(format!("matvec_id_{xs}"), pairs * N_FF_EXP),
-            item_launch("swiglu", pairs * N_FF_EXP),
-            item_launch(round, pairs * N_FF_EXP / block),
-            launch(format!("matvec_id_{xs}"), pairs * N_EMBD),
+            want.extend([
+                item_launch(round, n * N_EMBD / block),
+                launch(format!("matvec_id_{xs}"), pairs * N_FF_EXP),
+                launch(format!("matvec_id_{xs}"), pairs * N_FF_EXP),
+                item_launch("swiglu", pairs * N_FF_EXP),
+                item_launch(round, pairs * N_FF_EXP / block),
+                launch(format!("matvec_id_{xs}"), pairs * N_EMBD),
+            ]);
+        }
+        want.extend([
             item_launch("moe_sum", n * N_EMBD),
             item_launch("add", n * N_EMBD),
         ]);
@@ -912,15 +938,15 @@ fn moe_small_step(n: usize, xs: &str, round: &str, block: usize) -> Vec<(String,
 #[test]
 fn moe_steps_route_run_the_chosen_experts_and_sum() {
     use QuantType::{Q4K, Q4_0};
-    for (xt, xs, round, block) in [
-        (Q4_0, "q4_0", "quantize_q8_0", 32),
-        (Q4K, "q4_k", "quantize_q8_k", 256),
+    for (xt, xs, int, round) in [
+        (Q4_0, "q4_0", true, ("quantize_q8_0", 32)),
+        (Q4K, "q4_k", false, ("quantize_q8_k", 256)),
     ] {
         let m = qwen3_moe(Q4_0, xt);
         for n in [1, 7] {
             let g = m.graph(n);
             let sink = m.record(&vulkan_lowering(), &g, &naive_plan(&g));
-            assert_eq!(seq(&sink), moe_small_step(n, xs, round, block), "{xt} {n}");
+            assert_eq!(seq(&sink), moe_small_step(n, xs, int, round), "{xt} {n}");
         }
     }
 }
@@ -1162,6 +1188,12 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
                 let p: MatPush = l.push_as();
                 assert_eq!(Some((p.x, p.x_scales)), q8, "{}", context(l));
                 let n = (p.n * p.k) as usize;
+                assert_eq!(p.x_scales, s + n.next_multiple_of(256) as u64);
+            }
+            k if k.starts_with("matvec_id_int") => {
+                let p: MatIdPush = l.push_as();
+                assert_eq!(Some((p.x, p.x_scales)), q8, "{}", context(l));
+                let n = (p.n_pairs / p.x_div * p.k) as usize;
                 assert_eq!(p.x_scales, s + n.next_multiple_of(256) as u64);
             }
             k if k.starts_with("matvec_id") => {

@@ -27,7 +27,7 @@ const COOPMAT_MIN_TOKENS: usize = 32;
 const COOPMAT_BIG_MIN_TILES: usize = 96;
 const COOPMAT_BIG_MIN_K: usize = 2048;
 /// Rows per workgroup of the `matvec_int` kernels (`NR` in build.rs).
-const MATVEC_INT_ROWS: usize = 2;
+pub(super) const MATVEC_INT_ROWS: usize = 2;
 
 /// Whether a matmul of `tiles` 128x128 tiles and inner size `k` takes them.
 fn coopmat_big(matrix: MatrixTiles, tiles: usize, k: usize) -> bool {

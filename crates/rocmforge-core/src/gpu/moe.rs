@@ -4,24 +4,29 @@
 //!
 //! The expert ids exist only on the device, so the expert mat-vec reads
 //! them there and offsets the weight address itself: one recorded dispatch
-//! serves whichever experts a step routes to. It runs one workgroup per
-//! (pair, row), so a prefill reads an expert's rows once per token that
-//! chose it; grouping tokens by expert (as llama.cpp's `mul_mat_id` does)
-//! is the next step for prefill speed.
+//! serves whichever experts a step routes to. For the weight types with an
+//! integer form it is `matvec_id_int_*` over Q8-packed activations (the
+//! dense decode mat-vec's arithmetic, two rows of one pair a workgroup),
+//! else the f32 `matvec_id_*` (one workgroup per (pair, row)). Either way
+//! a prefill reads an expert's rows once per token that chose it; grouping
+//! tokens by expert (as llama.cpp's `mul_mat_id` does) is the next step
+//! for prefill speed.
 
 use crate::backend::BackendError;
 use crate::graph::{Graph, Op, TensorId};
 
-use super::lower::{u32_of, weight_kernel, GraphAddresses, ScratchForm};
-use super::matmul::{activation_kernel, round_activations};
-use super::push::{MatIdPush, MoeRoutePush, MoeSumPush, Push};
-use super::{groups_for, KernelSink};
+use super::lower::{q8_packed_layout, u32_of, weight_kernel, GraphAddresses, ScratchForm};
+use super::matmul::{activation_kernel, round_activations, MATVEC_INT_ROWS};
+use super::push::{MatIdPush, MoeRoutePush, MoeSumPush, Push, QuantizePush};
+use super::{groups_for, has_int_form, KernelSink, Lowering};
 
 /// Records `op` if it is a mixture-of-experts op; returns whether it was.
 /// `scratch` is what the scratch holds, kept up to date here so the up
 /// mat-vec reuses the gate's rounding of their shared input.
+#[allow(clippy::too_many_arguments)] // the lowering's state, as record_matmuls takes it
 pub fn record_moe_op(
     sink: &mut dyn KernelSink,
+    lw: &Lowering,
     graph: &Graph,
     op: &Op,
     a: &GraphAddresses,
@@ -73,12 +78,46 @@ pub fn record_moe_op(
                 n_pairs: u32_of(n_pairs, "expert choices")?,
                 x_div: u32_of(n_pairs / xd.rows, "experts per token")?,
                 bias: bias.map_or(0, |b| a.weights[b].address),
+                x_scales: 0,
             };
+            let values = u32_of(xd.rows * xd.cols, "activations")?;
+            if lw.int_matvec && has_int_form(dw.ty) && xd.cols.is_multiple_of(32) {
+                // In integers: the input Q8-packed once (gate and up share
+                // it), then two rows of one pair a workgroup.
+                let (scales, _) = q8_packed_layout(values as usize);
+                let held = Some((x, ScratchForm::Q8Packed));
+                if *scratch != held {
+                    let quant = QuantizePush {
+                        x: push.x,
+                        out: a.scratch,
+                        n: values,
+                        pad: 0,
+                        scales: a.scratch + scales as u64,
+                        up: 0,
+                        act: 0,
+                    };
+                    sink.dispatch(
+                        "quantize_q8_packed",
+                        quant.bytes(),
+                        (values / 32).div_ceil(lw.q8_packed_blocks_per_group),
+                        format!("{label} (rounding {} activations)", dw.ty),
+                    )?;
+                    *scratch = held;
+                }
+                push.x = a.scratch;
+                push.x_scales = a.scratch + scales as u64;
+                let dot = if lw.int_dot_names { "_dot" } else { "" };
+                let groups = n_pairs * rows.div_ceil(MATVEC_INT_ROWS);
+                let groups = u32_of(groups, "expert mat-vec workgroups")?;
+                let what = format!("{label} ({} {})", dw.name, dw.ty);
+                let name = format!("matvec_id_int{dot}_{suffix}");
+                sink.dispatch(&name, push.bytes(), groups, what)?;
+                return Ok(true);
+            }
             let held = activation_kernel(dw.ty).map(|k| (x, ScratchForm::Rounded(k)));
             if held.is_some() && *scratch == held {
                 push.x = a.scratch;
             } else {
-                let values = u32_of(xd.rows * xd.cols, "activations")?;
                 let rounding = format!("{label} (rounding {} activations)", dw.ty);
                 if round_activations(sink, dw.ty, push.x, values, a.scratch, rounding)? {
                     push.x = a.scratch;

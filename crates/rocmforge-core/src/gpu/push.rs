@@ -500,11 +500,25 @@ pub struct MatIdPush {
     /// Per-expert biases, `rows` f32 per expert, added to each output (0
     /// for none).
     pub bias: u64,
+    /// The integer form (`matvec_id_int_*`): the (d, s) of each Q8-packed
+    /// block of `x` (0 for the f32 mat-vec).
+    pub x_scales: u64,
 }
-// SAFETY: repr(C), five u64, four u32, one u64: 64 bytes, no padding.
+// SAFETY: repr(C), five u64, four u32, two u64: 72 bytes, no padding.
 unsafe impl Push for MatIdPush {
-    const FIELDS: &'static [Field] =
-        fields!(MatIdPush: x, w, ids, out, expert_bytes, rows, k, n_pairs, x_div, bias);
+    const FIELDS: &'static [Field] = fields!(
+        MatIdPush: x,
+        w,
+        ids,
+        out,
+        expert_bytes,
+        rows,
+        k,
+        n_pairs,
+        x_div,
+        bias,
+        x_scales
+    );
 }
 
 #[repr(C)]
