@@ -371,6 +371,7 @@ fn hip_lowering(compute_units: u32) -> Lowering {
     Lowering {
         fuse: true,
         int_matvec: true,
+        int_expert_matvec: false,
         int_dot_names: false,
         matrix: MatrixTiles::Auto,
         matrix_prefetch: true,

@@ -162,6 +162,7 @@ impl GpuDevice for VulkanDevice {
         Lowering {
             fuse: true,
             int_matvec: true,
+            int_expert_matvec: true,
             int_dot_names: self.pipes.int_dot,
             matrix,
             matrix_prefetch: !self.opts.no_prefetch,

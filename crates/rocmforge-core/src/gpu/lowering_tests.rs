@@ -949,6 +949,13 @@ fn moe_steps_route_run_the_chosen_experts_and_sum() {
             assert_eq!(seq(&sink), moe_small_step(n, xs, int, round), "{xt} {n}");
         }
     }
+    // HIP keeps the f32 expert mat-vec (`Lowering::int_expert_matvec`).
+    let m = qwen3_moe(Q4_0, Q4_0);
+    let g = m.graph(1);
+    let sink = m.record(&hip_lowering(), &g, &naive_plan(&g));
+    let kernels = sink.kernels();
+    assert!(kernels.contains(&"matvec_id_q4_0"), "{kernels:?}");
+    assert!(!kernels.iter().any(|k| k.starts_with("matvec_id_int")));
 }
 
 #[test]

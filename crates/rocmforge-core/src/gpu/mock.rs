@@ -267,6 +267,7 @@ pub(crate) fn vulkan_lowering() -> Lowering {
     Lowering {
         fuse: true,
         int_matvec: true,
+        int_expert_matvec: true,
         int_dot_names: false,
         matrix: MatrixTiles::Off,
         matrix_prefetch: true,
@@ -278,11 +279,12 @@ pub(crate) fn vulkan_lowering() -> Lowering {
     }
 }
 
-/// The HIP backend's lowering (64×64 matrix-core tiles, one Q8 block per
-/// wave).
+/// The HIP backend's lowering (128×128 or 64×64 matrix-core tiles, one Q8
+/// block per wave, f32 expert mat-vecs).
 pub(crate) fn hip_lowering() -> Lowering {
     Lowering {
-        matrix: MatrixTiles::Small,
+        matrix: MatrixTiles::Auto,
+        int_expert_matvec: false,
         q8_packed_blocks_per_group: 2,
         compute_units: 0,
         subgroup_decode: true,

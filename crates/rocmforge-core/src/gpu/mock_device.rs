@@ -103,6 +103,7 @@ impl MockDevice {
         let lowering = Lowering {
             fuse: true,
             int_matvec: true,
+            int_expert_matvec: true,
             int_dot_names: false,
             matrix: MatrixTiles::Off,
             matrix_prefetch: false,

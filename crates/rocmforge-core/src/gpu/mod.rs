@@ -76,6 +76,11 @@ pub struct Lowering {
     /// Decode mat-vecs of the 32-element types in integers over Q8-packed
     /// activations (off: the f32 mat-vec, for measurement).
     pub int_matvec: bool,
+    /// With `int_matvec`: the expert mat-vecs of those types in integers
+    /// too (`matvec_id_int_*`); off, the f32 `matvec_id_*`. Off on HIP
+    /// until its integer expert kernel has run on a GPU (it is built and
+    /// checked statically for every target).
+    pub int_expert_matvec: bool,
     /// Name the integer mat-vecs `matvec_int_dot_*` (Vulkan's variants
     /// built with `dotPacked4x8EXT`) rather than `matvec_int_*`.
     pub int_dot_names: bool,

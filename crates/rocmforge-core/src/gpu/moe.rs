@@ -81,7 +81,8 @@ pub fn record_moe_op(
                 x_scales: 0,
             };
             let values = u32_of(xd.rows * xd.cols, "activations")?;
-            if lw.int_matvec && has_int_form(dw.ty) && xd.cols.is_multiple_of(32) {
+            let int = lw.int_matvec && lw.int_expert_matvec;
+            if int && has_int_form(dw.ty) && xd.cols.is_multiple_of(32) {
                 // In integers: the input Q8-packed once (gate and up share
                 // it), then two rows of one pair a workgroup.
                 let (scales, _) = q8_packed_layout(values as usize);
