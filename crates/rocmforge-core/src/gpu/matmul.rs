@@ -173,26 +173,11 @@ pub fn record_matmuls(
         // Decode in integers: the activations as Q8 blocks (unless a fused
         // producer wrote them), then the integer mat-vec.
         let values = push.n * push.k;
-        let (scales, _) = q8_packed_layout(values as usize);
-        if !run.prequantized {
-            let quant = QuantizePush {
-                x: push.x,
-                out: a.scratch,
-                n: values,
-                pad: 0,
-                scales: a.scratch + scales as u64,
-                up: 0,
-                act: 0,
-            };
-            sink.dispatch(
-                "quantize_q8_packed",
-                quant.bytes(),
-                (values / 32).div_ceil(lw.q8_packed_blocks_per_group),
-                activations,
-            )?;
-        }
-        push.x = a.scratch;
-        push.x_scales = a.scratch + scales as u64;
+        (push.x, push.x_scales) = if run.prequantized {
+            q8_packed_at(a.scratch, values)
+        } else {
+            quantize_q8_packed(sink, lw, push.x, values, a.scratch, activations)?
+        };
         if let (Some(r), 1) = (run.residual, run.ops.len()) {
             push.out[0] = t(r.out);
             push.residual = t(r.residual);
@@ -252,6 +237,38 @@ pub fn record_matmuls(
         what,
     )?;
     Ok(false)
+}
+
+/// Where `values` activations Q8-packed at `scratch` have their quants
+/// and their scales (`q8_packed_layout`).
+pub(super) fn q8_packed_at(scratch: u64, values: u32) -> (u64, u64) {
+    let (scales, _) = q8_packed_layout(values as usize);
+    (scratch, scratch + scales as u64)
+}
+
+/// Records the Q8 packing of `values` activations at `x` into `scratch`,
+/// for an integer mat-vec; returns where its quants and scales are.
+pub(super) fn quantize_q8_packed(
+    sink: &mut dyn KernelSink,
+    lw: &Lowering,
+    x: u64,
+    values: u32,
+    scratch: u64,
+    label: String,
+) -> Result<(u64, u64), BackendError> {
+    let (quants, scales) = q8_packed_at(scratch, values);
+    let quant = QuantizePush {
+        x,
+        out: quants,
+        n: values,
+        pad: 0,
+        scales,
+        up: 0,
+        act: 0,
+    };
+    let groups = (values / 32).div_ceil(lw.q8_packed_blocks_per_group);
+    sink.dispatch("quantize_q8_packed", quant.bytes(), groups, label)?;
+    Ok((quants, scales))
 }
 
 /// The timeout label of a (fused) matmul dispatch.

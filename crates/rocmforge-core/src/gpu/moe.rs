@@ -15,9 +15,11 @@
 use crate::backend::BackendError;
 use crate::graph::{Graph, Op, TensorId};
 
-use super::lower::{q8_packed_layout, u32_of, weight_kernel, GraphAddresses, ScratchForm};
-use super::matmul::{activation_kernel, round_activations, MATVEC_INT_ROWS};
-use super::push::{MatIdPush, MoeRoutePush, MoeSumPush, Push, QuantizePush};
+use super::lower::{u32_of, weight_kernel, GraphAddresses, ScratchForm};
+use super::matmul::{
+    activation_kernel, q8_packed_at, quantize_q8_packed, round_activations, MATVEC_INT_ROWS,
+};
+use super::push::{MatIdPush, MoeRoutePush, MoeSumPush, Push};
 use super::{groups_for, has_int_form, KernelSink, Lowering};
 
 /// Records `op` if it is a mixture-of-experts op; returns whether it was.
@@ -85,28 +87,14 @@ pub fn record_moe_op(
             if int && has_int_form(dw.ty) && xd.cols.is_multiple_of(32) {
                 // In integers: the input Q8-packed once (gate and up share
                 // it), then two rows of one pair a workgroup.
-                let (scales, _) = q8_packed_layout(values as usize);
                 let held = Some((x, ScratchForm::Q8Packed));
-                if *scratch != held {
-                    let quant = QuantizePush {
-                        x: push.x,
-                        out: a.scratch,
-                        n: values,
-                        pad: 0,
-                        scales: a.scratch + scales as u64,
-                        up: 0,
-                        act: 0,
-                    };
-                    sink.dispatch(
-                        "quantize_q8_packed",
-                        quant.bytes(),
-                        (values / 32).div_ceil(lw.q8_packed_blocks_per_group),
-                        format!("{label} (rounding {} activations)", dw.ty),
-                    )?;
+                (push.x, push.x_scales) = if *scratch == held {
+                    q8_packed_at(a.scratch, values)
+                } else {
                     *scratch = held;
-                }
-                push.x = a.scratch;
-                push.x_scales = a.scratch + scales as u64;
+                    let rounding = format!("{label} (rounding {} activations)", dw.ty);
+                    quantize_q8_packed(sink, lw, push.x, values, a.scratch, rounding)?
+                };
                 let dot = if lw.int_dot_names { "_dot" } else { "" };
                 let groups = n_pairs * rows.div_ceil(MATVEC_INT_ROWS);
                 let groups = u32_of(groups, "expert mat-vec workgroups")?;

@@ -231,22 +231,30 @@ fn qwen3_head_dim_differs_from_embd_per_head() {
         .all(|(k, _)| !k.contains("key_length") && !k.contains("vocab_size")));
 }
 
-#[test]
-fn llama3_vocab_is_padded_with_specials_at_their_real_ids() {
-    let p = find("llama3-1b").unwrap();
-    let meta = tokenizer_metadata(p, &tokenizer_dir()).unwrap();
-    let get = |k: &str| {
-        meta.iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v)
-            .unwrap()
-    };
-    let tokens: Vec<&str> = get("tokenizer.ggml.tokens")
+/// Metadata value `key` (which must be there).
+fn meta_value<'a>(meta: &'a [(String, GgufValue)], key: &str) -> &'a GgufValue {
+    meta.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no {key}"))
+}
+
+/// The vocab's token texts.
+fn token_texts(meta: &[(String, GgufValue)]) -> Vec<&str> {
+    meta_value(meta, "tokenizer.ggml.tokens")
         .as_array()
         .unwrap()
         .iter()
         .map(|t| t.as_str().unwrap())
-        .collect();
+        .collect()
+}
+
+#[test]
+fn llama3_vocab_is_padded_with_specials_at_their_real_ids() {
+    let p = find("llama3-1b").unwrap();
+    let meta = tokenizer_metadata(p, &tokenizer_dir()).unwrap();
+    let get = |k: &str| meta_value(&meta, k);
+    let tokens = token_texts(&meta);
     assert_eq!(tokens.len(), 128256);
     assert_eq!(
         tokens.iter().collect::<HashSet<_>>().len(),
@@ -297,18 +305,8 @@ fn llama3_vocab_is_padded_with_specials_at_their_real_ids() {
 fn gpt_oss_vocab_has_harmony_tokens_and_no_repeated_text() {
     let p = find("gpt-oss-20b").unwrap();
     let meta = tokenizer_metadata(p, &tokenizer_dir()).unwrap();
-    let get = |k: &str| {
-        meta.iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v)
-            .unwrap()
-    };
-    let tokens: Vec<&str> = get("tokenizer.ggml.tokens")
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_str().unwrap())
-        .collect();
+    let get = |k: &str| meta_value(&meta, k);
+    let tokens = token_texts(&meta);
     assert_eq!(tokens.len(), 201088);
     assert_eq!(
         tokens.iter().collect::<HashSet<_>>().len(),
@@ -324,12 +322,7 @@ fn gpt_oss_vocab_has_harmony_tokens_and_no_repeated_text() {
     assert_eq!(get("tokenizer.ggml.eos_token_id").as_u64(), Some(200002));
     // The test-sized preset keeps GPT-2's vocab as it is.
     let tiny = tokenizer_metadata(find("tiny-gpt-oss").unwrap(), &tokenizer_dir()).unwrap();
-    let tiny_tokens = tiny
-        .iter()
-        .find(|(k, _)| k == "tokenizer.ggml.tokens")
-        .and_then(|(_, v)| v.as_array())
-        .unwrap();
-    assert_eq!(tiny_tokens[50256].as_str(), Some("<|endoftext|>"));
+    assert_eq!(token_texts(&tiny)[50256], "<|endoftext|>");
 }
 
 /// Every preset's vocab passes the generator's own checks (its size, and
