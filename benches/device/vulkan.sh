@@ -23,8 +23,8 @@ if [ "$mode" = conformance ] || [ "$mode" = all ]; then
   # The 128x128 matrix-core matmul on the small test models too (by default
   # they take the 64x64 one).
   if [ -x .gpu/bin/test-vs_cpu ]; then
-    echo "== .gpu/bin/test-vs_cpu tiny_llama long_prompt, ROCMFORGE_VULKAN_BIG_TILES=0"
-    ROCMFORGE_VULKAN_BIG_TILES=0 .gpu/bin/test-vs_cpu --test-threads=1 tiny_llama long_prompt 2>&1 |
+    echo "== .gpu/bin/test-vs_cpu tiny_llama long_prompt, ROCMFORGE_GPU_BIG_TILES=0"
+    ROCMFORGE_GPU_BIG_TILES=0 .gpu/bin/test-vs_cpu --test-threads=1 tiny_llama long_prompt 2>&1 |
       tee -a "$out/conformance.log" | grep -E "^test |test result|panicked|σ"
   fi
 fi
@@ -64,7 +64,7 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   done
   # Where prefill time goes (measurement only, results wrong: see
   # ROCMFORGE_GPU_SKIP_LAUNCHES, core gpu::GpuOptions). The matrix-core tile
-  # choice was measured with ROCMFORGE_VULKAN_BIG_TILES (0 = all 128x128,
+  # choice was measured with ROCMFORGE_GPU_BIG_TILES (0 = all 128x128,
   # huge = all 64x64) and COOPMAT_PREFETCH=0 / COOPMAT=0 (docs/vulkan.md).
   for preset in qwen2-0.5b llama2-7b; do
     for v in Attention MatMul; do

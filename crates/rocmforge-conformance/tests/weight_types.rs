@@ -69,8 +69,8 @@ fn every_weight_type_on_ragged_tiny_qwen3moe() {
 /// A 150-token prompt in one graph, for every type: the prefill matmul's
 /// token tiles (32 tokens in the portable kernel, 64 or 128 on matrix
 /// cores, the last one ragged), which the comparisons above (16 tokens a
-/// graph) never reach. `ROCMFORGE_HIP_BIG_TILES=0` or
-/// `ROCMFORGE_VULKAN_BIG_TILES=0` puts every one on 128×128 tiles.
+/// graph) never reach. `ROCMFORGE_GPU_BIG_TILES=0` puts every one on
+/// 128×128 tiles.
 #[test]
 fn every_weight_type_in_a_long_prompt() {
     each_type("tiny-llama", |model, backend, label| {

@@ -143,11 +143,7 @@ impl GpuDevice for HipDevice {
     /// register prefetch (`matmul_cmp_*`, `matmul_cmps_*`), Q8-packed
     /// roundings one block per wave (`kernels/ops_quantize.hip`).
     fn lowering(&self) -> Lowering {
-        let mut l = hip_lowering(self.dev.props.compute_units);
-        if let Some(min) = self.opts.big_tiles {
-            l.matrix = MatrixTiles::BigFrom(min);
-        }
-        l
+        hip_lowering(self.dev.props.compute_units)
     }
 
     fn max_region(&self) -> u64 {

@@ -17,10 +17,6 @@ pub struct HipOptions {
     /// so a timeout names the launches in flight; where the runtime refuses
     /// such memsets they are left out on their own.
     pub crumbs: bool,
-    /// 128x128 matrix-core tiles (`matmul_cmp_*`) for matmuls of at least
-    /// this many of them (`None`: the lowering's rule; a measurement
-    /// switch, as Vulkan's).
-    pub big_tiles: Option<usize>,
 }
 
 impl Default for HipOptions {
@@ -30,15 +26,14 @@ impl Default for HipOptions {
             graphs: true,
             staging_bytes: DEFAULT_STAGING_BYTES,
             crumbs: true,
-            big_tiles: None,
         }
     }
 }
 
 impl HipOptions {
     /// Defaults, then the environment: `ROCMFORGE_HIP_GRAPHS=0` (direct
-    /// launches), `ROCMFORGE_HIP_CRUMBS=0` (no breadcrumbs),
-    /// `ROCMFORGE_HIP_STAGING_BYTES` and `ROCMFORGE_HIP_BIG_TILES=n`. The runtime itself is
+    /// launches), `ROCMFORGE_HIP_CRUMBS=0` (no breadcrumbs) and
+    /// `ROCMFORGE_HIP_STAGING_BYTES`. The runtime itself is
     /// `ROCMFORGE_HIP_RUNTIME` (`hip` or unset: HIP; `cuda`: the CUDA driver).
     pub fn from_env() -> HipOptions {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -48,7 +43,6 @@ impl HipOptions {
             staging_bytes: (var("ROCMFORGE_HIP_STAGING_BYTES").and_then(|v| v.parse().ok()))
                 .unwrap_or(DEFAULT_STAGING_BYTES),
             crumbs: var("ROCMFORGE_HIP_CRUMBS").is_none_or(|v| v != "0"),
-            big_tiles: var("ROCMFORGE_HIP_BIG_TILES").and_then(|v| v.parse().ok()),
         }
     }
 }

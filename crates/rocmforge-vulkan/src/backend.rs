@@ -154,10 +154,10 @@ impl GpuDevice for VulkanDevice {
 
     /// What this device's pipelines offer.
     fn lowering(&self) -> Lowering {
-        let matrix = match (self.pipes.coopmat, self.opts.big_tiles) {
-            (false, _) => MatrixTiles::Off,
-            (true, Some(min)) => MatrixTiles::BigFrom(min),
-            (true, None) => MatrixTiles::Auto,
+        let matrix = if self.pipes.coopmat {
+            MatrixTiles::Auto
+        } else {
+            MatrixTiles::Off
         };
         Lowering {
             fuse: true,

@@ -16,9 +16,6 @@ pub struct VulkanOptions {
     /// The subgroup size pipelines are created with: by default 32 where
     /// the device lets pipelines require a size, else the driver's.
     pub subgroup_size: SubgroupSize,
-    /// 128x128 matrix-core tiles for matmuls of at least this many of
-    /// them (`None`: the lowering's rule; tests use 0).
-    pub big_tiles: Option<usize>,
     /// No register prefetch in the matrix-core matmuls (measurement).
     pub no_prefetch: bool,
 }
@@ -27,8 +24,7 @@ impl VulkanOptions {
     /// Defaults, then the environment: `ROCMFORGE_VULKAN_ALLOW_CPU=1`,
     /// `ROCMFORGE_VULKAN_STAGING=1`, `ROCMFORGE_VULKAN_SUBGROUP_SIZE` (a
     /// size to pin, e.g. 64 for wave64 on RADV; 0 for the driver's
-    /// default), `ROCMFORGE_VULKAN_BIG_TILES=n`,
-    /// `ROCMFORGE_VULKAN_COOPMAT_PREFETCH=0`.
+    /// default), `ROCMFORGE_VULKAN_COOPMAT_PREFETCH=0`.
     pub fn from_env() -> VulkanOptions {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let flag = |k: &str| var(k).is_some_and(|v| v != "0");
@@ -38,7 +34,6 @@ impl VulkanOptions {
             force_staging: flag("ROCMFORGE_VULKAN_STAGING"),
             subgroup_size: var("ROCMFORGE_VULKAN_SUBGROUP_SIZE")
                 .map_or(SubgroupSize::Auto, |v| SubgroupSize::parse(&v)),
-            big_tiles: var("ROCMFORGE_VULKAN_BIG_TILES").and_then(|v| v.parse().ok()),
             no_prefetch: var("ROCMFORGE_VULKAN_COOPMAT_PREFETCH").is_some_and(|v| v == "0"),
         }
     }

@@ -25,7 +25,9 @@ use super::options::{GpuOptions, LogLaunches};
 use super::split;
 use super::staging::{read_f32s, stage_part, write_f32s, Staged, STAGING_SLACK};
 use super::{check_graph, check_part, record_graph, scratch_bytes, weight_kernel};
-use super::{DeviceWeight, Dispatch, GraphAddresses, KernelSink, Lowering, Reserved as Limits};
+use super::{
+    DeviceWeight, Dispatch, GraphAddresses, KernelSink, Lowering, MatrixTiles, Reserved as Limits,
+};
 use crate::backend::{
     AllocationStats, Backend, BackendError, BackendInfo, Cause, FreeMemory, GraphId, StepInputs,
 };
@@ -99,6 +101,15 @@ pub struct GpuBackend<D: GpuDevice> {
     stopped: Option<Cause>,
 }
 
+/// The matrix tiles a device offers, with [`GpuOptions::big_tiles`]
+/// applied where it has any.
+pub(super) fn matrix_tiles(device: MatrixTiles, big_tiles: Option<usize>) -> MatrixTiles {
+    match (device, big_tiles) {
+        (MatrixTiles::Off, _) | (_, None) => device,
+        (_, Some(min)) => MatrixTiles::BigFrom(min),
+    }
+}
+
 impl<D: GpuDevice> GpuBackend<D> {
     pub fn new(device: D, opts: GpuOptions) -> GpuBackend<D> {
         let from_device = device.lowering();
@@ -106,6 +117,7 @@ impl<D: GpuDevice> GpuBackend<D> {
             fuse: opts.fuse,
             int_matvec: opts.int_matvec,
             compute_units: opts.compute_units.unwrap_or(from_device.compute_units),
+            matrix: matrix_tiles(from_device.matrix, opts.big_tiles),
             ..from_device
         };
         GpuBackend {

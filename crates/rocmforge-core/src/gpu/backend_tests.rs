@@ -5,9 +5,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::backend::matrix_tiles;
 use super::mock::{addresses, dense_llama, qwen3_moe, TinyModel};
 use super::mock_device::{MockDevice, Seen};
-use super::{GpuBackend, GpuOptions};
+use super::{GpuBackend, GpuOptions, MatrixTiles};
 use crate::backend::{Backend, BackendError, GraphId, StepInputs};
 use crate::expert_offload::expert_weights;
 use crate::gguf::{GgufFile, GgufWriter};
@@ -289,6 +290,21 @@ fn the_shared_switches_override_the_device() {
         .count();
     assert!(attention > 0);
     assert_eq!(skipped.len(), fused.len() - attention);
+    // Big tiles only where the device has matrix-core kernels at all.
+    let big = GpuOptions {
+        big_tiles: Some(0),
+        ..GpuOptions::default()
+    };
+    assert_eq!(count(big).0.matrix, MatrixTiles::Off);
+    assert_eq!(
+        matrix_tiles(MatrixTiles::Auto, Some(0)),
+        MatrixTiles::BigFrom(0)
+    );
+    assert_eq!(
+        matrix_tiles(MatrixTiles::Small, Some(96)),
+        MatrixTiles::BigFrom(96)
+    );
+    assert_eq!(matrix_tiles(MatrixTiles::Auto, None), MatrixTiles::Auto);
 }
 
 #[test]

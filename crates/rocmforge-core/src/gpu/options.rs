@@ -32,6 +32,7 @@ pub enum LogLaunches {
 /// | `ROCMFORGE_GPU_SKIP_LAUNCHES` (text) | `skip_launches` |
 /// | `ROCMFORGE_GPU_SUBMIT_MS` (milliseconds) | `submit_budget` |
 /// | `ROCMFORGE_GPU_COMPUTE_UNITS` (count) | `compute_units` |
+/// | `ROCMFORGE_GPU_BIG_TILES` (count) | `big_tiles` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Bound on every wait for the device.
@@ -58,6 +59,11 @@ pub struct GpuOptions {
     /// the device's count ([`super::split`]); 0 never splits. For tests
     /// of the split on small devices, and measurement.
     pub compute_units: Option<u32>,
+    /// 128x128 matrix-core tiles for matmuls of at least this many of them
+    /// where the device has matrix-core kernels (`None`: the lowering's
+    /// rule, [`super::MatrixTiles::Auto`]; 0 puts every one there, for
+    /// tests; measurement).
+    pub big_tiles: Option<usize>,
 }
 
 impl Default for GpuOptions {
@@ -71,6 +77,7 @@ impl Default for GpuOptions {
             skip_launches: None,
             submit_budget: DEFAULT_SUBMIT_BUDGET,
             compute_units: None,
+            big_tiles: None,
         }
     }
 }
@@ -105,6 +112,7 @@ impl GpuOptions {
                 .filter(|ms| ms.is_finite() && *ms >= 0.0)
                 .map_or(d.submit_budget, |ms| Duration::from_secs_f64(ms / 1e3)),
             compute_units: var("ROCMFORGE_GPU_COMPUTE_UNITS").and_then(|v| v.parse().ok()),
+            big_tiles: var("ROCMFORGE_GPU_BIG_TILES").and_then(|v| v.parse().ok()),
         }
     }
 }
@@ -124,6 +132,7 @@ mod tests {
             ("ROCMFORGE_GPU_SKIP_LAUNCHES", "MatMul"),
             ("ROCMFORGE_GPU_SUBMIT_MS", "250"),
             ("ROCMFORGE_GPU_COMPUTE_UNITS", "0"),
+            ("ROCMFORGE_GPU_BIG_TILES", "0"),
         ];
         let get = |k: &str| {
             vars.iter()
@@ -142,6 +151,7 @@ mod tests {
                 skip_launches: Some("MatMul".into()),
                 submit_budget: Duration::from_millis(250),
                 compute_units: Some(0),
+                big_tiles: Some(0),
             }
         );
         assert_eq!(GpuOptions::from_vars(|_| None), GpuOptions::default());
