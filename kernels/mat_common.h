@@ -53,3 +53,60 @@ DEV uint32_t find_part(uint32_t n_parts, const uint32_t count[3], uint32_t& g) {
 template <typename Q> DEV uint64_t row_bytes_of(uint32_t k) {
     return (uint64_t)k * Q::BLOCK_BYTES / Q::K;
 }
+
+// ---- The grouped expert matmul's tiles (matmul_id_*) --------------------
+//
+// A prefill matmul kernel's tokens are rows of x read and rows of out
+// written; the dense matmul's tile takes tokens t0.., the grouped expert
+// matmul's the pairs of one slot of moe_group's table (ops_moe.hip), each
+// reading x row pair / x_div and writing out row pair.
+
+// Tokens t0 + tt of a dense matmul.
+struct DenseRows {
+    uint32_t t0;
+};
+DEV uint32_t x_row(const DenseRows& r, uint32_t tt) { return r.t0 + tt; }
+DEV uint32_t out_row(const DenseRows& r, uint32_t tt) { return r.t0 + tt; }
+
+// The pairs of a grouped tile and the x rows they read, as loaded into
+// shared memory (no division by x_div per load).
+struct GroupRows {
+    const uint32_t* pairs;
+    const uint32_t* x_rows;
+};
+DEV uint32_t x_row(const GroupRows& r, uint32_t tt) { return r.x_rows[tt]; }
+DEV uint32_t out_row(const GroupRows& r, uint32_t tt) { return r.pairs[tt]; }
+
+// A workgroup's tile of a grouped matmul: slot wg % slots of the table,
+// rows (wg / slots) * BR... `used` is false (for the whole workgroup) for
+// an unused slot or rows past the end.
+struct GroupTile {
+    bool used;
+    uint32_t expert;
+    uint32_t n; // pairs in the tile, at most BT
+    uint32_t r0;
+};
+
+// Reads this workgroup's tile and loads its BT pairs into `pairs` and the
+// x rows they read into `x_rows` (shared; past n, pair 0, a valid row).
+// Call from uniform control flow with all WG threads.
+template <uint32_t BR, uint32_t BT, uint32_t WG>
+DEV GroupTile group_tile(const MatGroupPush& s, uint32_t* pairs, uint32_t* x_rows) {
+    const uint32_t g = wg_linear();
+    GroupTile t;
+    t.r0 = (g / s.slots) * BR;
+    const uint4 d = dev_ptr<const uint4>(s.table)[g % s.slots];
+    t.used = d.x != 0xFFFFFFFFu && t.r0 < s.rows;
+    t.expert = d.x;
+    t.n = d.z - d.y;
+    if (t.used) {
+        const uint32_t* order = dev_ptr<const uint32_t>(s.table + (uint64_t)s.slots * 16u);
+        for (uint32_t i = thread_id_x(); i < BT; i += WG) {
+            const uint32_t p = d.y + i < d.z ? order[d.y + i] : 0u;
+            pairs[i] = p;
+            x_rows[i] = p / s.x_div;
+        }
+    }
+    block_barrier();
+    return t;
+}

@@ -15,6 +15,11 @@
 // Kernels: matmul_<ty> for every weight type, argument block MatPush
 // (x_scales and residual unused), grid: sum over parts of
 // ceil(rows / 64) * ceil(n / 32) (wg_linear).
+//
+// matmul_id_<ty>: the grouped expert matmul (the shader's MAT_ID) on the
+// same tiles: the tile's tokens are up to 32 pairs of one expert, one slot
+// of moe_group's table (mat_common.h's group_tile). Argument block
+// MatGroupPush, grid: slots * ceil(rows / 64).
 #include "mat_common.h"
 
 #define MMP_WG 128u
@@ -22,31 +27,20 @@
 #define MMP_BN 32u
 #define MMP_BK 32u
 
-template <typename Q> DEV void matmul_portable(const MatPush& s) {
+// The tile of weight rows r0.. (m in all) and nt tokens (rows: where they
+// read and write) of out = x . W (+ bias).
+template <typename Q, typename Rows>
+DEV void matmul_portable_tile(const uint8_t* w, uint32_t m, uint32_t r0, uint32_t nt,
+                              const Rows& rows, const float4* x, uint32_t k, float* o,
+                              const float* bias) {
     // k-major tiles; rows padded by 4 floats to keep 16-byte alignment.
     __shared__ __attribute__((aligned(16))) float ws[MMP_BK][MMP_BM + 4u];
     __shared__ __attribute__((aligned(16))) float xs[MMP_BK][MMP_BN + 4u];
-    const uint32_t n = s.n;
-    const uint32_t tiles_n = (n + MMP_BN - 1u) / MMP_BN;
-    uint32_t tile = wg_linear();
-    const uint32_t count[3] = {(s.rows[0] + MMP_BM - 1u) / MMP_BM * tiles_n,
-                               (s.rows[1] + MMP_BM - 1u) / MMP_BM * tiles_n,
-                               (s.rows[2] + MMP_BM - 1u) / MMP_BM * tiles_n};
-    const uint32_t p = find_part(s.n_parts, count, tile);
-    if (p >= s.n_parts) {
-        return;
-    }
-    const uint32_t m = part_u32(s.rows, p);
-    const uint32_t k = s.k;
-    const uint32_t r0 = (tile / tiles_n) * MMP_BM;
-    const uint32_t t0 = (tile % tiles_n) * MMP_BN;
     const uint32_t tid = thread_id_x();
     const uint32_t tr = tid % 16u;
     const uint32_t tc = tid / 16u;
     constexpr uint32_t UNITS = Q::K / 8u;
     const uint64_t row_bytes = row_bytes_of<Q>(k);
-    const uint8_t* w = dev_ptr<const uint8_t>(part_u64(s.w, p));
-    const float4* x = dev_ptr<const float4>(s.x);
 
     float acc[4][4];
 #pragma unroll
@@ -80,8 +74,8 @@ template <typename Q> DEV void matmul_portable(const MatPush& s) {
             uint32_t tt = q / 8u;
             uint32_t c4 = q % 8u;
             float4 v = (float4)(0.0f);
-            if (t0 + tt < n && k0 + 4u * c4 < k) {
-                v = x[((uint64_t)(t0 + tt) * k + k0) / 4u + c4];
+            if (tt < nt && k0 + 4u * c4 < k) {
+                v = x[((uint64_t)x_row(rows, tt) * k + k0) / 4u + c4];
             }
 #pragma unroll
             for (uint32_t e = 0u; e < 4u; e++) {
@@ -103,26 +97,61 @@ template <typename Q> DEV void matmul_portable(const MatPush& s) {
         }
         block_barrier();
     }
-    float* o = dev_ptr<float>(part_u64(s.out, p));
-    const uint64_t bias = part_u64(s.bias, p);
 #pragma unroll
     for (uint32_t i = 0u; i < 4u; i++) {
         uint32_t r = r0 + 4u * tr + i;
         if (r >= m) {
             continue;
         }
-        float bv = bias != 0u ? dev_ptr<const float>(bias)[r] : 0.0f;
+        float bv = bias != nullptr ? bias[r] : 0.0f;
 #pragma unroll
         for (uint32_t j = 0u; j < 4u; j++) {
-            uint32_t t = t0 + 4u * tc + j;
-            if (t < n) {
-                o[(uint64_t)t * m + r] = acc[i][j] + bv;
+            uint32_t tt = 4u * tc + j;
+            if (tt < nt) {
+                o[(uint64_t)out_row(rows, tt) * m + r] = acc[i][j] + bv;
             }
         }
     }
 }
 
+template <typename Q> DEV void matmul_portable(const MatPush& s) {
+    const uint32_t n = s.n;
+    const uint32_t tiles_n = (n + MMP_BN - 1u) / MMP_BN;
+    uint32_t tile = wg_linear();
+    const uint32_t count[3] = {(s.rows[0] + MMP_BM - 1u) / MMP_BM * tiles_n,
+                               (s.rows[1] + MMP_BM - 1u) / MMP_BM * tiles_n,
+                               (s.rows[2] + MMP_BM - 1u) / MMP_BM * tiles_n};
+    const uint32_t p = find_part(s.n_parts, count, tile);
+    if (p >= s.n_parts) {
+        return;
+    }
+    const uint32_t m = part_u32(s.rows, p);
+    const uint32_t k = s.k;
+    const uint32_t r0 = (tile / tiles_n) * MMP_BM;
+    const uint32_t t0 = (tile % tiles_n) * MMP_BN;
+    const uint64_t bias = part_u64(s.bias, p);
+    matmul_portable_tile<Q>(dev_ptr<const uint8_t>(part_u64(s.w, p)), m, r0, n - t0,
+                            DenseRows{t0}, dev_ptr<const float4>(s.x), k,
+                            dev_ptr<float>(part_u64(s.out, p)),
+                            bias != 0u ? dev_ptr<const float>(bias) : nullptr);
+}
+
+template <typename Q> DEV void matmul_id_portable(const MatGroupPush& s) {
+    __shared__ uint32_t pairs[MMP_BN];
+    __shared__ uint32_t x_rows[MMP_BN];
+    const GroupTile g = group_tile<MMP_BM, MMP_BN, MMP_WG>(s, pairs, x_rows);
+    if (!g.used) {
+        return;
+    }
+    const uint8_t* w = dev_ptr<const uint8_t>(s.w + g.expert * s.expert_bytes);
+    const float* bias =
+        s.bias != 0u ? dev_ptr<const float>(s.bias) + (uint64_t)g.expert * s.rows : nullptr;
+    matmul_portable_tile<Q>(w, s.rows, g.r0, g.n, GroupRows{pairs, x_rows},
+                            dev_ptr<const float4>(s.x), s.k, dev_ptr<float>(s.out), bias);
+}
+
 #define MATMUL_KERNEL(ty, Q)                                                                        \
-    KERNEL LAUNCH_BOUNDS(MMP_WG) void matmul_##ty(MatPush s) { matmul_portable<Q>(s); }
+    KERNEL LAUNCH_BOUNDS(MMP_WG) void matmul_##ty(MatPush s) { matmul_portable<Q>(s); }           \
+    KERNEL LAUNCH_BOUNDS(MMP_WG) void matmul_id_##ty(MatGroupPush s) { matmul_id_portable<Q>(s); }
 RF_WEIGHT_TYPES(MATMUL_KERNEL)
 #undef MATMUL_KERNEL

@@ -24,6 +24,12 @@
 //
 // Argument block MatPush (x_scales and residual unused), grid: sum over
 // parts of ceil(rows / BR) * ceil(n / BT) (wg_linear).
+//
+//   matmul_id_cms_<ty>  the grouped expert matmul (the shader's MAT_ID) on
+//                     the 64 x 64 tiling: the tile's tokens are up to 64
+//                     pairs of one expert, one slot of moe_group's table
+//                     (mat_common.h's group_tile). Argument block
+//                     MatGroupPush, grid: slots * ceil(rows / 64).
 #include "mat_common.h"
 
 // A tiling: WT x WR waves, each FT x FR fragments.
@@ -62,7 +68,9 @@ using MmcBig = MmcShape<2u, 4u, 4u, 2u>;
 // gives some K-quant variants of the small tiling 129-130 VGPRs on gfx11,
 // with it 99 and no spills (the static checks would catch one). The big
 // tiling's 64 accumulator VGPRs leave the K-quants' dequantization too
-// few under 128 (spills on gfx11); 160 still keeps 9 waves per SIMD.
+// few under 128 (spills on gfx11); 160 still keeps 9 waves per SIMD. The
+// grouped small tiling takes 160 too: its gathered rows cost Q4_K 13
+// spilled VGPRs under 128 on gfx11.
 #if RF_AMDGPU
 #define MMC_REGS_SMALL __attribute__((amdgpu_num_vgpr(128)))
 #define MMC_REGS_BIG __attribute__((amdgpu_num_vgpr(160)))
@@ -79,9 +87,11 @@ template <typename S> struct MmcTile {
     half4 a[S::NA];
 };
 
-template <typename S, typename Q>
+// Tokens tt < nt of the tile are real; rows says which x row each reads.
+template <typename S, typename Q, typename Rows>
 DEV void mmc_load(MmcTile<S>& tile, uint32_t k0, const uint8_t* w, uint64_t row_bytes,
-                  uint32_t m, uint32_t r0, uint32_t t0, const float4* x, uint32_t n, uint32_t k) {
+                  uint32_t m, uint32_t r0, const Rows& rows, uint32_t nt, const float4* x,
+                  uint32_t k) {
     constexpr uint32_t UNITS = Q::K / 8u;
     const uint32_t tid = thread_id_x();
     const uint32_t k8 = k / 8u;
@@ -101,8 +111,8 @@ DEV void mmc_load(MmcTile<S>& tile, uint32_t k0, const uint8_t* w, uint64_t row_
         uint32_t q = tid + S::WG * s;
         uint32_t tt = q / 8u;
         uint32_t c4 = q % 8u;
-        bool ok = t0 + tt < n && k0 + 4u * c4 < k;
-        uint32_t t = __builtin_elementwise_min(t0 + tt, n - 1u);
+        bool ok = tt < nt && k0 + 4u * c4 < k;
+        uint32_t t = x_row(rows, __builtin_elementwise_min(tt, nt - 1u));
         uint32_t kk = __builtin_elementwise_min(k0 + 4u * c4, k - 4u);
         float4 v = x[((uint64_t)t * k + kk) / 4u];
         tile.a[s] = __builtin_convertvector(ok ? v : (float4)(0.0f), half4);
@@ -124,30 +134,19 @@ template <typename S> DEV void mmc_store(const MmcTile<S>& tile, half* as, half*
     }
 }
 
-template <typename S, typename Q> DEV void matmul_coopmat(const MatPush& s) {
+// The tile of weight rows r0.. (m in all) and nt tokens (rows: where they
+// read and write) of out = x . W (+ bias).
+template <typename S, typename Q, typename Rows>
+DEV void matmul_coopmat_tile(const uint8_t* w, uint32_t m, uint32_t r0, uint32_t nt,
+                             const Rows& rows, const float4* x, uint32_t k, float* o,
+                             const float* bias) {
     constexpr uint32_t FT = S::FT;
     constexpr uint32_t FR = S::FR;
     __shared__ __attribute__((aligned(16))) half as[S::BT * MMC_LD];
     __shared__ __attribute__((aligned(16))) half bs[S::BR * MMC_LD];
-    const uint32_t n = s.n;
-    const uint32_t k = s.k;
-    const uint32_t tiles_t = (n + S::BT - 1u) / S::BT;
-    uint32_t tile = wg_linear();
-    const uint32_t count[3] = {(s.rows[0] + S::BR - 1u) / S::BR * tiles_t,
-                               (s.rows[1] + S::BR - 1u) / S::BR * tiles_t,
-                               (s.rows[2] + S::BR - 1u) / S::BR * tiles_t};
-    const uint32_t p = find_part(s.n_parts, count, tile);
-    if (p >= s.n_parts) {
-        return;
-    }
-    const uint32_t m = part_u32(s.rows, p);
-    const uint32_t r0 = (tile / tiles_t) * S::BR;
-    const uint32_t t0 = (tile % tiles_t) * S::BT;
     const uint32_t wt = wave_id() % S::WT; // this wave's FT * 16 tokens of the tile
     const uint32_t wr = wave_id() / S::WT; // and FR * 16 rows
     const uint64_t row_bytes = row_bytes_of<Q>(k);
-    const uint8_t* w = dev_ptr<const uint8_t>(part_u64(s.w, p));
-    const float4* x = dev_ptr<const float4>(s.x);
 
     FragC acc[FT][FR];
 #pragma unroll
@@ -159,11 +158,11 @@ template <typename S, typename Q> DEV void matmul_coopmat(const MatPush& s) {
     }
     MmcTile<S> regs;
     if (MMC_PREFETCH) {
-        mmc_load<S, Q>(regs, 0u, w, row_bytes, m, r0, t0, x, n, k);
+        mmc_load<S, Q>(regs, 0u, w, row_bytes, m, r0, rows, nt, x, k);
     }
     for (uint32_t k0 = 0u; k0 < k; k0 += MMC_BK) {
         if (!MMC_PREFETCH) {
-            mmc_load<S, Q>(regs, k0, w, row_bytes, m, r0, t0, x, n, k);
+            mmc_load<S, Q>(regs, k0, w, row_bytes, m, r0, rows, nt, x, k);
         }
         mmc_store<S>(regs, as, bs);
         block_barrier();
@@ -171,7 +170,7 @@ template <typename S, typename Q> DEV void matmul_coopmat(const MatPush& s) {
             // Unconditional (the last step loads a clamped, valid tile it
             // never uses): a branch here would end the basic block, and
             // the loads would be waited for before the first multiply.
-            mmc_load<S, Q>(regs, k0 + MMC_BK, w, row_bytes, m, r0, t0, x, n, k);
+            mmc_load<S, Q>(regs, k0 + MMC_BK, w, row_bytes, m, r0, rows, nt, x, k);
         }
 #pragma unroll
         for (uint32_t kk = 0u; kk < MMC_BK; kk += 16u) {
@@ -200,27 +199,57 @@ template <typename S, typename Q> DEV void matmul_coopmat(const MatPush& s) {
         block_barrier();
     }
 
-    float* o = dev_ptr<float>(part_u64(s.out, p));
-    const uint64_t bias = part_u64(s.bias, p);
 #pragma unroll
     for (uint32_t i = 0u; i < FT; i++) {
 #pragma unroll
         for (uint32_t j = 0u; j < FR; j++) {
 #pragma unroll
             for (uint32_t e = 0u; e < 8u; e++) {
-                uint32_t t = t0 + FT * 16u * wt + 16u * i + frag_c_row(e);
+                uint32_t tt = FT * 16u * wt + 16u * i + frag_c_row(e);
                 uint32_t r = r0 + FR * 16u * wr + 16u * j + frag_c_col(e);
                 // Read at a clamped row outside the bounds check, so lanes
                 // whose column does not change with e read it once.
-                float bv = bias != 0u
-                               ? dev_ptr<const float>(bias)[__builtin_elementwise_min(r, m - 1u)]
-                               : 0.0f;
-                if (t < n && r < m) {
-                    o[(uint64_t)t * m + r] = acc[i][j].v[e] + bv;
+                float bv = bias != nullptr ? bias[__builtin_elementwise_min(r, m - 1u)] : 0.0f;
+                if (tt < nt && r < m) {
+                    o[(uint64_t)out_row(rows, tt) * m + r] = acc[i][j].v[e] + bv;
                 }
             }
         }
     }
+}
+
+template <typename S, typename Q> DEV void matmul_coopmat(const MatPush& s) {
+    const uint32_t n = s.n;
+    const uint32_t tiles_t = (n + S::BT - 1u) / S::BT;
+    uint32_t tile = wg_linear();
+    const uint32_t count[3] = {(s.rows[0] + S::BR - 1u) / S::BR * tiles_t,
+                               (s.rows[1] + S::BR - 1u) / S::BR * tiles_t,
+                               (s.rows[2] + S::BR - 1u) / S::BR * tiles_t};
+    const uint32_t p = find_part(s.n_parts, count, tile);
+    if (p >= s.n_parts) {
+        return;
+    }
+    const uint32_t r0 = (tile / tiles_t) * S::BR;
+    const uint32_t t0 = (tile % tiles_t) * S::BT;
+    const uint64_t bias = part_u64(s.bias, p);
+    matmul_coopmat_tile<S, Q>(dev_ptr<const uint8_t>(part_u64(s.w, p)), part_u32(s.rows, p), r0,
+                              n - t0, DenseRows{t0}, dev_ptr<const float4>(s.x), s.k,
+                              dev_ptr<float>(part_u64(s.out, p)),
+                              bias != 0u ? dev_ptr<const float>(bias) : nullptr);
+}
+
+template <typename S, typename Q> DEV void matmul_id_coopmat(const MatGroupPush& s) {
+    __shared__ uint32_t pairs[S::BT];
+    __shared__ uint32_t x_rows[S::BT];
+    const GroupTile g = group_tile<S::BR, S::BT, S::WG>(s, pairs, x_rows);
+    if (!g.used) {
+        return;
+    }
+    const uint8_t* w = dev_ptr<const uint8_t>(s.w + g.expert * s.expert_bytes);
+    const float* bias =
+        s.bias != 0u ? dev_ptr<const float>(s.bias) + (uint64_t)g.expert * s.rows : nullptr;
+    matmul_coopmat_tile<S, Q>(w, s.rows, g.r0, g.n, GroupRows{pairs, x_rows},
+                              dev_ptr<const float4>(s.x), s.k, dev_ptr<float>(s.out), bias);
 }
 
 #define MATMUL_COOPMAT_KERNELS(ty, Q)                                                             \
@@ -229,6 +258,9 @@ template <typename S, typename Q> DEV void matmul_coopmat(const MatPush& s) {
     }                                                                                             \
     KERNEL LAUNCH_BOUNDS(MmcBig::WG) MMC_REGS_BIG void matmul_cmp_##ty(MatPush s) {               \
         matmul_coopmat<MmcBig, Q>(s);                                                             \
+    }                                                                                             \
+    KERNEL LAUNCH_BOUNDS(MmcSmall::WG) MMC_REGS_BIG void matmul_id_cms_##ty(MatGroupPush s) {     \
+        matmul_id_coopmat<MmcSmall, Q>(s);                                                        \
     }
 RF_WEIGHT_TYPES(MATMUL_COOPMAT_KERNELS)
 #undef MATMUL_COOPMAT_KERNELS

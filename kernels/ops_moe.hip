@@ -12,10 +12,21 @@
 //              order of j, each product rounded before it is added, one
 //              thread per value. Argument block
 //              MoeSumPush, 256 threads, grid ceil(rows * cols / 256).
+//   moe_group  the (token, choice) pairs of ids sorted by expert for the
+//              grouped expert matmul (matmul_id_*), one workgroup of 256:
+//              counted per expert, a prefix sum over the experts, each
+//              pair placed in its expert's range of `order` (in no fixed
+//              order within it: each pair's output row is computed alone),
+//              and a slot (expert, begin, end, 0) per tile of at most
+//              `tile` pairs of one expert, unused slots' expert 0xFFFFFFFF.
+//              Argument block MoeGroupPush, grid 1.
 #include "ops_common.h"
 
 #define MOE_ROUTE_WG 64u
 #define MOE_SUM_WG 256u
+#define MOE_GROUP_WG 256u
+// Largest expert count (rocmforge_core::gpu::moe::MOE_GROUP_MAX_EXPERTS).
+#define MOE_GROUP_MAX_E 256u
 
 namespace ops {
 
@@ -118,4 +129,63 @@ KERNEL LAUNCH_BOUNDS(MOE_SUM_WG) void moe_sum(MoeSumPush s) {
         acc += x[(uint64_t)(t * s.k + j) * s.cols + c] * w[j];
     }
     dev_ptr<float>(s.out)[i] = acc;
+}
+
+KERNEL LAUNCH_BOUNDS(MOE_GROUP_WG) void moe_group(MoeGroupPush s) {
+    __shared__ uint32_t count[MOE_GROUP_MAX_E];
+    // Expert e's pairs are order[first[e] .. first[e + 1]], its tiles the
+    // slots tile_first[e] .. tile_first[e + 1].
+    __shared__ uint32_t first[MOE_GROUP_MAX_E + 1u];
+    __shared__ uint32_t tile_first[MOE_GROUP_MAX_E + 1u];
+    const uint32_t tid = thread_id_x();
+    const uint32_t n_e = s.n_expert;
+    const float* ids = dev_ptr<const float>(s.ids);
+    uint4* slot = dev_ptr<uint4>(s.table);
+    uint32_t* order = dev_ptr<uint32_t>(s.table + (uint64_t)s.slots * 16u);
+    for (uint32_t e = tid; e < n_e; e += MOE_GROUP_WG) {
+        count[e] = 0u;
+    }
+    block_barrier();
+    for (uint32_t i = tid; i < s.n_pairs; i += MOE_GROUP_WG) {
+        shared_fetch_add(&count[__builtin_elementwise_min((uint32_t)ids[i], n_e - 1u)], 1u);
+    }
+    block_barrier();
+    if (tid == 0u) {
+        uint32_t at = 0u;
+        uint32_t tiles = 0u;
+        for (uint32_t e = 0u; e < n_e; e++) {
+            first[e] = at;
+            tile_first[e] = tiles;
+            at += count[e];
+            tiles += (count[e] + s.tile - 1u) / s.tile;
+            count[e] = 0u;
+        }
+        first[n_e] = at;
+        tile_first[n_e] = tiles;
+    }
+    block_barrier();
+    for (uint32_t i = tid; i < s.n_pairs; i += MOE_GROUP_WG) {
+        const uint32_t e = __builtin_elementwise_min((uint32_t)ids[i], n_e - 1u);
+        order[first[e] + shared_fetch_add(&count[e], 1u)] = i;
+    }
+    for (uint32_t sl = tid; sl < s.slots; sl += MOE_GROUP_WG) {
+        if (sl >= tile_first[n_e]) {
+            slot[sl] = (uint4){0xFFFFFFFFu, 0u, 0u, 0u};
+            continue;
+        }
+        // The expert whose tiles hold sl: tile_first[e] <= sl < tile_first[e + 1].
+        uint32_t lo = 0u;
+        uint32_t hi = n_e;
+        while (hi - lo > 1u) {
+            const uint32_t mid = (lo + hi) / 2u;
+            if (tile_first[mid] <= sl) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        const uint32_t begin = first[lo] + (sl - tile_first[lo]) * s.tile;
+        const uint32_t end = __builtin_elementwise_min(begin + s.tile, first[lo + 1u]);
+        slot[sl] = (uint4){lo, begin, end, 0u};
+    }
 }

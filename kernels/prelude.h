@@ -121,6 +121,12 @@ DEV void block_barrier() {
 #endif
 }
 
+// Adds v to the shared-memory counter *p for the workgroup; returns the
+// value before (LDS atomics on AMDGPU, atom.shared on NVIDIA).
+DEV uint32_t shared_fetch_add(uint32_t* p, uint32_t v) {
+    return __scoped_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __MEMORY_SCOPE_WRKGRP);
+}
+
 // Orders shared-memory writes and reads among the lanes of one wave.
 DEV void wave_barrier() {
 #if RF_AMDGPU

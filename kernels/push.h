@@ -188,6 +188,34 @@ struct MatIdPush {
     uint64_t x_scales; // matvec_id_int_*: the Q8-packed blocks' (d, s)
 };
 
+// moe_group: the pairs of ids sorted by expert into a table of `slots`
+// uint4 slots (expert, begin, end, 0), then `order`
+// (rocmforge_core::gpu::moe).
+struct MoeGroupPush {
+    uint64_t ids;
+    uint64_t table;
+    uint32_t n_pairs;
+    uint32_t n_expert;
+    uint32_t tile; // most pairs per slot
+    uint32_t slots;
+};
+
+// matmul_id_*: the grouped expert matmul over moe_group's table.
+struct MatGroupPush {
+    uint64_t x;
+    uint64_t w;
+    uint64_t table;
+    uint64_t out;
+    uint64_t expert_bytes;
+    uint64_t bias; // per-expert f32 rows of `rows`, 0 for none
+    uint32_t rows;
+    uint32_t k;
+    uint32_t n_pairs;
+    uint32_t x_div;
+    uint32_t slots;
+    uint32_t pad;
+};
+
 struct MoeSumPush {
     uint64_t x;
     uint64_t weights;
@@ -349,6 +377,22 @@ RF_PUSH_AT(MatIdPush, n_pairs, 48);
 RF_PUSH_AT(MatIdPush, x_div, 52);
 RF_PUSH_AT(MatIdPush, bias, 56);
 RF_PUSH_AT(MatIdPush, x_scales, 64);
+
+static_assert(sizeof(MoeGroupPush) == 32, "MoeGroupPush size");
+RF_PUSH_AT(MoeGroupPush, table, 8);
+RF_PUSH_AT(MoeGroupPush, n_pairs, 16);
+RF_PUSH_AT(MoeGroupPush, slots, 28);
+
+static_assert(sizeof(MatGroupPush) == 72, "MatGroupPush size");
+RF_PUSH_AT(MatGroupPush, table, 16);
+RF_PUSH_AT(MatGroupPush, out, 24);
+RF_PUSH_AT(MatGroupPush, expert_bytes, 32);
+RF_PUSH_AT(MatGroupPush, bias, 40);
+RF_PUSH_AT(MatGroupPush, rows, 48);
+RF_PUSH_AT(MatGroupPush, k, 52);
+RF_PUSH_AT(MatGroupPush, n_pairs, 56);
+RF_PUSH_AT(MatGroupPush, x_div, 60);
+RF_PUSH_AT(MatGroupPush, slots, 64);
 
 static_assert(sizeof(MoeSumPush) == 40, "MoeSumPush size");
 RF_PUSH_AT(MoeSumPush, x, 0);

@@ -5,6 +5,13 @@
 // k need only be a multiple of 8, the last step is zero-padded);
 // each invocation owns 4 rows x 4 tokens. Same push constants and part
 // fusion as matvec.comp.
+//
+// MAT_ID: the grouped expert matmul (ggml's mul_mat_id). Output row p (a
+// (token, choice) pair) is expert ids[p] times x row p / x_div; a
+// workgroup's tokens are one slot of moe_group's table (moe.comp): up to 32
+// pairs of one expert, gathered through the table's `order`, so the
+// expert's rows are read once per 32 pairs instead of once per pair. The
+// grid is slots x row tiles; unused slots return at once.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -15,6 +22,10 @@
 #define BK 32
 layout(local_size_x = 128) in;
 
+#ifdef MAT_ID
+#define MAT_ID_MAX_TOKENS BN
+#include "mat_id.glsl"
+#else
 layout(push_constant, std430) uniform Push {
     uint64_t x;
     uint64_t w[3];
@@ -25,11 +36,22 @@ layout(push_constant, std430) uniform Push {
     uint n;
     uint n_parts;
 } pc;
+#endif
 
 shared float ws[BK][BM + 1];
 shared float xs[BK][BN + 1];
 
 void main() {
+    uint tid = gl_LocalInvocationID.x;
+#ifdef MAT_ID
+    MatIdTile g = mat_id_tile(BM, BN);
+    if (!g.used) {
+        return;
+    }
+    uint m = pc.rows;
+    uint r0 = g.r0;
+    uint64_t wbase = g.w;
+#else
     uint tiles_n = (pc.n + BN - 1u) / BN;
     uint tile = wg_linear();
     uint p = 0u;
@@ -47,7 +69,8 @@ void main() {
     uint m = pc.rows[p];
     uint r0 = (tile / tiles_n) * BM;
     uint t0 = (tile % tiles_n) * BN;
-    uint tid = gl_LocalInvocationID.x;
+    uint64_t wbase = pc.w[p];
+#endif
     uint tr = tid % 16u;
     uint tc = tid / 16u;
     // Plain float rows may end mid-"block": size rows by elements.
@@ -70,7 +93,7 @@ void main() {
             vec4 hi = vec4(0.0);
             uint u = k0 / 8u + j;
             if (r0 + rr < m && u < pc.k / 8u) {
-                dequant8(pc.w[p] + uint64_t(r0 + rr) * row_bytes, u / QUANT_UNITS,
+                dequant8(wbase + uint64_t(r0 + rr) * row_bytes, u / QUANT_UNITS,
                          u % QUANT_UNITS, lo, hi);
             }
             for (uint e = 0u; e < 4u; e++) {
@@ -84,9 +107,15 @@ void main() {
             uint tt = q / 8u;
             uint c4 = q % 8u;
             vec4 v = vec4(0.0);
+#ifdef MAT_ID
+            if (tt < g.n && k0 + 4u * c4 < pc.k) {
+                v = x.v[(mat_id_x_row(tt) * pc.k + k0) / 4u + c4];
+            }
+#else
             if (t0 + tt < pc.n && k0 + 4u * c4 < pc.k) {
                 v = x.v[((t0 + tt) * pc.k + k0) / 4u + c4];
             }
+#endif
             for (uint e = 0u; e < 4u; e++) {
                 xs[4u * c4 + e][tt] = v[e];
             }
@@ -109,6 +138,22 @@ void main() {
         memoryBarrierShared();
         barrier();
     }
+#ifdef MAT_ID
+    F32s o = F32s(pc.out_);
+    for (uint i = 0u; i < 4u; i++) {
+        uint r = r0 + tr + 16u * i;
+        if (r >= m) {
+            continue;
+        }
+        float b = pc.bias != 0ul ? F32s(pc.bias).v[g.expert * m + r] : 0.0;
+        for (uint j = 0u; j < 4u; j++) {
+            uint tt = tc + 8u * j;
+            if (tt < g.n) {
+                o.v[mat_id_pair(tt) * m + r] = acc[i][j] + b;
+            }
+        }
+    }
+#else
     F32s o = F32s(pc.out_[p]);
     for (uint i = 0u; i < 4u; i++) {
         uint r = r0 + tr + 16u * i;
@@ -123,4 +168,5 @@ void main() {
             }
         }
     }
+#endif
 }

@@ -10,6 +10,9 @@
 // (already rounded the ggml way by quantize_act, f32) converted to f16.
 // Rows, tokens and k past the end are zero-filled (k need only be a
 // multiple of 8), so every shape the portable kernel takes works here.
+//
+// MAT_ID: the grouped expert matmul, as in matmul.comp (mat_id.glsl): the
+// workgroup's tokens are the pairs of one slot of moe_group's table.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_cooperative_matrix : require
@@ -42,6 +45,10 @@
 
 layout(local_size_x = NT) in;
 
+#ifdef MAT_ID
+#define MAT_ID_MAX_TOKENS BT
+#include "mat_id.glsl"
+#else
 layout(push_constant, std430) uniform Push {
     uint64_t x;
     uint64_t w[3];
@@ -52,6 +59,15 @@ layout(push_constant, std430) uniform Push {
     uint n;
     uint n_parts;
 } pc;
+#endif
+
+// Row of x that token tt of a tile starting at token t0 reads (tt below
+// the tile's token count).
+#ifdef MAT_ID
+#define X_ROW(t0, tt) mat_id_x_row(tt)
+#else
+#define X_ROW(t0, tt) ((t0) + (tt))
+#endif
 
 shared f16vec4 as_[BT * SA4];
 shared f16vec4 bs_[BR * SA4];
@@ -67,9 +83,9 @@ shared float st_[WARPS_T * WARPS_R * 256];
 #define NA (BT * 8 / NT)
 
 // Global -> registers: the weight tile (BR rows x 4 units of 8, dequantized)
-// and the activation tile (BT tokens x 8 vec4) of step k0.
-void load_tile(uint k0, uint64_t wbase, uint64_t row_bytes, uint m, uint r0, uint t0, uint k8,
-               V4s x, out vec4 wv[NU * 2], out vec4 av[NA]) {
+// and the activation tile (BT tokens x 8 vec4, nt of them real) of step k0.
+void load_tile(uint k0, uint64_t wbase, uint64_t row_bytes, uint m, uint r0, uint t0, uint nt,
+               uint k8, V4s x, out vec4 wv[NU * 2], out vec4 av[NA]) {
     uint tid = gl_LocalInvocationID.x;
     for (uint s = 0u; s < NU; s++) {
         uint q = tid + NT * s;
@@ -88,8 +104,8 @@ void load_tile(uint k0, uint64_t wbase, uint64_t row_bytes, uint m, uint r0, uin
         uint q = tid + NT * s;
         uint tt = q / 8u;
         uint c4 = q % 8u;
-        bool ok = t0 + tt < pc.n && k0 + 4u * c4 < pc.k;
-        uint t = min(t0 + tt, pc.n - 1u);
+        bool ok = tt < nt && k0 + 4u * c4 < pc.k;
+        uint t = X_ROW(t0, min(tt, nt - 1u));
         uint kk = min(k0 + 4u * c4, pc.k - 4u);
         vec4 v = x.v[(t * pc.k + kk) / 4u];
         av[s] = ok ? v : vec4(0.0);
@@ -135,6 +151,18 @@ void mma_step(uint wt, uint wr, inout ACC acc[FT][FR]) {
 }
 
 void main() {
+    uint tid = gl_LocalInvocationID.x;
+#ifdef MAT_ID
+    MatIdTile g = mat_id_tile(BR, BT);
+    if (!g.used) {
+        return;
+    }
+    uint m = pc.rows;
+    uint r0 = g.r0;
+    uint t0 = 0u;
+    uint nt = g.n;
+    uint64_t wbase = g.w;
+#else
     uint tiles_t = (pc.n + BT - 1u) / BT;
     uint tile = wg_linear();
     uint p = 0u;
@@ -152,12 +180,13 @@ void main() {
     uint m = pc.rows[p];
     uint r0 = (tile / tiles_t) * BR;
     uint t0 = (tile % tiles_t) * BT;
-    uint tid = gl_LocalInvocationID.x;
+    uint nt = pc.n - t0;
+    uint64_t wbase = pc.w[p];
+#endif
     uint warp = gl_SubgroupID;
     uint wt = warp % WARPS_T;
     uint wr = warp / WARPS_T;
     uint64_t row_bytes = uint64_t(pc.k) * QUANT_BLOCK_BYTES / QUANT_K;
-    uint64_t wbase = pc.w[p];
     V4s x = V4s(pc.x);
     uint k8 = pc.k / 8u;
 
@@ -177,13 +206,13 @@ void main() {
     vec4 av[NA];
     for (uint k0 = 0u; k0 < pc.k; k0 += BK) {
         if (k0 == 0u) {
-            load_tile(0u, wbase, row_bytes, m, r0, t0, k8, x, wv, av);
+            load_tile(0u, wbase, row_bytes, m, r0, t0, nt, k8, x, wv, av);
         }
         store_tile(wv, av);
         memoryBarrierShared();
         barrier();
         if (k0 + BK < pc.k) {
-            load_tile(k0 + BK, wbase, row_bytes, m, r0, t0, k8, x, wv, av);
+            load_tile(k0 + BK, wbase, row_bytes, m, r0, t0, nt, k8, x, wv, av);
         }
         mma_step(wt, wr, acc);
         memoryBarrierShared();
@@ -193,7 +222,7 @@ void main() {
     for (uint k0 = 0u; k0 < pc.k; k0 += BK) {
         vec4 wv[NU * 2u];
         vec4 av[NA];
-        load_tile(k0, wbase, row_bytes, m, r0, t0, k8, x, wv, av);
+        load_tile(k0, wbase, row_bytes, m, r0, t0, nt, k8, x, wv, av);
         store_tile(wv, av);
         memoryBarrierShared();
         barrier();
@@ -203,8 +232,15 @@ void main() {
     }
 #endif
 
+#ifdef MAT_ID
+    F32s o = F32s(pc.out_);
+    bool has_bias = pc.bias != 0ul;
+    uint64_t bias = pc.bias + uint64_t(g.expert) * m * 4ul;
+#else
     F32s o = F32s(pc.out_[p]);
     bool has_bias = pc.bias[p] != 0ul;
+    uint64_t bias = pc.bias[p];
+#endif
     uint lane = gl_SubgroupInvocationID;
     uint sbase = warp * 256u;
     for (uint i = 0u; i < FT; i++) {
@@ -213,11 +249,15 @@ void main() {
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             for (uint e = lane; e < 256u; e += gl_SubgroupSize) {
-                uint t = t0 + wt * FT * 16u + 16u * i + e / 16u;
+                uint tt = wt * FT * 16u + 16u * i + e / 16u;
                 uint r = r0 + wr * FR * 16u + 16u * j + e % 16u;
-                if (t < pc.n && r < m) {
-                    float b = has_bias ? F32s(pc.bias[p]).v[r] : 0.0;
-                    o.v[t * m + r] = st_[sbase + e] + b;
+                if (tt < nt && r < m) {
+                    float b = has_bias ? F32s(bias).v[r] : 0.0;
+#ifdef MAT_ID
+                    o.v[mat_id_pair(tt) * m + r] = st_[sbase + e] + b;
+#else
+                    o.v[(t0 + tt) * m + r] = st_[sbase + e] + b;
+#endif
                 }
             }
             subgroupMemoryBarrierShared();

@@ -9,6 +9,14 @@
 //   35 us a layer in a Qwen3-30B-A3B decode on the H100.)
 // OP_SUM: out[t][i] = sum over j of weights[t][j] * x[t * k + j][i], in
 //   order of j, one invocation per value.
+// OP_GROUP: the (token, choice) pairs of ids sorted by expert for the
+//   grouped expert matmul (matmul.comp's MAT_ID), one workgroup of 256:
+//   the pairs counted per expert, a prefix sum over the experts, each pair
+//   placed in its expert's range of `order` (in no fixed order within it:
+//   every pair's output row is computed alone, so results do not depend on
+//   it), and one slot (expert, begin, end, 0) per tile of at most `tile`
+//   pairs of one expert, the unused slots' expert 0xFFFFFFFF. The table is
+//   `slots` uvec4 slots, then `order` (rocmforge_core::gpu::moe).
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -131,6 +139,81 @@ void main() {
         acc += term;
     }
     F32s(pc.out_).v[i] = acc;
+}
+#elif defined(OP_GROUP)
+// Largest expert count (MOE_GROUP_MAX_EXPERTS in rocmforge_core::gpu::moe).
+#define MAX_E 256u
+layout(local_size_x = 256) in;
+
+layout(push_constant, std430) uniform Push {
+    uint64_t ids;
+    uint64_t table;
+    uint n_pairs;
+    uint n_expert;
+    uint tile;
+    uint slots;
+} pc;
+
+shared uint count_[MAX_E];
+// Expert e's pairs are order[first[e] .. first[e + 1]], its tiles slots
+// tile_first[e] .. tile_first[e + 1].
+shared uint first[MAX_E + 1u];
+shared uint tile_first[MAX_E + 1u];
+
+void main() {
+    uint tid = gl_LocalInvocationID.x;
+    uint n_e = pc.n_expert;
+    F32s ids = F32s(pc.ids);
+    U4s slot = U4s(pc.table);
+    U32s order = U32s(pc.table + uint64_t(pc.slots) * 16ul);
+    for (uint e = tid; e < n_e; e += 256u) {
+        count_[e] = 0u;
+    }
+    memoryBarrierShared();
+    barrier();
+    for (uint i = tid; i < pc.n_pairs; i += 256u) {
+        atomicAdd(count_[min(uint(ids.v[i]), n_e - 1u)], 1u);
+    }
+    memoryBarrierShared();
+    barrier();
+    if (tid == 0u) {
+        uint at = 0u;
+        uint tiles = 0u;
+        for (uint e = 0u; e < n_e; e++) {
+            first[e] = at;
+            tile_first[e] = tiles;
+            at += count_[e];
+            tiles += (count_[e] + pc.tile - 1u) / pc.tile;
+            count_[e] = 0u;
+        }
+        first[n_e] = at;
+        tile_first[n_e] = tiles;
+    }
+    memoryBarrierShared();
+    barrier();
+    for (uint i = tid; i < pc.n_pairs; i += 256u) {
+        uint e = min(uint(ids.v[i]), n_e - 1u);
+        order.v[first[e] + atomicAdd(count_[e], 1u)] = i;
+    }
+    for (uint s = tid; s < pc.slots; s += 256u) {
+        if (s >= tile_first[n_e]) {
+            slot.v[s] = uvec4(0xFFFFFFFFu, 0u, 0u, 0u);
+            continue;
+        }
+        // The expert whose tiles hold s: tile_first[e] <= s < tile_first[e + 1].
+        uint lo = 0u;
+        uint hi = n_e;
+        while (hi - lo > 1u) {
+            uint mid = (lo + hi) / 2u;
+            if (tile_first[mid] <= s) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        uint begin = first[lo] + (s - tile_first[lo]) * pc.tile;
+        slot.v[s] = uvec4(lo, begin, min(begin + pc.tile, first[lo + 1u]), 0u);
+    }
 }
 #else
 #error "no OP_ defined"

@@ -74,6 +74,19 @@ const WEIGHT_KERNELS: &[(&str, &str, Defines)] = &[
         "matmul_coopmat.comp",
         &[("PREFETCH", "1"), ("WARPS_R", "2"), ("FT", "2")],
     ),
+    // The grouped expert matmul (MAT_ID, over moe_group's table): portable
+    // 64 rows x 32 pairs, and on matrix cores 64 x 64.
+    ("matmul_id", "matmul.comp", &[("MAT_ID", "1")]),
+    (
+        "matmul_id_cms",
+        "matmul_coopmat.comp",
+        &[
+            ("PREFETCH", "1"),
+            ("WARPS_R", "2"),
+            ("FT", "2"),
+            ("MAT_ID", "1"),
+        ],
+    ),
 ];
 
 /// Kernel families compiled for the weight types with an integer form
@@ -302,6 +315,7 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         &[("OP_ROUTE", "1"), ("WG_SIZE", "64"), ("NEEDS_REDUCE", "1")],
     ),
     ("moe_sum", "moe.comp", &[("OP_SUM", "1")]),
+    ("moe_group", "moe.comp", &[("OP_GROUP", "1")]),
     ("spin", "spin.comp", &[]),
 ];
 

@@ -367,7 +367,8 @@ fn hip_lowering(compute_units: u32) -> Lowering {
     Lowering {
         fuse: true,
         int_matvec: true,
-        int_expert_matvec: false,
+        int_expert_matvec: true,
+        grouped_experts: true,
         int_dot_names: false,
         matrix: MatrixTiles::Auto,
         matrix_prefetch: true,

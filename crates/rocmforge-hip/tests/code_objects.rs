@@ -338,6 +338,22 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 160,
         max_lds: 24576,
     },
+    // The grouped expert matmul on the 64 x 64 matrix-core tiling
+    // (matmul_coopmat.comp's MAT_ID): matmul_cmps_'s registers and the
+    // gathered rows' addresses (capped at 160 like matmul_cmp_, >= 9 waves
+    // per SIMD), and its tile's 64 pairs and x rows in shared memory.
+    Budget {
+        kernel: "matmul_id_cms_",
+        max_vgprs: 160,
+        max_lds: 16384,
+    },
+    // Grouping the expert choices by expert (one workgroup): a counter,
+    // a first pair and a first tile per expert, up to 256 experts.
+    Budget {
+        kernel: "moe_group",
+        max_vgprs: 32,
+        max_lds: 3200,
+    },
     // Mixture-of-experts routing: one workgroup per token, a shared
     // (probability, expert) pair per lane for each pick's argmax, the max
     // and the f64 normaliser's partial sums (784 bytes); the weighted sum
@@ -400,6 +416,8 @@ fn expected_kernels() -> Vec<String> {
             "matmul_",
             "matmul_cmps_",
             "matmul_cmp_",
+            "matmul_id_",
+            "matmul_id_cms_",
         ] {
             names.push(format!("{family}{suffix}"));
         }

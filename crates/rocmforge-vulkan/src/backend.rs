@@ -163,6 +163,7 @@ impl GpuDevice for VulkanDevice {
             fuse: true,
             int_matvec: true,
             int_expert_matvec: true,
+            grouped_experts: true,
             int_dot_names: self.pipes.int_dot,
             matrix,
             matrix_prefetch: !self.opts.no_prefetch,

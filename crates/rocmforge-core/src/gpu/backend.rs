@@ -116,6 +116,7 @@ impl<D: GpuDevice> GpuBackend<D> {
         let lowering = Lowering {
             fuse: opts.fuse,
             int_matvec: opts.int_matvec,
+            grouped_experts: from_device.grouped_experts && opts.grouped_experts,
             compute_units: opts.compute_units.unwrap_or(from_device.compute_units),
             matrix: matrix_tiles(from_device.matrix, opts.big_tiles),
             ..from_device

@@ -26,7 +26,7 @@ use crate::plan::{ArenaPlan, KvLayout, KvTypes, StepInputLayout};
 use crate::quant::QuantType;
 
 use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
-use super::moe::record_moe_op;
+use super::moe::{record_moe_op, GroupTable, ScratchState};
 use super::push::*;
 use super::split::{attention_splits, partials_bytes, MAX_SPLIT_TOKENS, SPLIT_MIN_POSITIONS};
 use super::{groups_for, weight_suffix, KernelSink, Lowering};
@@ -70,21 +70,11 @@ pub const MAX_HEAD_DIM: usize = 256;
 
 /// Bytes of scratch a graph needs: one rounded copy of the largest matmul
 /// input (f32), or its Q8-packed form (`q8_packed_layout`), whichever is
-/// larger.
+/// larger, then room for the grouped expert matmul's table
+/// ([`super::moe`]) if the graph has one.
 pub fn scratch_bytes(graph: &Graph) -> usize {
-    graph
-        .ops
-        .iter()
-        .filter_map(|op| match *op {
-            Op::MatMul { x, .. } | Op::MatMulId { x, .. } => {
-                let d = graph.tensor(x);
-                Some(d.bytes().max(q8_packed_layout(d.rows * d.cols).1))
-            }
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
-        .next_multiple_of(256)
+    let tables = super::moe::tables_bytes(graph);
+    super::moe::table_offset(graph) + tables
 }
 
 /// Layout of `n` activations quantized by `quantize_q8_packed`: int8 quants
@@ -291,6 +281,8 @@ pub fn record_graph(
     // What the scratch holds after the ops recorded so far, if anything a
     // later op can reuse.
     let mut scratch: Option<(TensorId, ScratchForm)> = None;
+    // The grouping the scratch's table region holds (`super::moe`).
+    let mut table: GroupTable = None;
     let mut i = ops.start;
     while i < ops.end {
         let op = &graph.ops[i];
@@ -352,7 +344,11 @@ pub fn record_graph(
         match *op {
             Op::TopKGate { .. } | Op::MatMulId { .. } | Op::MoeSum { .. } => {
                 let what = label(i, format!("{op:?}"));
-                record_moe_op(sink, lw, graph, op, a, &t, &mut scratch, what)?;
+                let state = ScratchState {
+                    held: &mut scratch,
+                    table: &mut table,
+                };
+                record_moe_op(sink, lw, graph, op, a, &t, state, what)?;
             }
             Op::Embed { table, out } => {
                 let w = &a.weights[table];

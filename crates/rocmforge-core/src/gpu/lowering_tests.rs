@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 
 use super::mock::*;
+use super::moe::table_offset;
 use super::push::*;
 use super::split::MAX_SPLITS;
 use super::{
@@ -949,10 +950,18 @@ fn moe_steps_route_run_the_chosen_experts_and_sum() {
             assert_eq!(seq(&sink), moe_small_step(n, xs, int, round), "{xt} {n}");
         }
     }
-    // HIP keeps the f32 expert mat-vec (`Lowering::int_expert_matvec`).
+    // HIP too, without the `_dot` names; with `int_expert_matvec` off,
+    // the f32 expert mat-vec.
     let m = qwen3_moe(Q4_0, Q4_0);
     let g = m.graph(1);
     let sink = m.record(&hip_lowering(), &g, &naive_plan(&g));
+    let kernels = sink.kernels();
+    assert!(kernels.contains(&"matvec_id_int_q4_0"), "{kernels:?}");
+    let f32_experts = Lowering {
+        int_expert_matvec: false,
+        ..hip_lowering()
+    };
+    let sink = m.record(&f32_experts, &g, &naive_plan(&g));
     let kernels = sink.kernels();
     assert!(kernels.contains(&"matvec_id_q4_0"), "{kernels:?}");
     assert!(!kernels.iter().any(|k| k.starts_with("matvec_id_int")));
@@ -1063,7 +1072,7 @@ fn moe_prefill_keeps_the_f32_router_off_the_matrix_cores() {
     let route = l.iter().position(|l| l.kernel == "moe_route").unwrap();
     assert_eq!(
         seq(&RecordingSink {
-            launches: l[route - 2..route + 3].to_vec()
+            launches: l[route - 2..route + 4].to_vec()
         }),
         [
             launch("rmsnorm", 64),
@@ -1071,10 +1080,30 @@ fn moe_prefill_keeps_the_f32_router_off_the_matrix_cores() {
             launch("matmul_f32", 2),
             launch("moe_route", 64),
             item_launch("quantize_q8_k", 64),
-            launch("matvec_id_q4_k", 128 * 512),
+            // 128 pairs grouped: 2 slots of 64 pairs + one per expert
+            // (8) at most, times 8 row tiles of 64.
+            launch("moe_group", 1),
+            launch("matmul_id_cms_q4_k", (2 + 8) * 8),
         ]
     );
+    // One grouping a layer serves its gate, up and down matmuls; decode
+    // batches (at most 8 tokens) keep the mat-vec.
+    let layers = sink.of("moe_route").count();
+    assert_eq!(sink.of("moe_group").count(), layers);
+    assert_eq!(sink.of("matmul_id_cms_q4_k").count(), 3 * layers);
     assert_eq!(sink.of("matmul_cmps_q4_k").count(), 2 * 2);
+    let decode = m.graph(8);
+    let dsink = m.record(&hip_lowering(), &decode, &naive_plan(&decode));
+    assert_eq!(dsink.of("moe_group").count(), 0);
+    assert_eq!(dsink.of("matvec_id_q4_k").count(), 3 * layers);
+    // Without matrix cores, the portable tiles of 32 pairs.
+    let g = m.graph(9);
+    let psink = m.record(&vulkan_lowering(), &g, &naive_plan(&g));
+    let group: MoeGroupPush = psink.of("moe_group").next().unwrap().push_as();
+    assert_eq!((group.n_pairs, group.n_expert, group.tile), (18, 8, 32));
+    assert_eq!(group.slots, 1 + 8);
+    let mm: MatGroupPush = psink.of("matmul_id_q4_k").next().unwrap().push_as();
+    assert_eq!((mm.slots, mm.x_div, mm.n_pairs), (9, 2, 18));
 }
 
 #[test]
@@ -1139,6 +1168,9 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
     // The scratch's content: Q8-packed (quants, scales) or a rounding of
     // this many values.
     let (mut q8, mut rounded): (Option<(u64, u64)>, Option<u32>) = (None, None);
+    // The grouping table written last: (table, slots, pairs).
+    let table_at = s + table_offset(g) as u64;
+    let mut table: Option<(u64, u32, u32)> = None;
     for l in &sink.launches {
         for (field, a) in addresses(l) {
             let ok = match a {
@@ -1157,6 +1189,17 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
             assert!(
                 s <= lo && lo < hi && hi <= s_end,
                 "{}: writes {lo:#x}..{hi:#x}",
+                context(l)
+            );
+            // Roundings stay below the table; the table above them.
+            let grouping = l.kernel == "moe_group";
+            assert!(
+                if grouping {
+                    lo == table_at
+                } else {
+                    hi <= table_at
+                },
+                "{}: writes {lo:#x}..{hi:#x}, the table at {table_at:#x}",
                 context(l)
             );
         }
@@ -1207,6 +1250,16 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
                 let p: MatIdPush = l.push_as();
                 let n = p.n_pairs / p.x_div * p.k;
                 assert!(p.x != s || rounded == Some(n), "{}", context(l));
+            }
+            "moe_group" => {
+                let p: MoeGroupPush = l.push_as();
+                table = Some((p.table, p.slots, p.n_pairs));
+            }
+            k if k.starts_with("matmul_id_") => {
+                let p: MatGroupPush = l.push_as();
+                let n = p.n_pairs / p.x_div * p.k;
+                assert!(p.x != s || rounded == Some(n), "{}", context(l));
+                assert_eq!(table, Some((p.table, p.slots, p.n_pairs)), "{}", context(l));
             }
             k if k.starts_with("matvec_") || k.starts_with("matmul_") => {
                 let p: MatPush = l.push_as();

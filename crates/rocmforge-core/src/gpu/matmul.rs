@@ -13,12 +13,12 @@ use super::push::{MatPush, Push, QuantizePush};
 use super::{groups_for, has_int_form, KernelSink, Lowering, MatrixTiles};
 
 /// Largest token count the decode mat-vec kernel takes (`MV_MAX_TOKENS`).
-const MATVEC_MAX_TOKENS: usize = 8;
+pub(super) const MATVEC_MAX_TOKENS: usize = 8;
 /// Fewest tokens for the matrix-core matmul. Its f16 operands move results
 /// by ~0.06σ from the f32 kernels' (within the tolerance against the CPU);
 /// keeping short graphs (decode batches, split prompts) on the f32 kernels
 /// keeps them consistent with each other.
-const COOPMAT_MIN_TOKENS: usize = 32;
+pub(super) const COOPMAT_MIN_TOKENS: usize = 32;
 /// The matrix-core matmul uses 128x128 tiles when there are at least this
 /// many of them and k is at least `COOPMAT_BIG_MIN_K`, else 64x64 ones.
 /// Measured on the H100 (docs/vulkan.md): 128x128 everywhere is best for

@@ -116,6 +116,15 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
             ("out", p.out),
             ("bias", p.bias),
         ]
+    } else if family("matmul_id_") {
+        let p: MatGroupPush = l.push_as();
+        vec![
+            ("x", p.x),
+            ("w", p.w),
+            ("table", p.table),
+            ("out", p.out),
+            ("bias", p.bias),
+        ]
     } else if family("matvec_") || family("matmul_") {
         let p: MatPush = l.push_as();
         let parts = p.n_parts as usize;
@@ -211,6 +220,10 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                 let p: MoeSumPush = l.push_as();
                 vec![("x", p.x), ("weights", p.weights), ("out", p.out)]
             }
+            "moe_group" => {
+                let p: MoeGroupPush = l.push_as();
+                vec![("ids", p.ids), ("table", p.table)]
+            }
             _ => panic!("no push layout known for kernel {k}"),
         }
     };
@@ -247,6 +260,12 @@ pub(crate) fn scratch_writes(l: &Launch) -> Vec<(u64, u64)> {
             let n = u64::from(p.n_tokens) * u64::from(p.n_head) * u64::from(p.head_dim);
             q8(p.q8, p.q8_scales, n)
         }
+        // The grouping table: the slots, then the sorted pairs.
+        "moe_group" => {
+            let p: MoeGroupPush = l.push_as();
+            let end = p.table + 16 * u64::from(p.slots) + 4 * u64::from(p.n_pairs);
+            vec![(p.table, end)]
+        }
         _ => vec![],
     }
 }
@@ -268,6 +287,7 @@ pub(crate) fn vulkan_lowering() -> Lowering {
         fuse: true,
         int_matvec: true,
         int_expert_matvec: true,
+        grouped_experts: true,
         int_dot_names: false,
         matrix: MatrixTiles::Off,
         matrix_prefetch: true,
@@ -280,11 +300,10 @@ pub(crate) fn vulkan_lowering() -> Lowering {
 }
 
 /// The HIP backend's lowering (128×128 or 64×64 matrix-core tiles, one Q8
-/// block per wave, f32 expert mat-vecs).
+/// block per wave).
 pub(crate) fn hip_lowering() -> Lowering {
     Lowering {
         matrix: MatrixTiles::Auto,
-        int_expert_matvec: false,
         q8_packed_blocks_per_group: 2,
         compute_units: 0,
         subgroup_decode: true,

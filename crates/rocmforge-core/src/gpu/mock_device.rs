@@ -104,6 +104,7 @@ impl MockDevice {
             fuse: true,
             int_matvec: true,
             int_expert_matvec: true,
+            grouped_experts: true,
             int_dot_names: false,
             matrix: MatrixTiles::Off,
             matrix_prefetch: false,

@@ -77,10 +77,13 @@ pub struct Lowering {
     /// activations (off: the f32 mat-vec, for measurement).
     pub int_matvec: bool,
     /// With `int_matvec`: the expert mat-vecs of those types in integers
-    /// too (`matvec_id_int_*`); off, the f32 `matvec_id_*`. Off on HIP
-    /// until its integer expert kernel has run on a GPU (it is built and
-    /// checked statically for every target).
+    /// too (`matvec_id_int_*`); off, the f32 `matvec_id_*`.
     pub int_expert_matvec: bool,
+    /// Prefill expert matmuls grouped by expert (`moe_group`, then
+    /// `matmul_id_*`), so an expert's rows are read once per tile of the
+    /// pairs that chose it rather than once per pair; off, the expert
+    /// mat-vec for every batch.
+    pub grouped_experts: bool,
     /// Name the integer mat-vecs `matvec_int_dot_*` (Vulkan's variants
     /// built with `dotPacked4x8EXT`) rather than `matvec_int_*`.
     pub int_dot_names: bool,
@@ -152,7 +155,7 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
     let family = |prefix: &str| kernel.starts_with(prefix);
     Some(match kernel {
         _ if family("matvec_int_") || family("matvec_id_") => 64,
-        _ if family("matmul_cmps_") || family("matmul_cms_") => 128,
+        _ if family("matmul_cmps_") || family("matmul_cms_") || family("matmul_id_cms_") => 128,
         _ if family("matmul_cmp_") || family("matmul_cm_") => 256,
         _ if family("matmul_") => 128,
         _ if family("matvec_") || family("embed_") => 64,
@@ -175,7 +178,7 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
         | "quantize_bf16" => 64,
         "moe_route" => 64,
-        "moe_sum" => 256,
+        "moe_sum" | "moe_group" => 256,
         "spin" => 1,
         _ => return None,
     })

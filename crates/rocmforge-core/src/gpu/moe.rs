@@ -1,30 +1,128 @@
-//! Lowering of the mixture-of-experts ops: routing, expert mat-vecs and
-//! the weighted sum, one dispatch each (the expert mat-vec after the
-//! rounding of its input that every f32 matmul gets).
+//! Lowering of the mixture-of-experts ops: routing, expert matmuls and
+//! the weighted sum (the expert matmuls after the rounding of their input
+//! that every matmul gets).
 //!
-//! The expert ids exist only on the device, so the expert mat-vec reads
+//! The expert ids exist only on the device, so every expert kernel reads
 //! them there and offsets the weight address itself: one recorded dispatch
-//! serves whichever experts a step routes to. For the weight types with an
-//! integer form it is `matvec_id_int_*` over Q8-packed activations (the
-//! dense decode mat-vec's arithmetic, two rows of one pair a workgroup),
-//! else the f32 `matvec_id_*` (one workgroup per (pair, row)). Either way
-//! a prefill reads an expert's rows once per token that chose it; grouping
-//! tokens by expert (as llama.cpp's `mul_mat_id` does) is the next step
-//! for prefill speed.
+//! serves whichever experts a step routes to.
+//!
+//! **Decode** (at most [`MATVEC_MAX_TOKENS`] tokens) runs the expert
+//! mat-vec per (token, choice) pair: for the weight types with an integer
+//! form `matvec_id_int_*` over Q8-packed activations (the dense decode
+//! mat-vec's arithmetic, two rows of one pair a workgroup), else the f32
+//! `matvec_id_*` (one workgroup per (pair, row)).
+//!
+//! **Prefill** groups the pairs by expert, as llama.cpp's `mul_mat_id`
+//! does, so an expert's rows are read once per tile of the tokens that
+//! chose it instead of once per token. `moe_group` (one workgroup) sorts
+//! the pairs of `ids` by expert into a table in the scratch, after the
+//! rounded activations ([`table_offset`]): `slots` 16-byte slots
+//! (expert, begin, end, 0), one per tile of at most `tile` pairs of one
+//! expert (unused ones expert `u32::MAX`), then `order`, the pair indices
+//! sorted by expert, slot `s` holding `order[begin..end]`. There are at
+//! most `ceil(n_pairs / tile) + min(experts, n_pairs)` tiles, so that many
+//! slots are laid out and the grid is fixed at record time. `matmul_id_*`
+//! (the prefill matmul's tiles, portable or on matrix cores) then runs
+//! slots x row tiles, gathering its tile's x rows and scattering its
+//! output rows through `order`. The table depends on `ids` only, so the
+//! gate, up and down matmuls of a layer share one.
 
 use crate::backend::BackendError;
 use crate::graph::{Graph, Op, TensorId};
 
-use super::lower::{u32_of, weight_kernel, GraphAddresses, ScratchForm};
-use super::matmul::{
-    activation_kernel, q8_packed_at, quantize_q8_packed, round_activations, MATVEC_INT_ROWS,
+use super::lower::{
+    q8_packed_layout, u32_of, weight_kernel, DeviceWeight, GraphAddresses, ScratchForm,
 };
-use super::push::{MatIdPush, MoeRoutePush, MoeSumPush, Push};
-use super::{groups_for, has_int_form, KernelSink, Lowering};
+use super::matmul::{
+    activation_kernel, q8_packed_at, quantize_q8_packed, round_activations, COOPMAT_MIN_TOKENS,
+    MATVEC_INT_ROWS, MATVEC_MAX_TOKENS,
+};
+use super::push::{MatGroupPush, MatIdPush, MoeGroupPush, MoeRoutePush, MoeSumPush, Push};
+use super::{groups_for, has_int_form, KernelSink, Lowering, MatrixTiles};
+use crate::quant::QuantType;
+
+/// Most experts `moe_group` takes (its `MAX_E`); a model with more runs
+/// the expert mat-vec for prefill too.
+pub const MOE_GROUP_MAX_EXPERTS: usize = 256;
+/// Pairs per tile of the portable grouped matmul (`matmul_id_*`, the
+/// portable matmul's 32 tokens), and of the matrix-core one
+/// (`matmul_id_cms_*`, 64x64 tiles).
+const GROUP_TILE: u32 = 32;
+const GROUP_TILE_MATRIX: u32 = 64;
+
+/// What the table region of the scratch holds: the grouping of this `ids`
+/// tensor in tiles of this many pairs.
+pub type GroupTable = Option<(TensorId, u32)>;
+
+/// Whether the expert matmul of `ids` (a row of choices per token) runs
+/// grouped by expert: a prefill, on a backend that groups, of a model
+/// `moe_group` takes.
+fn grouped(lw: &Lowering, graph: &Graph, ids: TensorId, experts: usize) -> bool {
+    lw.grouped_experts && groups_table(graph, ids) && experts <= MOE_GROUP_MAX_EXPERTS
+}
+
+/// Whether a graph's expert matmuls of `ids` may be grouped (more tokens
+/// than a decode mat-vec takes): the scratch then holds a table for them.
+fn groups_table(graph: &Graph, ids: TensorId) -> bool {
+    graph.tensor(ids).rows > MATVEC_MAX_TOKENS
+}
+
+/// Slots of the table for `n_pairs` pairs over `experts` experts in tiles
+/// of `tile`: every tile of every expert, at most.
+fn group_slots(n_pairs: usize, experts: usize, tile: u32) -> usize {
+    n_pairs.div_ceil(tile as usize) + experts.min(n_pairs)
+}
+
+/// Bytes of a table for `n_pairs` pairs, for any expert count and tile
+/// (at most one slot per pair more than the smallest tile's).
+fn table_bytes(n_pairs: usize) -> usize {
+    (group_slots(n_pairs, n_pairs, GROUP_TILE) * 16 + n_pairs * 4).next_multiple_of(256)
+}
+
+/// Where the table lies in the scratch: after the largest rounded matmul
+/// input, so rounding the down projection's input keeps the table of its
+/// layer.
+pub fn table_offset(graph: &Graph) -> usize {
+    graph
+        .ops
+        .iter()
+        .filter_map(|op| match *op {
+            Op::MatMul { x, .. } | Op::MatMulId { x, .. } => {
+                let d = graph.tensor(x);
+                Some(d.bytes().max(q8_packed_layout(d.rows * d.cols).1))
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .next_multiple_of(256)
+}
+
+/// Bytes of scratch the tables of a graph's grouped expert matmuls take
+/// after [`table_offset`] (one table at a time).
+pub fn tables_bytes(graph: &Graph) -> usize {
+    graph
+        .ops
+        .iter()
+        .filter_map(|op| match *op {
+            Op::MatMulId { ids, out, .. } if groups_table(graph, ids) => {
+                Some(table_bytes(graph.tensor(out).rows))
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// What the scratch holds, kept up to date by the lowering: the rounded
+/// activations of a tensor (so the up matmul reuses the gate's rounding of
+/// their shared input) and the table of the grouped expert matmuls.
+pub struct ScratchState<'s> {
+    pub held: &'s mut Option<(TensorId, ScratchForm)>,
+    pub table: &'s mut GroupTable,
+}
 
 /// Records `op` if it is a mixture-of-experts op; returns whether it was.
-/// `scratch` is what the scratch holds, kept up to date here so the up
-/// mat-vec reuses the gate's rounding of their shared input.
 #[allow(clippy::too_many_arguments)] // the lowering's state, as record_matmuls takes it
 pub fn record_moe_op(
     sink: &mut dyn KernelSink,
@@ -33,9 +131,10 @@ pub fn record_moe_op(
     op: &Op,
     a: &GraphAddresses,
     t: &dyn Fn(TensorId) -> u64,
-    scratch: &mut Option<(TensorId, ScratchForm)>,
+    state: ScratchState,
     label: String,
 ) -> Result<bool, BackendError> {
+    let scratch = state.held;
     match *op {
         Op::TopKGate {
             logits,
@@ -83,6 +182,14 @@ pub fn record_moe_op(
                 x_scales: 0,
             };
             let values = u32_of(xd.rows * xd.cols, "activations")?;
+            if grouped(lw, graph, ids, dw.experts) {
+                let state = ScratchState {
+                    held: scratch,
+                    table: state.table,
+                };
+                record_grouped(sink, lw, graph, a, state, (x, ids), &push, dw, label)?;
+                return Ok(true);
+            }
             let int = lw.int_matvec && lw.int_expert_matvec;
             if int && has_int_form(dw.ty) && xd.cols.is_multiple_of(32) {
                 // In integers: the input Q8-packed once (gate and up share
@@ -134,4 +241,84 @@ pub fn record_moe_op(
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+/// Records a grouped expert matmul (a prefill's) of input `x` routed by
+/// `ids`: the rounding of the input unless the scratch holds it,
+/// `moe_group` unless the table holds this `ids`'s grouping, then
+/// `matmul_id_*`. `push` is the mat-vec's argument block, filled in.
+#[allow(clippy::too_many_arguments)] // record_moe_op's state, passed on
+fn record_grouped(
+    sink: &mut dyn KernelSink,
+    lw: &Lowering,
+    graph: &Graph,
+    a: &GraphAddresses,
+    state: ScratchState,
+    (x, ids): (TensorId, TensorId),
+    push: &MatIdPush,
+    dw: &DeviceWeight,
+    label: String,
+) -> Result<(), BackendError> {
+    let xd = graph.tensor(x);
+    let values = u32_of(xd.rows * xd.cols, "activations")?;
+    let mut input = push.x;
+    let held = activation_kernel(dw.ty).map(|k| (x, ScratchForm::Rounded(k)));
+    if held.is_some() && *state.held == held {
+        input = a.scratch;
+    } else {
+        let rounding = format!("{label} (rounding {} activations)", dw.ty);
+        if round_activations(sink, dw.ty, push.x, values, a.scratch, rounding)? {
+            input = a.scratch;
+        }
+        *state.held = held;
+    }
+    // Matrix cores as for a dense prefill of as many tokens (f16 operands
+    // but for F32 weights, and not for short graphs).
+    let matrix = lw.matrix != MatrixTiles::Off
+        && dw.ty != QuantType::F32
+        && xd.rows.max(graph.tensor(ids).rows) >= COOPMAT_MIN_TOKENS;
+    let (kernel, tile, rows_per_tile) = if matrix {
+        ("matmul_id_cms", GROUP_TILE_MATRIX, 64)
+    } else {
+        ("matmul_id", GROUP_TILE, 64)
+    };
+    let n_pairs = push.n_pairs as usize;
+    let slots = u32_of(group_slots(n_pairs, dw.experts, tile), "expert tiles")?;
+    let table = a.scratch + table_offset(graph) as u64;
+    if *state.table != Some((ids, tile)) {
+        let group = MoeGroupPush {
+            ids: push.ids,
+            table,
+            n_pairs: push.n_pairs,
+            n_expert: u32_of(dw.experts, "experts")?,
+            tile,
+            slots,
+        };
+        sink.dispatch(
+            "moe_group",
+            group.bytes(),
+            1,
+            format!("{label} (grouping by expert)"),
+        )?;
+        *state.table = Some((ids, tile));
+    }
+    let mm = MatGroupPush {
+        x: input,
+        w: push.w,
+        table,
+        out: push.out,
+        expert_bytes: push.expert_bytes,
+        bias: push.bias,
+        rows: push.rows,
+        k: push.k,
+        n_pairs: push.n_pairs,
+        x_div: push.x_div,
+        slots,
+        pad: 0,
+    };
+    let groups = slots as usize * (push.rows as usize).div_ceil(rows_per_tile);
+    let groups = u32_of(groups, "expert matmul workgroups")?;
+    let what = format!("{label} ({} {})", dw.name, dw.ty);
+    let name = format!("{kernel}_{}", weight_kernel(dw)?);
+    sink.dispatch(&name, mm.bytes(), groups, what)
 }

@@ -28,6 +28,7 @@ pub enum LogLaunches {
 /// | `ROCMFORGE_GPU_MAX_REGION` (bytes) | `max_region` |
 /// | `ROCMFORGE_GPU_FUSE=0` | `fuse` |
 /// | `ROCMFORGE_GPU_MATVEC_INT=0` | `int_matvec` |
+/// | `ROCMFORGE_GPU_GROUPED_EXPERTS=0` | `grouped_experts` |
 /// | `ROCMFORGE_GPU_LOG_LAUNCHES` (`1`, `all`) | `log_launches` |
 /// | `ROCMFORGE_GPU_SKIP_LAUNCHES` (text) | `skip_launches` |
 /// | `ROCMFORGE_GPU_SUBMIT_MS` (milliseconds) | `submit_budget` |
@@ -46,6 +47,9 @@ pub struct GpuOptions {
     /// Integer decode mat-vecs over Q8-packed activations (off: the f32
     /// mat-vec, for measurement).
     pub int_matvec: bool,
+    /// Prefill expert matmuls grouped by expert where the device groups
+    /// (off: the expert mat-vec per pair, for measurement).
+    pub grouped_experts: bool,
     pub log_launches: LogLaunches,
     /// Measurement only: leave out every launch whose label contains this
     /// text (`Attention`, `MatMul`), so a benchmark shows what the rest
@@ -73,6 +77,7 @@ impl Default for GpuOptions {
             max_region: None,
             fuse: true,
             int_matvec: true,
+            grouped_experts: true,
             log_launches: LogLaunches::Off,
             skip_launches: None,
             submit_budget: DEFAULT_SUBMIT_BUDGET,
@@ -101,6 +106,7 @@ impl GpuOptions {
             max_region: var("ROCMFORGE_GPU_MAX_REGION").and_then(|v| v.parse().ok()),
             fuse: !off("ROCMFORGE_GPU_FUSE"),
             int_matvec: !off("ROCMFORGE_GPU_MATVEC_INT"),
+            grouped_experts: !off("ROCMFORGE_GPU_GROUPED_EXPERTS"),
             log_launches: match var("ROCMFORGE_GPU_LOG_LAUNCHES").as_deref() {
                 None | Some("0") => LogLaunches::Off,
                 Some("all") => LogLaunches::All,
@@ -128,6 +134,7 @@ mod tests {
             ("ROCMFORGE_GPU_MAX_REGION", "4096"),
             ("ROCMFORGE_GPU_FUSE", "0"),
             ("ROCMFORGE_GPU_MATVEC_INT", "0"),
+            ("ROCMFORGE_GPU_GROUPED_EXPERTS", "0"),
             ("ROCMFORGE_GPU_LOG_LAUNCHES", "all"),
             ("ROCMFORGE_GPU_SKIP_LAUNCHES", "MatMul"),
             ("ROCMFORGE_GPU_SUBMIT_MS", "250"),
@@ -147,6 +154,7 @@ mod tests {
                 max_region: Some(4096),
                 fuse: false,
                 int_matvec: false,
+                grouped_experts: false,
                 log_launches: LogLaunches::All,
                 skip_launches: Some("MatMul".into()),
                 submit_budget: Duration::from_millis(250),

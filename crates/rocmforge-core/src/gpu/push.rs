@@ -135,6 +135,7 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
     Some(match kernel {
         _ if family("embed_") => EmbedPush::FIELDS,
         _ if family("matvec_id_") => MatIdPush::FIELDS,
+        _ if family("matmul_id_") => MatGroupPush::FIELDS,
         // matvec_, matvec_int_, matvec_int_dot_, matmul_, matmul_cm*_.
         _ if family("matvec_") || family("matmul_") => MatPush::FIELDS,
         "rmsnorm" | "rmsnorm_q8" => NormPush::FIELDS,
@@ -150,6 +151,7 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         | "quantize_bf16" => QuantizePush::FIELDS,
         "moe_route" => MoeRoutePush::FIELDS,
         "moe_sum" => MoeSumPush::FIELDS,
+        "moe_group" => MoeGroupPush::FIELDS,
         "spin" => SpinPush::FIELDS,
         _ => return None,
     })
@@ -536,6 +538,63 @@ unsafe impl Push for MoeSumPush {
     const FIELDS: &'static [Field] = fields!(MoeSumPush: x, weights, out, n_rows, cols, k, pad);
 }
 
+/// `moe_group`: the (token, choice) pairs of `ids` sorted by expert into
+/// `table` for the grouped expert matmul ([`super::moe`] has the layout).
+#[repr(C)]
+pub struct MoeGroupPush {
+    pub ids: u64,
+    pub table: u64,
+    pub n_pairs: u32,
+    pub n_expert: u32,
+    /// Most pairs per slot: the matmul's tile of tokens.
+    pub tile: u32,
+    pub slots: u32,
+}
+// SAFETY: repr(C), two u64 then four u32: 32 bytes, no padding.
+unsafe impl Push for MoeGroupPush {
+    const FIELDS: &'static [Field] =
+        fields!(MoeGroupPush: ids, table, n_pairs, n_expert, tile, slots);
+}
+
+/// `matmul_id_*`: the grouped expert matmul. Output row `p` (of
+/// `n_pairs`) is expert `ids[p]` of `w` times row `p / x_div` of `x`; a
+/// workgroup takes one slot of `moe_group`'s table times a range of rows.
+#[repr(C)]
+pub struct MatGroupPush {
+    pub x: u64,
+    /// The stack of experts; expert `e` starts `e * expert_bytes` in.
+    pub w: u64,
+    pub table: u64,
+    pub out: u64,
+    pub expert_bytes: u64,
+    /// Per-expert biases, `rows` f32 per expert (0 for none).
+    pub bias: u64,
+    /// Rows of one expert.
+    pub rows: u32,
+    pub k: u32,
+    pub n_pairs: u32,
+    pub x_div: u32,
+    pub slots: u32,
+    pub pad: u32,
+}
+// SAFETY: repr(C), six u64 then six u32: 72 bytes, no padding.
+unsafe impl Push for MatGroupPush {
+    const FIELDS: &'static [Field] = fields!(
+        MatGroupPush: x,
+        w,
+        table,
+        out,
+        expert_bytes,
+        bias,
+        rows,
+        k,
+        n_pairs,
+        x_div,
+        slots,
+        pad
+    );
+}
+
 // Every table lists its struct's fields in order and the struct has no
 // padding (what the SAFETY lines above state).
 const _: () = assert!(tiles(YarnPush::FIELDS, std::mem::size_of::<YarnPush>()));
@@ -559,5 +618,7 @@ assert_tiles!(
     AttnTempPush,
     MoeRoutePush,
     MatIdPush,
-    MoeSumPush
+    MoeSumPush,
+    MoeGroupPush,
+    MatGroupPush
 );
