@@ -224,6 +224,7 @@ struct MoeSumPush {
     uint32_t cols;
     uint32_t k;
     uint32_t pad;
+    uint64_t residual; // added to each sum (a fused residual add), 0 for none
 };
 
 struct SpinPush {
@@ -394,7 +395,8 @@ RF_PUSH_AT(MatGroupPush, n_pairs, 56);
 RF_PUSH_AT(MatGroupPush, x_div, 60);
 RF_PUSH_AT(MatGroupPush, slots, 64);
 
-static_assert(sizeof(MoeSumPush) == 40, "MoeSumPush size");
+static_assert(sizeof(MoeSumPush) == 48, "MoeSumPush size");
+RF_PUSH_AT(MoeSumPush, residual, 40);
 RF_PUSH_AT(MoeSumPush, x, 0);
 RF_PUSH_AT(MoeSumPush, weights, 8);
 RF_PUSH_AT(MoeSumPush, out, 16);

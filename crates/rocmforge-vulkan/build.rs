@@ -312,7 +312,7 @@ const KERNELS: &[(&str, &str, Defines)] = &[
     (
         "moe_route",
         "moe.comp",
-        &[("OP_ROUTE", "1"), ("WG_SIZE", "64"), ("NEEDS_REDUCE", "1")],
+        &[("OP_ROUTE", "1"), ("WG_SIZE", "32"), ("NEEDS_REDUCE", "1")],
     ),
     ("moe_sum", "moe.comp", &[("OP_SUM", "1")]),
     ("moe_group", "moe.comp", &[("OP_GROUP", "1")]),

@@ -354,14 +354,13 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 32,
         max_lds: 3200,
     },
-    // Mixture-of-experts routing: one workgroup per token, a shared
-    // (probability, expert) pair per lane for each pick's argmax, the max
-    // and the f64 normaliser's partial sums (784 bytes); the weighted sum
-    // is element-wise.
+    // Mixture-of-experts routing: one wave per token, the probabilities
+    // of up to 512 experts in shared memory (2 KiB); the weighted sum is
+    // element-wise.
     Budget {
         kernel: "moe_route",
         max_vgprs: 32,
-        max_lds: 1024,
+        max_lds: 2048,
     },
     Budget {
         kernel: "moe_sum",

@@ -26,7 +26,7 @@ use crate::plan::{ArenaPlan, KvLayout, KvTypes, StepInputLayout};
 use crate::quant::QuantType;
 
 use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
-use super::moe::{record_moe_op, GroupTable, ScratchState};
+use super::moe::{int_expert_route, record_moe_op, record_moe_sum, GroupTable, ScratchState};
 use super::push::*;
 use super::split::{attention_splits, partials_bytes, MAX_SPLIT_TOKENS, SPLIT_MIN_POSITIONS};
 use super::{groups_for, weight_suffix, KernelSink, Lowering};
@@ -270,13 +270,18 @@ pub fn record_graph(
             a.scratch + q8_packed_layout(d.rows * d.cols).0 as u64,
         )
     };
-    // Whether op i's output `out` is read next by an integer mat-vec, so op
-    // i may write it Q8-packed for it.
+    // Whether op i's output `out` is read next by an integer mat-vec (dense
+    // or expert), so op i may write it Q8-packed for it.
     let feeds_int_matvec = |i: usize, out: TensorId| {
-        fuse && fits(i + 2) && next_matmul_reads(graph, i, out) && {
-            let d = graph.tensor(out);
-            int_route(lw, matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
-        }
+        let expert = |next: &Op| {
+            matches!(*next, Op::MatMulId { x, .. } if x == out)
+                && int_expert_route(lw, graph, next, a)
+        };
+        fuse && fits(i + 2)
+            && (next_matmul_reads(graph, i, out) && {
+                let d = graph.tensor(out);
+                int_route(lw, matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
+            } || expert(&graph.ops[i + 1]))
     };
     // What the scratch holds after the ops recorded so far, if anything a
     // later op can reuse.
@@ -342,7 +347,18 @@ pub fn record_graph(
             }
         }
         match *op {
-            Op::TopKGate { .. } | Op::MatMulId { .. } | Op::MoeSum { .. } => {
+            Op::MoeSum { x, weights, out } => {
+                let residual = residual_add_after(graph, plan, i).filter(|_| fuse && fits(i + 2));
+                let what = label(
+                    i,
+                    format!("MoeSum{}", if residual.is_some() { "+Add" } else { "" }),
+                );
+                record_moe_sum(sink, graph, (x, weights, out), residual, &t, what)?;
+                // A fused residual add is done.
+                i += 1 + usize::from(residual.is_some());
+                continue;
+            }
+            Op::TopKGate { .. } | Op::MatMulId { .. } => {
                 let what = label(i, format!("{op:?}"));
                 let state = ScratchState {
                     held: &mut scratch,

@@ -903,14 +903,15 @@ fn moe_small_step(
         if int {
             // Q8-packed once for gate and up (64 blocks a workgroup), two
             // rows of one pair a workgroup.
-            let packed = |values: usize| launch("quantize_q8_packed", (values / 32).div_ceil(64));
+            let packed_as = |k: &str, values: usize| launch(k, (values / 32).div_ceil(64));
+            let packed = |values: usize| packed_as("quantize_q8_packed", values);
             let id = format!("matvec_id_int_{xs}");
             want.extend([
                 packed(n * N_EMBD),
                 launch(&id, pairs * N_FF_EXP.div_ceil(2)),
                 launch(&id, pairs * N_FF_EXP.div_ceil(2)),
-                item_launch("swiglu", pairs * N_FF_EXP),
-                packed(pairs * N_FF_EXP),
+                // SwiGLU and down's Q8 packing in one pass.
+                packed_as("swiglu_q8", pairs * N_FF_EXP),
                 launch(&id, pairs * N_EMBD.div_ceil(2)),
             ]);
         } else {
@@ -924,10 +925,8 @@ fn moe_small_step(
                 launch(format!("matvec_id_{xs}"), pairs * N_EMBD),
             ]);
         }
-        want.extend([
-            item_launch("moe_sum", n * N_EMBD),
-            item_launch("add", n * N_EMBD),
-        ]);
+        // The residual add folded into the sum.
+        want.push(item_launch("moe_sum", n * N_EMBD));
     }
     if n > 1 {
         want.push(item_launch("copy", N_EMBD));
@@ -1010,7 +1009,7 @@ fn moe_push_blocks_address_the_experts() {
         panic!("a MoE block")
     };
 
-    let l = &sink.launches[9..19];
+    let l = &sink.launches[9..18];
     let r: MatPush = l[0].push_as();
     assert_eq!(
         (r.x, r.w[0], r.out[0]),
@@ -1033,7 +1032,7 @@ fn moe_push_blocks_address_the_experts() {
     for (launch, w, x, out, rows, k, x_div) in [
         (&l[3], gate_exps, s, gate, 512, 256, 2),
         (&l[4], up_exps, s, up, 512, 256, 2),
-        (&l[7], down_exps, s, down, 256, 512, 1),
+        (&l[6], down_exps, s, down, 256, 512, 1),
     ] {
         let p: MatIdPush = launch.push_as();
         assert_eq!((p.x, p.w, p.ids, p.out), (x, m.address(w), t(ids), t(out)));
@@ -1043,17 +1042,27 @@ fn moe_push_blocks_address_the_experts() {
             (rows, k, 14, x_div, 0)
         );
     }
-    let sw: EltwisePush = l[5].push_as();
+    // SwiGLU writes its output and its Q8 packing for down in one pass.
+    assert_eq!(l[5].kernel, "swiglu_q8");
+    let sw: QuantizePush = l[5].push_as();
     assert_eq!(
-        (sw.a, sw.b, sw.out, sw.n),
-        (t(gate), t(up), t(act), 14 * 512)
+        (sw.x, sw.up, sw.act, sw.out, sw.n),
+        (t(gate), t(up), t(act), s, 14 * 512)
     );
-    let round: QuantizePush = l[6].push_as();
-    assert_eq!((round.x, round.out, round.n), (t(act), s, 14 * 512));
-    let sum_push: MoeSumPush = l[8].push_as();
+    // The sum with the residual add after it folded in.
+    let Op::Add { a, b, out: added } = g.ops[21] else {
+        panic!("{:?}", g.ops[21])
+    };
+    let residual = if a == sum { b } else { a };
+    let sum_push: MoeSumPush = l[7].push_as();
     assert_eq!(
-        (sum_push.x, sum_push.weights, sum_push.out),
-        (t(down), t(weights), t(sum))
+        (
+            sum_push.x,
+            sum_push.weights,
+            sum_push.out,
+            sum_push.residual
+        ),
+        (t(down), t(weights), t(added), t(residual))
     );
     assert_eq!((sum_push.n_rows, sum_push.cols, sum_push.k), (7, 256, 2));
     // Qwen rotates halves (NeoX), and normalises Q and K per head.

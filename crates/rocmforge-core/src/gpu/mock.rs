@@ -218,7 +218,12 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
             }
             "moe_sum" => {
                 let p: MoeSumPush = l.push_as();
-                vec![("x", p.x), ("weights", p.weights), ("out", p.out)]
+                vec![
+                    ("x", p.x),
+                    ("weights", p.weights),
+                    ("out", p.out),
+                    ("residual", p.residual),
+                ]
             }
             "moe_group" => {
                 let p: MoeGroupPush = l.push_as();

@@ -177,7 +177,8 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         | "attn_temp" => 256,
         "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
         | "quantize_bf16" => 64,
-        "moe_route" => 64,
+        // One wave (RDNA wave32, an NVIDIA warp) per token.
+        "moe_route" => 32,
         "moe_sum" | "moe_group" => 256,
         "spin" => 1,
         _ => return None,

@@ -28,6 +28,7 @@
 //! gate, up and down matmuls of a layer share one.
 
 use crate::backend::BackendError;
+use crate::graph::fusion::ResidualAdd;
 use crate::graph::{Graph, Op, TensorId};
 
 use super::lower::{
@@ -41,6 +42,9 @@ use super::push::{MatGroupPush, MatIdPush, MoeGroupPush, MoeRoutePush, MoeSumPus
 use super::{groups_for, has_int_form, KernelSink, Lowering, MatrixTiles};
 use crate::quant::QuantType;
 
+/// Most experts `moe_route` takes (its `MOE_ROUTE_MAX_E` / `MAX_E`: the
+/// probabilities of a token's experts sit in shared memory).
+pub const MAX_EXPERTS: usize = 512;
 /// Most experts `moe_group` takes (its `MAX_E`); a model with more runs
 /// the expert mat-vec for prefill too.
 pub const MOE_GROUP_MAX_EXPERTS: usize = 256;
@@ -144,6 +148,12 @@ pub fn record_moe_op(
             normalize,
         } => {
             let d = graph.tensor(logits);
+            if d.cols > MAX_EXPERTS {
+                return Err(BackendError::Unsupported {
+                    what: format!("mixture of {} experts", d.cols),
+                    reason: format!("the GPU routing takes at most {MAX_EXPERTS}"),
+                });
+            }
             let push = MoeRoutePush {
                 logits: t(logits),
                 ids: t(ids),
@@ -190,8 +200,7 @@ pub fn record_moe_op(
                 record_grouped(sink, lw, graph, a, state, (x, ids), &push, dw, label)?;
                 return Ok(true);
             }
-            let int = lw.int_matvec && lw.int_expert_matvec;
-            if int && has_int_form(dw.ty) && xd.cols.is_multiple_of(32) {
+            if int_expert_route(lw, graph, op, a) {
                 // In integers: the input Q8-packed once (gate and up share
                 // it), then two rows of one pair a workgroup.
                 let held = Some((x, ScratchForm::Q8Packed));
@@ -224,23 +233,51 @@ pub fn record_moe_op(
             let what = format!("{label} ({} {})", dw.name, dw.ty);
             sink.dispatch(&format!("matvec_id_{suffix}"), push.bytes(), groups, what)?;
         }
-        Op::MoeSum { x, weights, out } => {
-            let d = graph.tensor(out);
-            let push = MoeSumPush {
-                x: t(x),
-                weights: t(weights),
-                out: t(out),
-                n_rows: u32_of(d.rows, "rows")?,
-                cols: u32_of(d.cols, "columns")?,
-                k: u32_of(graph.tensor(weights).cols, "experts per token")?,
-                pad: 0,
-            };
-            let groups = groups_for("moe_sum", d.rows * d.cols)?;
-            sink.dispatch("moe_sum", push.bytes(), groups, label)?;
-        }
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+/// Records the weighted sum of a token's expert rows (`Op::MoeSum` of `x`
+/// by `weights` into `out`), with the residual add that follows it folded
+/// in where the lowering fuses it (`residual`: written to its `out`
+/// instead).
+pub fn record_moe_sum(
+    sink: &mut dyn KernelSink,
+    graph: &Graph,
+    (x, weights, out): (TensorId, TensorId, TensorId),
+    residual: Option<ResidualAdd>,
+    t: &dyn Fn(TensorId) -> u64,
+    label: String,
+) -> Result<(), BackendError> {
+    let d = graph.tensor(out);
+    let push = MoeSumPush {
+        x: t(x),
+        weights: t(weights),
+        out: t(residual.map_or(out, |r| r.out)),
+        n_rows: u32_of(d.rows, "rows")?,
+        cols: u32_of(d.cols, "columns")?,
+        k: u32_of(graph.tensor(weights).cols, "experts per token")?,
+        pad: 0,
+        residual: residual.map_or(0, |r| t(r.residual)),
+    };
+    let groups = groups_for("moe_sum", d.rows * d.cols)?;
+    sink.dispatch("moe_sum", push.bytes(), groups, label)
+}
+
+/// Whether `op` is an expert matmul that runs as the integer expert
+/// mat-vec, reading its input Q8-packed from the scratch (so the op that
+/// writes that input may write it so, as `swiglu_q8` does).
+pub fn int_expert_route(lw: &Lowering, graph: &Graph, op: &Op, a: &GraphAddresses) -> bool {
+    let Op::MatMulId { w, x, ids, .. } = *op else {
+        return false;
+    };
+    let dw = &a.weights[w];
+    !grouped(lw, graph, ids, dw.experts)
+        && lw.int_matvec
+        && lw.int_expert_matvec
+        && has_int_form(dw.ty)
+        && graph.tensor(x).cols.is_multiple_of(32)
 }
 
 /// Records a grouped expert matmul (a prefill's) of input `x` routed by

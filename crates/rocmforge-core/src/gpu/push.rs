@@ -532,10 +532,13 @@ pub struct MoeSumPush {
     pub cols: u32,
     pub k: u32,
     pub pad: u32,
+    /// A residual added to each sum (a fused residual add), 0 for none.
+    pub residual: u64,
 }
-// SAFETY: repr(C), three u64 then four u32: 40 bytes, no padding.
+// SAFETY: repr(C), three u64, four u32, one u64: 48 bytes, no padding.
 unsafe impl Push for MoeSumPush {
-    const FIELDS: &'static [Field] = fields!(MoeSumPush: x, weights, out, n_rows, cols, k, pad);
+    const FIELDS: &'static [Field] =
+        fields!(MoeSumPush: x, weights, out, n_rows, cols, k, pad, residual);
 }
 
 /// `moe_group`: the (token, choice) pairs of `ids` sorted by expert into

@@ -69,13 +69,15 @@ pub struct ResidualAdd {
     pub out: TensorId,
 }
 
-/// The residual add that follows matmul op `i`, if it may be fused. The
-/// add's output must be the residual's own bytes (each value read, then
-/// written, by the same invocation) or share none with it, and share none
-/// with the matmul's input (which the kernel reads throughout).
+/// The residual add that follows matmul or expert-sum op `i`, if it may be
+/// fused. The add's output must be the residual's own bytes (each value
+/// read, then written, by the same invocation) or share none with it, and
+/// share none with the op's inputs (which the kernel reads throughout).
 pub fn residual_add_after(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<ResidualAdd> {
-    let Op::MatMul { x, out: mm_out, .. } = *graph.ops.get(i)? else {
-        return None;
+    let (reads, mm_out) = match *graph.ops.get(i)? {
+        Op::MatMul { x, out, .. } => ([x, x], out),
+        Op::MoeSum { x, weights, out } => ([x, weights], out),
+        _ => return None,
     };
     let Op::Add { a, b, out } = *graph.ops.get(i + 1)? else {
         return None;
@@ -97,7 +99,7 @@ pub fn residual_add_after(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<R
     };
     let overlaps = |p: (usize, usize), q: (usize, usize)| p.0 < q.1 && q.0 < p.1;
     let (o, r) = (span(out), span(residual));
-    if (o != r && overlaps(o, r)) || overlaps(o, span(x)) {
+    if (o != r && overlaps(o, r)) || reads.iter().any(|&x| overlaps(o, span(x))) {
         return None;
     }
     Some(ResidualAdd { residual, out })
@@ -328,6 +330,29 @@ mod tests {
         let g = residual_graph(add(0, 2, 3), 4, 3);
         let in_place = plan_at(&g, vec![0, 1024, 2048, 0, 4096]);
         assert_eq!(residual_add_after(&g, &in_place, 0), want);
+    }
+
+    #[test]
+    fn a_residual_add_after_an_expert_sum_fuses_unless_it_overlaps_its_inputs() {
+        // 0 the residual, 1 the expert rows, 2 their weights, 3 the sum,
+        // 4 the add's output.
+        let sum = Op::MoeSum {
+            x: 1,
+            weights: 2,
+            out: 3,
+        };
+        let g = graph(&[(1, 8); 5], vec![sum, add(0, 3, 4)], 4);
+        let fused = ResidualAdd {
+            residual: 0,
+            out: 4,
+        };
+        assert_eq!(residual_add_after(&g, &own_bytes(&g), 0), Some(fused));
+        // The add's output over the expert rows or over the weights, which
+        // every value of the sum reads.
+        for at in [1024, 2048] {
+            let over = plan_at(&g, vec![0, 1024, 2048, 3072, at]);
+            assert_eq!(residual_add_after(&g, &over, 0), None, "{at}");
+        }
     }
 
     #[test]
