@@ -77,3 +77,14 @@ fn every_weight_type_in_a_long_prompt() {
         compare_at_depth_with_cpu(model, backend, label, (150, 256), VS_CPU);
     });
 }
+
+/// The same for the experts' types: a 150-token prompt groups its 300
+/// (token, choice) pairs by expert (`moe_group`, `matmul_id_*`), about 38
+/// pairs for each of 8 experts, so two tiles of 32 each, on issue 26's
+/// ragged expert rows.
+#[test]
+fn every_expert_type_in_a_long_prompt() {
+    each_type("tiny-qwen3moe-ragged", |model, backend, label| {
+        compare_at_depth_with_cpu(model, backend, label, (150, 256), VS_CPU);
+    });
+}
