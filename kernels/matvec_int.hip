@@ -22,7 +22,9 @@
 // mat-vec of a mixture-of-experts layer in the same arithmetic, for every
 // (token, choice) pair p: out[p][r] = x[p / x_div] . W_e[r] (+ bias[e][r]),
 // e = ids[p] read on the device; argument block MatIdPush, grid n_pairs *
-// ceil(rows / MVI_NR), MVI_NR rows of one pair a workgroup.
+// ceil(rows / MVI_NR), MVI_NR rows of one pair a workgroup; twice that
+// with a second stack (up_w: up beside gate), whose half of the grid
+// computes it.
 #include "mat_common.h"
 
 #define MVI_WG 64u
@@ -140,17 +142,23 @@ template <typename Q> DEV void matvec_int(const MatPush& s) {
 template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
     __shared__ float part_sums[MVI_NR * MVI_WAVES];
     const uint32_t groups = (s.rows + MVI_NR - 1u) / MVI_NR;
-    const uint32_t g = wg_linear();
-    if (g >= s.n_pairs * groups) {
+    uint32_t g = wg_linear();
+    const uint32_t per_stack = s.n_pairs * groups;
+    const bool second = g >= per_stack;
+    if (second && (s.up_w == 0u || g >= 2u * per_stack)) {
         return;
     }
+    g -= second ? per_stack : 0u;
+    const uint64_t w_stack = second ? s.up_w : s.w;
+    const uint64_t out = second ? s.up_out : s.out;
+    const uint64_t bias = second ? s.up_bias : s.bias;
     const uint32_t p = g / groups;
     const uint32_t r0 = (g % groups) * MVI_NR;
     // Ids are exact small integers stored as f32 (graph::Op::TopKGate).
     const uint32_t e = (uint32_t)dev_ptr<const float>(s.ids)[p];
     const uint32_t nb = s.k / 32u;
     const uint64_t row_bytes = (uint64_t)nb * Q::BLOCK_BYTES;
-    const uint8_t* w = dev_ptr<const uint8_t>(s.w + (uint64_t)e * s.expert_bytes);
+    const uint8_t* w = dev_ptr<const uint8_t>(w_stack + (uint64_t)e * s.expert_bytes);
     const uint4* xq = dev_ptr<const uint4>(s.x);
     const float2* xs = dev_ptr<const float2>(s.x_scales);
     const uint32_t xb0 = (p / s.x_div) * nb;
@@ -189,10 +197,10 @@ template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
         for (uint32_t j = 0u; j < MVI_WAVES; j++) {
             v += part_sums[i * MVI_WAVES + j];
         }
-        if (s.bias != 0u) {
-            v += dev_ptr<const float>(s.bias)[(uint64_t)e * s.rows + row];
+        if (bias != 0u) {
+            v += dev_ptr<const float>(bias)[(uint64_t)e * s.rows + row];
         }
-        dev_ptr<float>(s.out)[(uint64_t)p * s.rows + row] = v;
+        dev_ptr<float>(out)[(uint64_t)p * s.rows + row] = v;
     }
 }
 

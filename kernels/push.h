@@ -186,6 +186,11 @@ struct MatIdPush {
     uint32_t x_div;
     uint64_t bias; // per-expert f32 rows of `rows`, 0 for none
     uint64_t x_scales; // matvec_id_int_*: the Q8-packed blocks' (d, s)
+    // matvec_id_int_*: a second stack of the same shape read with the same
+    // input and ids (up beside gate), its output and biases; 0 for none.
+    uint64_t up_w;
+    uint64_t up_out;
+    uint64_t up_bias;
 };
 
 // moe_group: the pairs of ids sorted by expert into a table of `slots`
@@ -366,7 +371,9 @@ static_assert(sizeof(AttnTempPush) == 32, "AttnTempPush size");
 RF_PUSH_AT(AttnTempPush, step, 8);
 RF_PUSH_AT(AttnTempPush, floor, 28);
 
-static_assert(sizeof(MatIdPush) == 72, "MatIdPush size");
+static_assert(sizeof(MatIdPush) == 96, "MatIdPush size");
+RF_PUSH_AT(MatIdPush, up_w, 72);
+RF_PUSH_AT(MatIdPush, up_bias, 88);
 RF_PUSH_AT(MatIdPush, x, 0);
 RF_PUSH_AT(MatIdPush, w, 8);
 RF_PUSH_AT(MatIdPush, ids, 16);

@@ -19,7 +19,9 @@
 // layer in the same arithmetic, for every (token, choice) pair p:
 //   out[p][r] = x[p / x_div] . W_e[r] (+ bias[e][r]),  e = ids[p],
 // the ids read on the device (as matvec_id.comp); a workgroup computes NR
-// rows of one pair.
+// rows of one pair. With up_w set, a second stack of the same shape read
+// with the same input and ids (up beside gate): the grid doubles and its
+// second half computes it.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -46,6 +48,9 @@ layout(push_constant, std430) uniform Push {
     uint x_div;
     uint64_t bias; // per-expert rows of f32; 0: none
     uint64_t x_scales;
+    uint64_t up_w; // 0: none
+    uint64_t up_out;
+    uint64_t up_bias;
 } pc;
 #else
 layout(push_constant, std430) uniform Push {
@@ -147,16 +152,21 @@ float workgroup_sums(float acc[NR][MV_MAX_TOKENS], uint n) {
 void main() {
     uint groups = (pc.rows + NR - 1u) / NR;
     uint g = wg_linear();
-    if (g >= pc.n_pairs * groups) {
+    uint per_stack = pc.n_pairs * groups;
+    bool second = g >= per_stack;
+    if (second && (pc.up_w == 0ul || g >= 2u * per_stack)) {
         return;
     }
+    g -= second ? per_stack : 0u;
+    uint64_t out_ = second ? pc.up_out : pc.out_;
+    uint64_t bias = second ? pc.up_bias : pc.bias;
     uint p = g / groups;
     uint r0 = (g % groups) * NR;
     // Ids are exact small integers stored as f32 (graph::Op::TopKGate).
     uint e = uint(F32s(pc.ids).v[p]);
     uint nb = pc.k / 32u;
     uint64_t row_bytes = uint64_t(nb) * QUANT_BLOCK_BYTES;
-    uint64_t w = pc.w + uint64_t(e) * pc.expert_bytes;
+    uint64_t w = (second ? pc.up_w : pc.w) + uint64_t(e) * pc.expert_bytes;
     uint xb0 = (p / pc.x_div) * nb;
     U4s xq = U4s(pc.x);
     V2s xs = V2s(pc.x_scales);
@@ -183,10 +193,10 @@ void main() {
     float s = workgroup_sums(acc, 1u);
     uint r = r0 + gl_LocalInvocationID.x;
     if (gl_LocalInvocationID.x < NR && r < pc.rows) {
-        if (pc.bias != 0ul) {
-            s += F32s(pc.bias).v[e * pc.rows + r];
+        if (bias != 0ul) {
+            s += F32s(bias).v[e * pc.rows + r];
         }
-        F32s(pc.out_).v[p * pc.rows + r] = s;
+        F32s(out_).v[p * pc.rows + r] = s;
     }
 }
 #else

@@ -2,7 +2,10 @@
 // order (byte i: element i low, i + 16 high); value = 2^(e - 128) *
 // kvalues_mxfp4[q], ggml's E2M1 levels doubled to integers
 // {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12} under half
-// the E8M0 scale. 17 bytes keeps blocks byte-aligned only: read bytes.
+// the E8M0 scale. 17 bytes keeps blocks byte-aligned only: blocks are
+// read as the aligned words that hold them (every word read holds a byte
+// of the block, so none lies outside the weight's allocation), shifted
+// into place.
 //
 // The scale is built from its bits as ggml's GGML_E8M0_TO_FP32_HALF does.
 // Exponents 0 and 1 give the subnormals 2^-128 and 2^-127, which a device
@@ -24,10 +27,23 @@ float mxfp4_level(uint q) {
     return float(bitfieldExtract(int(MXFP4_PACKED[q >> 2]), int(8u * (q & 3u)), 8));
 }
 
-// Bytes i..i+3 of the block at `b` as one little-endian word.
-uint mxfp4_word(U8s b, uint i) {
-    return uint(b.v[i]) | (uint(b.v[i + 1u]) << 8) | (uint(b.v[i + 2u]) << 16)
-        | (uint(b.v[i + 3u]) << 24);
+// Bytes a..a+7 of memory as two little-endian words, from the two or
+// three aligned words that hold them.
+uvec2 mxfp4_bytes8(uint64_t a) {
+    U32s w = U32s(a & ~3ul);
+    uint sh = uint(a & 3ul) * 8u;
+    uint w0 = w.v[0];
+    uint w1 = w.v[1];
+    if (sh == 0u) {
+        return uvec2(w0, w1);
+    }
+    uint w2 = w.v[2];
+    return uvec2((w0 >> sh) | (w1 << (32u - sh)), (w1 >> sh) | (w2 << (32u - sh)));
+}
+
+// Byte a of memory, from the aligned word that holds it.
+uint mxfp4_byte(uint64_t a) {
+    return (U32s(a & ~3ul).v[0] >> (uint(a & 3ul) * 8u)) & 0xFFu;
 }
 
 // The four levels whose indices are the nibbles of `w` at bits shift,
@@ -38,14 +54,14 @@ vec4 mxfp4_levels4(uint w, uint shift) {
 }
 
 void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
-    U8s b = U8s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
-    float d = mxfp4_scale(uint(b.v[0]));
+    uint64_t b = row + uint64_t(ib) * QUANT_BLOCK_BYTES;
+    float d = mxfp4_scale(mxfp4_byte(b));
     // Elements 8j..8j+7: qs bytes 8(j & 1)..+8 (block bytes 1 + 8(j & 1)..),
     // low nibbles for j < 2.
-    uint k = 1u + 8u * (j & 1u);
+    uvec2 w = mxfp4_bytes8(b + 1ul + 8ul * (j & 1u));
     uint shift = 4u * (j >> 1);
-    lo = mxfp4_levels4(mxfp4_word(b, k), shift) * d;
-    hi = mxfp4_levels4(mxfp4_word(b, k + 4u), shift) * d;
+    lo = mxfp4_levels4(w.x, shift) * d;
+    hi = mxfp4_levels4(w.y, shift) * d;
 }
 
 // Integer form for the decode mat-vec over Q8_0 activations (matvec_int.comp):
@@ -62,11 +78,20 @@ uint mxfp4_bytes4(uint w) {
     return r;
 }
 void block_q8(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
-    U8s b = U8s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
-    dm = vec2(mxfp4_scale(uint(b.v[0])), 0.0);
+    // The block's 17 bytes lie in the 5 aligned words from its start's
+    // word: the scale at bit sh of the first, the quants from bit sh + 8.
+    uint64_t b = row + uint64_t(ib) * QUANT_BLOCK_BYTES;
+    U32s w = U32s(b & ~3ul);
+    uint sh = uint(b & 3ul) * 8u;
+    uint words[5];
+    for (uint i = 0u; i < 5u; i++) {
+        words[i] = w.v[i];
+    }
+    dm = vec2(mxfp4_scale((words[0] >> sh) & 0xFFu), 0.0);
     for (uint i = 0u; i < 4u; i++) {
-        uint w = mxfp4_word(b, 1u + 4u * i);
-        q[i] = mxfp4_bytes4(w & 0x0F0F0F0Fu);
-        q[i + 4u] = mxfp4_bytes4((w >> 4) & 0x0F0F0F0Fu);
+        uint64_t pair = uint64_t(words[i]) | (uint64_t(words[i + 1u]) << 32);
+        uint qw = uint(pair >> (sh + 8u));
+        q[i] = mxfp4_bytes4(qw & 0x0F0F0F0Fu);
+        q[i + 4u] = mxfp4_bytes4((qw >> 4) & 0x0F0F0F0Fu);
     }
 }

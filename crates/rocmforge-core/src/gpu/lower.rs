@@ -364,7 +364,10 @@ pub fn record_graph(
                     held: &mut scratch,
                     table: &mut table,
                 };
-                record_moe_op(sink, lw, graph, op, a, &t, state, what)?;
+                let next = graph.ops.get(i + 1).filter(|_| fuse && fits(i + 2));
+                let done = record_moe_op(sink, lw, graph, (op, next), a, &t, state, what)?;
+                i += done;
+                continue;
             }
             Op::Embed { table, out } => {
                 let w = &a.weights[table];

@@ -908,8 +908,8 @@ fn moe_small_step(
             let id = format!("matvec_id_int_{xs}");
             want.extend([
                 packed(n * N_EMBD),
-                launch(&id, pairs * N_FF_EXP.div_ceil(2)),
-                launch(&id, pairs * N_FF_EXP.div_ceil(2)),
+                // Gate and up in one launch: the grid twice one stack's.
+                launch(&id, 2 * pairs * N_FF_EXP.div_ceil(2)),
                 // SwiGLU and down's Q8 packing in one pass.
                 packed_as("swiglu_q8", pairs * N_FF_EXP),
                 launch(&id, pairs * N_EMBD.div_ceil(2)),
@@ -1009,7 +1009,7 @@ fn moe_push_blocks_address_the_experts() {
         panic!("a MoE block")
     };
 
-    let l = &sink.launches[9..18];
+    let l = &sink.launches[9..17];
     let r: MatPush = l[0].push_as();
     assert_eq!(
         (r.x, r.w[0], r.out[0]),
@@ -1028,11 +1028,11 @@ fn moe_push_blocks_address_the_experts() {
     let round: QuantizePush = l[2].push_as();
     assert_eq!((round.x, round.out, round.n), (t(h), s, 7 * 256));
     // Q8_0 rows of 256 values: 8 blocks of 34 bytes; an expert of gate is
-    // 512 such rows, of down 256 rows of 512 values.
+    // 512 such rows, of down 256 rows of 512 values. Gate and up share a
+    // launch (up as the second stack).
     for (launch, w, x, out, rows, k, x_div) in [
         (&l[3], gate_exps, s, gate, 512, 256, 2),
-        (&l[4], up_exps, s, up, 512, 256, 2),
-        (&l[6], down_exps, s, down, 256, 512, 1),
+        (&l[5], down_exps, s, down, 256, 512, 1),
     ] {
         let p: MatIdPush = launch.push_as();
         assert_eq!((p.x, p.w, p.ids, p.out), (x, m.address(w), t(ids), t(out)));
@@ -1042,9 +1042,16 @@ fn moe_push_blocks_address_the_experts() {
             (rows, k, 14, x_div, 0)
         );
     }
+    let gate_up: MatIdPush = l[3].push_as();
+    assert_eq!(
+        (gate_up.up_w, gate_up.up_out, gate_up.up_bias),
+        (m.address(up_exps), t(up), 0)
+    );
+    let down_push: MatIdPush = l[5].push_as();
+    assert_eq!((down_push.up_w, down_push.up_out), (0, 0));
     // SwiGLU writes its output and its Q8 packing for down in one pass.
-    assert_eq!(l[5].kernel, "swiglu_q8");
-    let sw: QuantizePush = l[5].push_as();
+    assert_eq!(l[4].kernel, "swiglu_q8");
+    let sw: QuantizePush = l[4].push_as();
     assert_eq!(
         (sw.x, sw.up, sw.act, sw.out, sw.n),
         (t(gate), t(up), t(act), s, 14 * 512)
@@ -1054,7 +1061,7 @@ fn moe_push_blocks_address_the_experts() {
         panic!("{:?}", g.ops[21])
     };
     let residual = if a == sum { b } else { a };
-    let sum_push: MoeSumPush = l[7].push_as();
+    let sum_push: MoeSumPush = l[6].push_as();
     assert_eq!(
         (
             sum_push.x,

@@ -126,18 +126,21 @@ pub struct ScratchState<'s> {
     pub table: &'s mut GroupTable,
 }
 
-/// Records `op` if it is a mixture-of-experts op; returns whether it was.
+/// Records `op` if it is a mixture-of-experts op; returns how many ops it
+/// recorded: 0 if it was none, 2 if `next` (the op after it, where the
+/// lowering may fuse it) was recorded in the same dispatch (an up expert
+/// mat-vec beside its gate).
 #[allow(clippy::too_many_arguments)] // the lowering's state, as record_matmuls takes it
 pub fn record_moe_op(
     sink: &mut dyn KernelSink,
     lw: &Lowering,
     graph: &Graph,
-    op: &Op,
+    (op, next): (&Op, Option<&Op>),
     a: &GraphAddresses,
     t: &dyn Fn(TensorId) -> u64,
     state: ScratchState,
     label: String,
-) -> Result<bool, BackendError> {
+) -> Result<usize, BackendError> {
     let scratch = state.held;
     match *op {
         Op::TopKGate {
@@ -190,6 +193,9 @@ pub fn record_moe_op(
                 x_div: u32_of(n_pairs / xd.rows, "experts per token")?,
                 bias: bias.map_or(0, |b| a.weights[b].address),
                 x_scales: 0,
+                up_w: 0,
+                up_out: 0,
+                up_bias: 0,
             };
             let values = u32_of(xd.rows * xd.cols, "activations")?;
             if grouped(lw, graph, ids, dw.experts) {
@@ -198,7 +204,7 @@ pub fn record_moe_op(
                     table: state.table,
                 };
                 record_grouped(sink, lw, graph, a, state, (x, ids), &push, dw, label)?;
-                return Ok(true);
+                return Ok(1);
             }
             if int_expert_route(lw, graph, op, a) {
                 // In integers: the input Q8-packed once (gate and up share
@@ -211,13 +217,28 @@ pub fn record_moe_op(
                     let rounding = format!("{label} (rounding {} activations)", dw.ty);
                     quantize_q8_packed(sink, lw, push.x, values, a.scratch, rounding)?
                 };
+                // The up mat-vec beside the gate: same input, ids, shape
+                // and type, the grid doubled.
+                let up = next.filter(|n| {
+                    matches!(**n, Op::MatMulId { w: uw, x: ux, ids: ui, .. }
+                        if ux == x && ui == ids && same_stack(dw, &a.weights[uw]))
+                        && int_expert_route(lw, graph, n, a)
+                });
+                let mut names = dw.name.clone();
+                if let Some(&Op::MatMulId { w, bias, out, .. }) = up {
+                    push.up_w = a.weights[w].address;
+                    push.up_out = t(out);
+                    push.up_bias = bias.map_or(0, |b| a.weights[b].address);
+                    names = format!("{names}+{}", a.weights[w].name);
+                }
+                let parts = if up.is_some() { 2 } else { 1 };
                 let dot = if lw.int_dot_names { "_dot" } else { "" };
-                let groups = n_pairs * rows.div_ceil(MATVEC_INT_ROWS);
+                let groups = parts * n_pairs * rows.div_ceil(MATVEC_INT_ROWS);
                 let groups = u32_of(groups, "expert mat-vec workgroups")?;
-                let what = format!("{label} ({} {})", dw.name, dw.ty);
+                let what = format!("{label} ({names} {})", dw.ty);
                 let name = format!("matvec_id_int{dot}_{suffix}");
                 sink.dispatch(&name, push.bytes(), groups, what)?;
-                return Ok(true);
+                return Ok(parts);
             }
             let held = activation_kernel(dw.ty).map(|k| (x, ScratchForm::Rounded(k)));
             if held.is_some() && *scratch == held {
@@ -233,9 +254,15 @@ pub fn record_moe_op(
             let what = format!("{label} ({} {})", dw.name, dw.ty);
             sink.dispatch(&format!("matvec_id_{suffix}"), push.bytes(), groups, what)?;
         }
-        _ => return Ok(false),
+        _ => return Ok(0),
     }
-    Ok(true)
+    Ok(1)
+}
+
+/// Whether two expert stacks have one shape and type (one kernel and grid
+/// serve both).
+fn same_stack(a: &DeviceWeight, b: &DeviceWeight) -> bool {
+    (a.ty, a.rows, a.cols, a.row_bytes, a.experts) == (b.ty, b.rows, b.cols, b.row_bytes, b.experts)
 }
 
 /// Records the weighted sum of a token's expert rows (`Op::MoeSum` of `x`

@@ -505,8 +505,15 @@ pub struct MatIdPush {
     /// The integer form (`matvec_id_int_*`): the (d, s) of each Q8-packed
     /// block of `x` (0 for the f32 mat-vec).
     pub x_scales: u64,
+    /// `matvec_id_int_*`: a second stack of the same shape and type that
+    /// reads the same input and ids (up, beside gate), its output and
+    /// biases; 0 for none. With one, the grid doubles and its second half
+    /// computes the second stack.
+    pub up_w: u64,
+    pub up_out: u64,
+    pub up_bias: u64,
 }
-// SAFETY: repr(C), five u64, four u32, two u64: 72 bytes, no padding.
+// SAFETY: repr(C), five u64, four u32, five u64: 96 bytes, no padding.
 unsafe impl Push for MatIdPush {
     const FIELDS: &'static [Field] = fields!(
         MatIdPush: x,
@@ -519,7 +526,10 @@ unsafe impl Push for MatIdPush {
         n_pairs,
         x_div,
         bias,
-        x_scales
+        x_scales,
+        up_w,
+        up_out,
+        up_bias
     );
 }
 
