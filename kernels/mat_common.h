@@ -110,3 +110,11 @@ DEV GroupTile group_tile(const MatGroupPush& s, uint32_t* pairs, uint32_t* x_row
     block_barrier();
     return t;
 }
+
+// The tile's expert's weights, and its biases (nullptr for none).
+DEV const uint8_t* group_weights(const MatGroupPush& s, const GroupTile& g) {
+    return dev_ptr<const uint8_t>(s.w + g.expert * s.expert_bytes);
+}
+DEV const float* group_bias(const MatGroupPush& s, const GroupTile& g) {
+    return s.bias != 0u ? dev_ptr<const float>(s.bias) + (uint64_t)g.expert * s.rows : nullptr;
+}

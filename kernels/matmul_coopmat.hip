@@ -245,11 +245,9 @@ template <typename S, typename Q> DEV void matmul_id_coopmat(const MatGroupPush&
     if (!g.used) {
         return;
     }
-    const uint8_t* w = dev_ptr<const uint8_t>(s.w + g.expert * s.expert_bytes);
-    const float* bias =
-        s.bias != 0u ? dev_ptr<const float>(s.bias) + (uint64_t)g.expert * s.rows : nullptr;
-    matmul_coopmat_tile<S, Q>(w, s.rows, g.r0, g.n, GroupRows{pairs, x_rows},
-                              dev_ptr<const float4>(s.x), s.k, dev_ptr<float>(s.out), bias);
+    matmul_coopmat_tile<S, Q>(group_weights(s, g), s.rows, g.r0, g.n, GroupRows{pairs, x_rows},
+                              dev_ptr<const float4>(s.x), s.k, dev_ptr<float>(s.out),
+                              group_bias(s, g));
 }
 
 #define MATMUL_COOPMAT_KERNELS(ty, Q)                                                             \

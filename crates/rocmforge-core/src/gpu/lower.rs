@@ -25,8 +25,10 @@ use crate::graph::{Graph, Op, TensorId};
 use crate::plan::{ArenaPlan, KvLayout, KvTypes, StepInputLayout};
 use crate::quant::QuantType;
 
-use super::matmul::{int_route, matmul_weight, record_matmuls, MatmulRun};
-use super::moe::{int_expert_route, record_moe_op, record_moe_sum, GroupTable, ScratchState};
+use super::matmul::{int_route, matmul_weight, q8_packed_at, record_matmuls, MatmulRun};
+use super::moe::{
+    int_expert_route, record_moe_op, record_moe_sum, table_offset, GroupTable, ScratchState,
+};
 use super::push::*;
 use super::split::{attention_splits, partials_bytes, MAX_SPLIT_TOKENS, SPLIT_MIN_POSITIONS};
 use super::{groups_for, weight_suffix, KernelSink, Lowering};
@@ -73,8 +75,7 @@ pub const MAX_HEAD_DIM: usize = 256;
 /// larger, then room for the grouped expert matmul's table
 /// ([`super::moe`]) if the graph has one.
 pub fn scratch_bytes(graph: &Graph) -> usize {
-    let tables = super::moe::tables_bytes(graph);
-    super::moe::table_offset(graph) + tables
+    table_offset(graph) + super::moe::tables_bytes(graph)
 }
 
 /// Layout of `n` activations quantized by `quantize_q8_packed`: int8 quants
@@ -265,10 +266,7 @@ pub fn record_graph(
     // Where the Q8-packed form of `id` goes in the scratch: (quants, scales).
     let q8_at = |id: TensorId| {
         let d = graph.tensor(id);
-        (
-            a.scratch,
-            a.scratch + q8_packed_layout(d.rows * d.cols).0 as u64,
-        )
+        q8_packed_at(a.scratch, (d.rows * d.cols) as u32)
     };
     // Whether op i's output `out` is read next by an integer mat-vec (dense
     // or expert), so op i may write it Q8-packed for it.
@@ -286,8 +284,10 @@ pub fn record_graph(
     // What the scratch holds after the ops recorded so far, if anything a
     // later op can reuse.
     let mut scratch: Option<(TensorId, ScratchForm)> = None;
-    // The grouping the scratch's table region holds (`super::moe`).
+    // The grouping the scratch's table region holds (`super::moe`), and
+    // where that region is.
     let mut table: GroupTable = None;
+    let table_at = a.scratch + table_offset(graph) as u64;
     let mut i = ops.start;
     while i < ops.end {
         let op = &graph.ops[i];
@@ -362,7 +362,7 @@ pub fn record_graph(
                 let what = label(i, format!("{op:?}"));
                 let state = ScratchState {
                     held: &mut scratch,
-                    table: &mut table,
+                    table: (table_at, &mut table),
                 };
                 let next = graph.ops.get(i + 1).filter(|_| fuse && fits(i + 2));
                 let done = record_moe_op(sink, lw, graph, (op, next), a, &t, state, what)?;

@@ -53,6 +53,8 @@ pub const MOE_GROUP_MAX_EXPERTS: usize = 256;
 /// (`matmul_id_cms_*`, 64x64 tiles).
 const GROUP_TILE: u32 = 32;
 const GROUP_TILE_MATRIX: u32 = 64;
+/// Weight rows per tile of either.
+const GROUP_ROWS: usize = 64;
 
 /// What the table region of the scratch holds: the grouping of this `ids`
 /// tensor in tiles of this many pairs.
@@ -123,7 +125,9 @@ pub fn tables_bytes(graph: &Graph) -> usize {
 /// their shared input) and the table of the grouped expert matmuls.
 pub struct ScratchState<'s> {
     pub held: &'s mut Option<(TensorId, ScratchForm)>,
-    pub table: &'s mut GroupTable,
+    /// Where the table lies ([`table_offset`] into the scratch), and what
+    /// it holds.
+    pub table: (u64, &'s mut GroupTable),
 }
 
 /// Records `op` if it is a mixture-of-experts op; returns how many ops it
@@ -199,11 +203,8 @@ pub fn record_moe_op(
             };
             let values = u32_of(xd.rows * xd.cols, "activations")?;
             if grouped(lw, graph, ids, dw.experts) {
-                let state = ScratchState {
-                    held: scratch,
-                    table: state.table,
-                };
-                record_grouped(sink, lw, graph, a, state, (x, ids), &push, dw, label)?;
+                push.x = rounded_input(sink, dw, (x, push.x), values, a.scratch, scratch, &label)?;
+                record_grouped(sink, lw, graph, state.table, ids, &push, dw, label)?;
                 return Ok(1);
             }
             if int_expert_route(lw, graph, op, a) {
@@ -240,16 +241,7 @@ pub fn record_moe_op(
                 sink.dispatch(&name, push.bytes(), groups, what)?;
                 return Ok(parts);
             }
-            let held = activation_kernel(dw.ty).map(|k| (x, ScratchForm::Rounded(k)));
-            if held.is_some() && *scratch == held {
-                push.x = a.scratch;
-            } else {
-                let rounding = format!("{label} (rounding {} activations)", dw.ty);
-                if round_activations(sink, dw.ty, push.x, values, a.scratch, rounding)? {
-                    push.x = a.scratch;
-                }
-                *scratch = held;
-            }
+            push.x = rounded_input(sink, dw, (x, push.x), values, a.scratch, scratch, &label)?;
             let groups = u32_of(n_pairs * rows, "expert mat-vec workgroups")?;
             let what = format!("{label} ({} {})", dw.name, dw.ty);
             sink.dispatch(&format!("matvec_id_{suffix}"), push.bytes(), groups, what)?;
@@ -307,52 +299,62 @@ pub fn int_expert_route(lw: &Lowering, graph: &Graph, op: &Op, a: &GraphAddresse
         && graph.tensor(x).cols.is_multiple_of(32)
 }
 
-/// Records a grouped expert matmul (a prefill's) of input `x` routed by
-/// `ids`: the rounding of the input unless the scratch holds it,
-/// `moe_group` unless the table holds this `ids`'s grouping, then
-/// `matmul_id_*`. `push` is the mat-vec's argument block, filled in.
+/// The address of expert-matmul input `x` (at `at`, `values` of them) as
+/// the f32 kernels read it: rounded into the scratch the way the CPU
+/// reference quantizes it for the weight type (unless `held` says the
+/// scratch holds that already: up reuses gate's), or `at` itself for types
+/// read unrounded.
+fn rounded_input(
+    sink: &mut dyn KernelSink,
+    dw: &DeviceWeight,
+    (x, at): (TensorId, u64),
+    values: u32,
+    scratch: u64,
+    held: &mut Option<(TensorId, ScratchForm)>,
+    label: &str,
+) -> Result<u64, BackendError> {
+    let form = activation_kernel(dw.ty).map(|k| (x, ScratchForm::Rounded(k)));
+    if form.is_some() && *held == form {
+        return Ok(scratch);
+    }
+    *held = form;
+    let rounding = format!("{label} (rounding {} activations)", dw.ty);
+    let rounded = round_activations(sink, dw.ty, at, values, scratch, rounding)?;
+    Ok(if rounded { scratch } else { at })
+}
+
+/// Records a grouped expert matmul (a prefill's) routed by `ids`, its
+/// input already rounded at `push.x`: `moe_group` unless the table holds
+/// this `ids`'s grouping, then `matmul_id_*`. `push` is the mat-vec's
+/// argument block, filled in.
 #[allow(clippy::too_many_arguments)] // record_moe_op's state, passed on
 fn record_grouped(
     sink: &mut dyn KernelSink,
     lw: &Lowering,
     graph: &Graph,
-    a: &GraphAddresses,
-    state: ScratchState,
-    (x, ids): (TensorId, TensorId),
+    (table_at, table): (u64, &mut GroupTable),
+    ids: TensorId,
     push: &MatIdPush,
     dw: &DeviceWeight,
     label: String,
 ) -> Result<(), BackendError> {
-    let xd = graph.tensor(x);
-    let values = u32_of(xd.rows * xd.cols, "activations")?;
-    let mut input = push.x;
-    let held = activation_kernel(dw.ty).map(|k| (x, ScratchForm::Rounded(k)));
-    if held.is_some() && *state.held == held {
-        input = a.scratch;
-    } else {
-        let rounding = format!("{label} (rounding {} activations)", dw.ty);
-        if round_activations(sink, dw.ty, push.x, values, a.scratch, rounding)? {
-            input = a.scratch;
-        }
-        *state.held = held;
-    }
     // Matrix cores as for a dense prefill of as many tokens (f16 operands
-    // but for F32 weights, and not for short graphs).
+    // but for F32 weights, and not for short graphs); decided by the token
+    // count, so a layer's gate, up and down share one tiling and table.
     let matrix = lw.matrix != MatrixTiles::Off
         && dw.ty != QuantType::F32
-        && xd.rows.max(graph.tensor(ids).rows) >= COOPMAT_MIN_TOKENS;
-    let (kernel, tile, rows_per_tile) = if matrix {
-        ("matmul_id_cms", GROUP_TILE_MATRIX, 64)
+        && graph.tensor(ids).rows >= COOPMAT_MIN_TOKENS;
+    let (kernel, tile) = if matrix {
+        ("matmul_id_cms", GROUP_TILE_MATRIX)
     } else {
-        ("matmul_id", GROUP_TILE, 64)
+        ("matmul_id", GROUP_TILE)
     };
     let n_pairs = push.n_pairs as usize;
     let slots = u32_of(group_slots(n_pairs, dw.experts, tile), "expert tiles")?;
-    let table = a.scratch + table_offset(graph) as u64;
-    if *state.table != Some((ids, tile)) {
+    if *table != Some((ids, tile)) {
         let group = MoeGroupPush {
             ids: push.ids,
-            table,
+            table: table_at,
             n_pairs: push.n_pairs,
             n_expert: u32_of(dw.experts, "experts")?,
             tile,
@@ -364,12 +366,12 @@ fn record_grouped(
             1,
             format!("{label} (grouping by expert)"),
         )?;
-        *state.table = Some((ids, tile));
+        *table = Some((ids, tile));
     }
     let mm = MatGroupPush {
-        x: input,
+        x: push.x,
         w: push.w,
-        table,
+        table: table_at,
         out: push.out,
         expert_bytes: push.expert_bytes,
         bias: push.bias,
@@ -380,7 +382,7 @@ fn record_grouped(
         slots,
         pad: 0,
     };
-    let groups = slots as usize * (push.rows as usize).div_ceil(rows_per_tile);
+    let groups = slots as usize * (push.rows as usize).div_ceil(GROUP_ROWS);
     let groups = u32_of(groups, "expert matmul workgroups")?;
     let what = format!("{label} ({} {})", dw.name, dw.ty);
     let name = format!("{kernel}_{}", weight_kernel(dw)?);
