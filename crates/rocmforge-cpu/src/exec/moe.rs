@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use rocmforge_core::graph::TensorId;
 use rocmforge_core::model::WeightId;
 
-use super::{activation_row_bytes, Step, DECODE_CHUNK_ROWS, TILE_ROWS};
+use super::{activation_row_bytes, decode_chunk_rows, Step, TILE_ROWS};
 use crate::kernels::{activation, moe, quant_dot};
 use crate::team::{Member, SpinBarrier};
 
@@ -139,7 +139,9 @@ impl Step<'_> {
         let acts = unsafe { self.scratch.bytes_ref(0, xd.rows * arb) };
         let n_out = wv.expert_rows();
         let expert_bytes = n_out * wv.row_bytes();
-        let chunks_per_pair = n_out.div_ceil(DECODE_CHUNK_ROWS);
+        // Chunks cut across all pairs' rows, none across two experts.
+        let chunk_rows = decode_chunk_rows(n_pairs * n_out, m.nth).min(n_out);
+        let chunks_per_pair = n_out.div_ceil(chunk_rows);
         let dst = self.arena.f32_ptr(self.plan.offsets[out], n_pairs * n_out);
         loop {
             let c = self.next_chunk.fetch_add(1, Ordering::Relaxed);
@@ -147,7 +149,7 @@ impl Step<'_> {
                 break;
             }
             let (p, chunk) = (c / chunks_per_pair, c % chunks_per_pair);
-            let rows = chunk * DECODE_CHUNK_ROWS..((chunk + 1) * DECODE_CHUNK_ROWS).min(n_out);
+            let rows = chunk * chunk_rows..((chunk + 1) * chunk_rows).min(n_out);
             // Routing writes ids below the expert count; clamped all the
             // same, so no value can read outside the weight.
             let e = (pair_ids[p] as usize).min(wv.experts - 1);

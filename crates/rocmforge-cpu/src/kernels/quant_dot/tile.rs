@@ -170,6 +170,10 @@ impl OutRows {
         OutRows { base, stride }
     }
 
+    pub(super) fn stride(self) -> usize {
+        self.stride
+    }
+
     /// # Safety
     /// (`t`, `c`) must be within what the creator of `self` vouched for.
     #[inline(always)]
@@ -269,11 +273,34 @@ pub(super) unsafe fn tile_with(
             };
             continue;
         }
+        // Q4_0 in file order (experts, which stay file pages): eight rows a
+        // pass, transposed in registers into the interleaved kernel's lanes.
+        let mut generic = rows.clone();
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2 && weight == QuantType::Q4_0 && width >= 8 {
+            let whole = rows.start..rows.start + width / 8 * 8;
+            // SAFETY: AVX2/FMA/F16C detected; lengths checked by the entry
+            // points (`w` holds `rows`, `acts` the chunk's tokens), side
+            // filled for every token of the chunk, and `out` has room for
+            // the chunk's tokens (this fn's contract).
+            unsafe {
+                super::avx2_q4_0x8::matmul_file_order(
+                    nb,
+                    w,
+                    whole.clone(),
+                    &acts[t0 * ab..t_end * ab],
+                    &side,
+                    t_end - t0,
+                    out.skip_tokens(t0),
+                )
+            };
+            generic = whole.end..rows.end;
+        }
         // Row blocks outside, token groups inside, rows innermost: a group's
         // activations stay in L1 while the block's weight rows come from L2.
         let block_rows = (ROW_BLOCK_BYTES / row_bytes(weight, k)).max(1);
-        for r0 in (rows.start..rows.end).step_by(block_rows) {
-            let block = r0..(r0 + block_rows).min(rows.end);
+        for r0 in generic.clone().step_by(block_rows) {
+            let block = r0..(r0 + block_rows).min(generic.end);
             for t in (t0..t_end).step_by(TOKENS_PER_CALL) {
                 let n = (t_end - t).min(TOKENS_PER_CALL);
                 let mut group: [(&[u8], &[f32]); TOKENS_PER_CALL] = [(&[], &[]); TOKENS_PER_CALL];
