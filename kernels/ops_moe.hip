@@ -42,6 +42,14 @@ DEV bool ranks_before(float p, uint32_t e, float q, uint32_t f) {
     return p > q || (p == q && e < f);
 }
 
+// A picked expert as the f32 id the expert kernels read. No expert ranks
+// after the previous pick when the logits hold a NaN: the id is clamped so
+// the expert kernels never read outside the expert stack (the values are
+// garbage either way).
+DEV float clamped_id(uint32_t e, uint32_t n_e) {
+    return (float)(e < n_e ? e : n_e - 1u);
+}
+
 } // namespace ops
 
 KERNEL LAUNCH_BOUNDS(MOE_ROUTE_WG) void moe_route(MoeRoutePush s) {
@@ -58,14 +66,19 @@ KERNEL LAUNCH_BOUNDS(MOE_ROUTE_WG) void moe_route(MoeRoutePush s) {
         mx = dev_fmaxf(mx, l[e]);
     }
     mx = wave_max(mx);
-    // The CPU sums the normaliser in f64 (ggml's soft_max).
+    // The CPU sums the normaliser in f64 (ggml's soft_max). Each e^x is
+    // computed once, kept in shared memory, then scaled (the kernel is one
+    // wave's chain of dependent instructions: ncu saw ~1,850 of them at
+    // 8.5 cycles each, e^x a large part).
     double sum = 0.0;
     for (uint32_t e = lane; e < n_e; e += MOE_ROUTE_WG) {
-        sum += (double)ops::libm_expf(l[e] - mx);
+        const float ex = ops::libm_expf(l[e] - mx);
+        prob[e] = ex;
+        sum += (double)ex;
     }
     const float inv = (float)(1.0 / wave_sum_f64(sum));
     for (uint32_t e = lane; e < n_e; e += MOE_ROUTE_WG) {
-        prob[e] = ops::libm_expf(l[e] - mx) * inv;
+        prob[e] = prob[e] * inv;
     }
     wave_barrier();
     float* ids = dev_ptr<float>(s.ids) + (uint64_t)t * s.k;
@@ -73,6 +86,11 @@ KERNEL LAUNCH_BOUNDS(MOE_ROUTE_WG) void moe_route(MoeRoutePush s) {
     float prev_p = __builtin_inff();
     uint32_t prev_e = 0xFFFFFFFFu;
     float chosen = 0.0f;
+    // Lane j keeps pick j (j < 32) and writes it at the end, so the
+    // normalised weights need no reread of global memory: a store then a
+    // load of the same address per pick cost most of the kernel's time.
+    float my_p = 0.0f;
+    uint32_t my_e = 0u;
     for (uint32_t j = 0u; j < s.k; j++) {
         // Each lane's best expert ranked after the previous pick, then the
         // wave's best of those: a butterfly over a total order, so every
@@ -97,18 +115,23 @@ KERNEL LAUNCH_BOUNDS(MOE_ROUTE_WG) void moe_route(MoeRoutePush s) {
         prev_p = best_p;
         prev_e = best_e;
         chosen += prev_p;
-        if (lane == 0u) {
-            // No expert ranks after the previous pick when the logits hold
-            // a NaN: the id is clamped so the expert kernels never read
-            // outside the expert stack (the values are garbage either way).
-            ids[j] = (float)(prev_e < n_e ? prev_e : n_e - 1u);
+        if (j == lane) {
+            my_p = prev_p;
+            my_e = prev_e;
+        } else if (j >= MOE_ROUTE_WG && lane == 0u) {
+            ids[j] = ops::clamped_id(prev_e, n_e);
             w[j] = prev_p;
         }
     }
-    // Lane 0 wrote the weights, so it rereads its own writes.
+    const float d = dev_fmaxf(chosen, 6.103515625e-5f);
+    if (lane < s.k) {
+        ids[lane] = ops::clamped_id(my_e, n_e);
+        w[lane] = s.normalize != 0u ? my_p / d : my_p;
+    }
+    // Picks past the wave's lanes: lane 0 wrote them, so it rereads its own
+    // writes.
     if (s.normalize != 0u && lane == 0u) {
-        const float d = dev_fmaxf(chosen, 6.103515625e-5f);
-        for (uint32_t j = 0u; j < s.k; j++) {
+        for (uint32_t j = MOE_ROUTE_WG; j < s.k; j++) {
             w[j] = w[j] / d;
         }
     }

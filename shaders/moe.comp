@@ -50,6 +50,14 @@ bool ranks_before(float p, uint e, float q, uint f) {
     return p > q || (p == q && e < f);
 }
 
+// A picked expert as the f32 id the expert kernels read. No expert ranks
+// after the previous pick when the logits hold a NaN: the id is clamped so
+// the expert kernels never read outside the expert stack (the values are
+// garbage either way).
+float clamped_id(uint e) {
+    return float(min(e, pc.n_expert - 1u));
+}
+
 // Smallest `v` over the workgroup, returned to every invocation. Call from
 // uniform control flow.
 uint wg_min_u(uint v) {
@@ -84,19 +92,26 @@ void main() {
         mx = max(mx, l.v[base + e]);
     }
     mx = wg_max(mx);
+    // Each e^x computed once, kept in shared memory, then scaled.
     float part = 0.0;
     for (uint e = lane; e < pc.n_expert; e += WG_SIZE) {
-        part += exp(l.v[base + e] - mx);
+        float ex = exp(l.v[base + e] - mx);
+        prob[e] = ex;
+        part += ex;
     }
     float inv = 1.0 / wg_sum(part);
     for (uint e = lane; e < pc.n_expert; e += WG_SIZE) {
-        prob[e] = exp(l.v[base + e] - mx) * inv;
+        prob[e] = prob[e] * inv;
     }
     memoryBarrierShared();
     barrier();
     float prev_p = 1.0 / 0.0;
     uint prev_e = 0xFFFFFFFFu;
     float chosen = 0.0;
+    // Invocation j keeps pick j (j < WG_SIZE) and writes it at the end, so
+    // the normalised weights need no reread of global memory.
+    float my_p = 0.0;
+    uint my_e = 0u;
     for (uint j = 0u; j < pc.k; j++) {
         // Each invocation's best expert ranked after the previous pick,
         // then the workgroup's best of those: the largest probability, and
@@ -114,18 +129,23 @@ void main() {
         prev_e = wg_min_u(best_p == top ? best_e : 0xFFFFFFFFu);
         prev_p = top;
         chosen += prev_p;
-        if (lane == 0u) {
-            // No expert ranks after the previous pick when the logits hold
-            // a NaN: the id is clamped so the expert kernels never read
-            // outside the expert stack (the values are garbage either way).
-            F32s(pc.ids).v[t * pc.k + j] = float(min(prev_e, pc.n_expert - 1u));
+        if (j == lane) {
+            my_p = prev_p;
+            my_e = prev_e;
+        } else if (j >= WG_SIZE && lane == 0u) {
+            F32s(pc.ids).v[t * pc.k + j] = clamped_id(prev_e);
             F32s(pc.weights).v[t * pc.k + j] = prev_p;
         }
     }
-    // Lane 0 wrote the weights, so it rereads its own writes.
+    float d = max(chosen, 6.103515625e-5);
+    if (lane < pc.k) {
+        F32s(pc.ids).v[t * pc.k + lane] = clamped_id(my_e);
+        F32s(pc.weights).v[t * pc.k + lane] = pc.normalize != 0u ? my_p / d : my_p;
+    }
+    // Picks past the workgroup's invocations: invocation 0 wrote them, so
+    // it rereads its own writes.
     if (pc.normalize != 0u && lane == 0u) {
-        float d = max(chosen, 6.103515625e-5);
-        for (uint j = 0u; j < pc.k; j++) {
+        for (uint j = WG_SIZE; j < pc.k; j++) {
             F32s(pc.weights).v[t * pc.k + j] /= d;
         }
     }

@@ -8,6 +8,7 @@
 //! regions; elsewhere they go through the host buffer, made at load as the
 //! staging buffer and kept for the steps.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use ash::vk;
@@ -27,6 +28,7 @@ use crate::error::Check;
 use crate::memory::{allocate, Allocation, Placement};
 use crate::options::VulkanOptions;
 use crate::pipelines::Pipelines;
+use crate::profile::{self, PartStamps, Totals};
 use crate::upload::upload_mapped;
 
 /// Bytes of the staging buffer discrete GPUs upload weights through.
@@ -45,6 +47,8 @@ pub struct VulkanPart {
     cb: vk::CommandBuffer,
     /// Dispatches per breadcrumb (see `commands::Crumbs`).
     crumb_every: usize,
+    /// Its timestamps, when profiled (`ROCMFORGE_VULKAN_PROFILE=1`).
+    stamps: Option<PartStamps>,
 }
 
 pub struct VulkanDevice {
@@ -55,6 +59,9 @@ pub struct VulkanDevice {
     pub(crate) allocations: usize,
     /// After a fatal failure: the drop leaks everything.
     pub(crate) abandoned: bool,
+    /// Per profiled part (by command buffer): the ticks its dispatches
+    /// took over its submits.
+    pub(crate) profiles: HashMap<vk::CommandBuffer, Totals>,
 }
 
 impl VulkanDevice {
@@ -93,6 +100,7 @@ impl VulkanDevice {
             opts,
             allocations: 0,
             abandoned: false,
+            profiles: HashMap::new(),
         })
     }
 
@@ -263,25 +271,44 @@ impl GpuDevice for VulkanDevice {
         let crumbs = Crumbs::new(frame.host.buffer, frame.crumbs, self.gpu.marker.as_ref());
         let (arena, host) = (frame.arena.buffer, frame.host.buffer);
         let max_groups = self.gpu.props.max_workgroups;
+        let pool = match self.gpu.props.timestamp_ns.filter(|_| profile::wanted()) {
+            Some(_) => match profile::create_pool(d) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    // SAFETY: never submitted.
+                    unsafe { self.cmds.free(d, cb) };
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         let pipes = &mut self.pipes;
         let recorded = (|| {
-            let mut rec = Recorder::begin(d, cb, pipes.layout, max_groups, crumbs)?;
+            let mut rec = Recorder::begin(d, cb, pipes.layout, max_groups, crumbs, pool)?;
             rec.copy_in(host, arena, &copies(frame.copies_in, true));
             lower(&mut Sink {
                 rec: &mut rec,
                 pipes,
                 device: d,
             })?;
-            rec.finish(arena, host, &copies(frame.copies_out, false))
+            let kernels = std::mem::take(&mut rec.kernels);
+            rec.finish(arena, host, &copies(frame.copies_out, false))?;
+            Ok(kernels)
         })();
         match recorded {
-            Ok(_) => Ok(VulkanPart {
+            Ok(kernels) => Ok(VulkanPart {
                 cb,
                 crumb_every: crumbs.every,
+                stamps: pool.map(|pool| PartStamps { pool, kernels }),
             }),
             Err(e) => {
                 // SAFETY: never submitted.
-                unsafe { self.cmds.free(d, cb) };
+                unsafe {
+                    self.cmds.free(d, cb);
+                    if let Some(pool) = pool {
+                        d.destroy_query_pool(pool, None);
+                    }
+                }
                 Err(e)
             }
         }
@@ -294,7 +321,13 @@ impl GpuDevice for VulkanDevice {
         _: &Allocation,
         timeout: Duration,
     ) -> Result<(), Stall> {
-        self.wait(part.cb, timeout)
+        self.wait(part.cb, timeout)?;
+        if let Some(stamps) = &part.stamps {
+            let totals = self.profiles.entry(part.cb).or_default();
+            // SAFETY: the submit completed (waited for above).
+            unsafe { profile::collect(&self.gpu.device, stamps, totals) }.map_err(Stall::Failed)?;
+        }
+        Ok(())
     }
 
     fn in_flight(&self, part: &VulkanPart, crumbs: &[u8]) -> Option<InFlight> {
@@ -306,8 +339,20 @@ impl GpuDevice for VulkanDevice {
     }
 
     unsafe fn free_part(&mut self, part: VulkanPart) {
-        // SAFETY: the caller's contract.
-        unsafe { self.cmds.free(&self.gpu.device, part.cb) }
+        let totals = self.profiles.remove(&part.cb);
+        if let (Some(stamps), Some(tick_ns)) = (&part.stamps, self.gpu.props.timestamp_ns) {
+            if let Some(t) = totals.and_then(|t| profile::table(stamps, &t, tick_ns)) {
+                eprint!("{t}");
+            }
+        }
+        // SAFETY: the caller's contract (the part is not pending, so
+        // neither is its query pool).
+        unsafe {
+            self.cmds.free(&self.gpu.device, part.cb);
+            if let Some(stamps) = part.stamps {
+                self.gpu.device.destroy_query_pool(stamps.pool, None);
+            }
+        }
     }
 
     fn idle(&mut self, _timeout: Duration) -> Result<(), Stall> {
@@ -380,7 +425,8 @@ struct Sink<'r, 'a> {
 impl KernelSink for Sink<'_, '_> {
     fn launch(&mut self, d: Dispatch) -> Result<(), BackendError> {
         let p = self.pipes.get(self.device, d.kernel)?;
-        self.rec.dispatch(p, d.push, d.groups, d.label.to_owned());
+        self.rec
+            .dispatch((d.kernel, p), d.push, d.groups, d.label.to_owned());
         Ok(())
     }
 }

@@ -181,19 +181,35 @@ pub struct Recorder<'a> {
     /// that waited on the transfer stage.
     transfer_pending: bool,
     pub labels: Vec<String>,
+    /// The profile's query pool (`crate::profile`): a timestamp before the
+    /// first dispatch and after each one, whose kernel goes to `kernels`.
+    stamps: Option<vk::QueryPool>,
+    pub kernels: Vec<String>,
 }
 
 impl<'a> Recorder<'a> {
+    /// Begins recording into `cb`; with `stamps` (a query pool of
+    /// `profile::MAX_STAMPS` timestamps) each dispatch is timed.
     pub fn begin(
         device: &'a ash::Device,
         cb: vk::CommandBuffer,
         layout: vk::PipelineLayout,
         max_groups: [u32; 3],
         crumbs: Crumbs<'a>,
+        stamps: Option<vk::QueryPool>,
     ) -> Result<Recorder<'a>, BackendError> {
         // SAFETY: `cb` is in the initial state (freshly allocated).
         unsafe { device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()) }
             .check("vkBeginCommandBuffer")?;
+        if let Some(pool) = stamps {
+            // SAFETY: recording state, outside any render pass; the pool
+            // holds MAX_STAMPS timestamp queries, reset on every replay
+            // before the first is written.
+            unsafe {
+                device.cmd_reset_query_pool(cb, pool, 0, crate::profile::MAX_STAMPS);
+                device.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, pool, 0);
+            }
+        }
         Ok(Recorder {
             device,
             cb,
@@ -203,6 +219,8 @@ impl<'a> Recorder<'a> {
             bound: vk::Pipeline::null(),
             transfer_pending: false,
             labels: Vec::new(),
+            stamps,
+            kernels: Vec::new(),
         })
     }
 
@@ -235,13 +253,44 @@ impl<'a> Recorder<'a> {
         };
     }
 
-    /// Records `groups` workgroups of `pipeline` with `push`, then the
-    /// barrier that orders it before everything after, then its breadcrumb
-    /// if one is due.
-    pub fn dispatch(&mut self, pipeline: vk::Pipeline, push: &[u8], groups: u32, label: String) {
+    /// Records `groups` workgroups of `pipeline` (kernel `kernel`) with
+    /// `push`, then the barrier that orders it before everything after, its
+    /// breadcrumb if one is due, and its timestamp when profiled.
+    pub fn dispatch(
+        &mut self,
+        (kernel, pipeline): (&str, vk::Pipeline),
+        push: &[u8],
+        groups: u32,
+        label: String,
+    ) {
         if groups == 0 {
             return;
         }
+        self.dispatch_ordered(pipeline, push, groups, label);
+        let stamp = self.kernels.len() as u32 + 1;
+        if let Some(pool) = self.stamps.filter(|_| stamp < crate::profile::MAX_STAMPS) {
+            // SAFETY: recording state; query `stamp` is inside the pool and
+            // was reset at the start of this command buffer.
+            unsafe {
+                self.device.cmd_write_timestamp(
+                    self.cb,
+                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                    pool,
+                    stamp,
+                )
+            };
+            self.kernels.push(kernel.to_owned());
+        }
+    }
+
+    /// [`Self::dispatch`] without the timestamp.
+    fn dispatch_ordered(
+        &mut self,
+        pipeline: vk::Pipeline,
+        push: &[u8],
+        groups: u32,
+        label: String,
+    ) {
         let (x, y) = grid(groups, self.max_groups[0]);
         assert!(
             push.len() <= PUSH_BYTES,

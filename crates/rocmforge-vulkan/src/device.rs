@@ -205,6 +205,10 @@ pub struct DeviceProps {
     pub compute_units: u32,
     /// One line in the style of llama.cpp's device report.
     pub summary: String,
+    /// Nanoseconds per timestamp tick, where the compute queue writes
+    /// timestamps (`timestampValidBits` > 0): the per-kernel profile
+    /// (`crate::profile`) needs them.
+    pub timestamp_ns: Option<f64>,
 }
 
 /// An open logical device and the objects it came from.
@@ -649,6 +653,9 @@ fn candidate(
             max_workgroups: p.limits.max_compute_work_group_count,
             compute_units,
             summary: String::new(),
+            timestamp_ns: (families[queue_family as usize].timestamp_valid_bits > 0
+                && p.limits.timestamp_period > 0.0)
+                .then_some(f64::from(p.limits.timestamp_period)),
         },
     })
 }

@@ -44,6 +44,7 @@ mod error;
 mod memory;
 mod options;
 mod pipelines;
+mod profile;
 mod upload;
 
 pub use backend::{open, VulkanBackend, VulkanDevice, VulkanPart};

@@ -25,7 +25,9 @@ use crate::graph::{Graph, Op, TensorId};
 use crate::plan::{ArenaPlan, KvLayout, KvTypes, StepInputLayout};
 use crate::quant::QuantType;
 
-use super::matmul::{int_route, matmul_weight, q8_packed_at, record_matmuls, MatmulRun};
+use super::matmul::{
+    int_route, leaves_scratch, matmul_weight, q8_packed_at, record_matmuls, MatmulRun, ScratchUse,
+};
 use super::moe::{
     int_expert_route, record_moe_op, record_moe_sum, table_offset, GroupTable, ScratchState,
 };
@@ -269,17 +271,27 @@ pub fn record_graph(
         q8_packed_at(a.scratch, (d.rows * d.cols) as u32)
     };
     // Whether op i's output `out` is read next by an integer mat-vec (dense
-    // or expert), so op i may write it Q8-packed for it.
+    // or expert), so op i may write it Q8-packed for it: by the op after
+    // it, or by the expert mat-vec after a router that leaves the scratch
+    // alone (an F32 mat-vec of `out`) and the routing.
     let feeds_int_matvec = |i: usize, out: TensorId| {
         let expert = |next: &Op| {
             matches!(*next, Op::MatMulId { x, .. } if x == out)
                 && int_expert_route(lw, graph, next, a)
         };
+        let d = graph.tensor(out);
+        let routed = || {
+            fits(i + 4)
+                && matches!(graph.ops[i + 1], Op::MatMul { x, .. } if x == out)
+                && leaves_scratch(lw, matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
+                && matches!(graph.ops[i + 2], Op::TopKGate { .. })
+                && expert(&graph.ops[i + 3])
+        };
         fuse && fits(i + 2)
-            && (next_matmul_reads(graph, i, out) && {
-                let d = graph.tensor(out);
-                int_route(lw, matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
-            } || expert(&graph.ops[i + 1]))
+            && (next_matmul_reads(graph, i, out)
+                && int_route(lw, matmul_weight(&graph.ops[i + 1], a), d.rows, d.cols)
+                || expert(&graph.ops[i + 1])
+                || routed())
     };
     // What the scratch holds after the ops recorded so far, if anything a
     // later op can reuse.
@@ -318,17 +330,21 @@ pub fn record_graph(
                     prequantized: scratch == Some((x, ScratchForm::Q8Packed)),
                     residual,
                 };
-                let int = record_matmuls(sink, lw, graph, &run, a, &t)?;
-                scratch = int.then_some((x, ScratchForm::Q8Packed));
+                scratch = match record_matmuls(sink, lw, graph, &run, a, &t)? {
+                    ScratchUse::Q8Packed => Some((x, ScratchForm::Q8Packed)),
+                    ScratchUse::Untouched => scratch,
+                    ScratchUse::Overwritten => None,
+                };
                 start = end;
             }
             // A fused residual add is done.
             i = group.end + usize::from(residual.is_some());
             continue;
         }
-        // Expert mat-vecs keep it up to date themselves; every other op
-        // either leaves nothing reusable or says what it wrote below.
-        if !matches!(op, Op::MatMulId { .. }) {
+        // Expert mat-vecs keep it up to date themselves and the routing
+        // does not touch it; every other op either leaves nothing reusable
+        // or says what it wrote below.
+        if !matches!(op, Op::MatMulId { .. } | Op::TopKGate { .. }) {
             scratch = None;
         }
         // The fused rope and store writes f16 rows only.

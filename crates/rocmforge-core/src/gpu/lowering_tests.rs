@@ -894,20 +894,20 @@ fn moe_small_step(
             item_launch("rope_kv", n * ROPE_KV_ROW),
             launch("attention_staged_q8", n * N_HEAD),
             launch(mv, N_EMBD / 2),
-            // The router is f32: no Q8 output, no rounding.
-            launch("rmsnorm", n),
+            // The router is f32 (it reads the norm's f32 output and leaves
+            // the scratch alone), so the norm writes the experts' Q8 input
+            // when they take the integer route.
+            launch(if int { "rmsnorm_q8" } else { "rmsnorm" }, n),
             launch("matvec_f32", N_EXPERT),
             // One workgroup per token.
             launch("moe_route", n),
         ]);
         if int {
-            // Q8-packed once for gate and up (64 blocks a workgroup), two
-            // rows of one pair a workgroup.
+            // Two rows of one pair a workgroup, the input Q8-packed by the
+            // norm (64 blocks a workgroup where packed alone).
             let packed_as = |k: &str, values: usize| launch(k, (values / 32).div_ceil(64));
-            let packed = |values: usize| packed_as("quantize_q8_packed", values);
             let id = format!("matvec_id_int_{xs}");
             want.extend([
-                packed(n * N_EMBD),
                 // Gate and up in one launch: the grid twice one stack's.
                 launch(&id, 2 * pairs * N_FF_EXP.div_ceil(2)),
                 // SwiGLU and down's Q8 packing in one pass.
@@ -1009,14 +1009,19 @@ fn moe_push_blocks_address_the_experts() {
         panic!("a MoE block")
     };
 
-    let l = &sink.launches[9..17];
-    let r: MatPush = l[0].push_as();
+    let l = &sink.launches[8..15];
+    // The norm writes the experts' Q8 input as well as its f32 output (the
+    // router's input): the router and the routing leave the scratch alone.
+    assert_eq!(l[0].kernel, "rmsnorm_q8");
+    let norm: NormPush = l[0].push_as();
+    assert_eq!((norm.out, norm.q8), (t(h), s));
+    let r: MatPush = l[1].push_as();
     assert_eq!(
         (r.x, r.w[0], r.out[0]),
         (t(h), m.address(router), t(logits))
     );
     assert_eq!((r.rows[0], r.k, r.n), (8, 256, 7));
-    let route: MoeRoutePush = l[1].push_as();
+    let route: MoeRoutePush = l[2].push_as();
     assert_eq!(
         (route.logits, route.ids, route.weights),
         (t(logits), t(ids), t(weights))
@@ -1025,8 +1030,6 @@ fn moe_push_blocks_address_the_experts() {
         (route.n_rows, route.n_expert, route.k, route.normalize),
         (7, 8, 2, 1)
     );
-    let round: QuantizePush = l[2].push_as();
-    assert_eq!((round.x, round.out, round.n), (t(h), s, 7 * 256));
     // Q8_0 rows of 256 values: 8 blocks of 34 bytes; an expert of gate is
     // 512 such rows, of down 256 rows of 512 values. Gate and up share a
     // launch (up as the second stack).

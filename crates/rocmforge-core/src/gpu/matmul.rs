@@ -44,6 +44,13 @@ pub fn int_route(lw: &Lowering, w: &DeviceWeight, n: usize, k: usize) -> bool {
     lw.int_matvec && n <= MATVEC_MAX_TOKENS && has_int_form(w.ty) && k.is_multiple_of(32)
 }
 
+/// Whether a matmul by `w` of `n` rows of `k` values reads its input as it
+/// is, leaving the scratch alone ([`ScratchUse::Untouched`]): an F32
+/// weight (a mixture-of-experts router) off the integer route.
+pub fn leaves_scratch(lw: &Lowering, w: &DeviceWeight, n: usize, k: usize) -> bool {
+    !int_route(lw, w, n, k) && activation_kernel(w.ty).is_none()
+}
+
 /// The kernel that rounds a matmul's activations the way the CPU reference
 /// (ggml) quantizes them for this weight type, if any: Q8_0 (and Q8_1,
 /// which rounds the same) for the 32-blocks (MXFP4 included), Q8_K for the 256-blocks (the
@@ -120,8 +127,19 @@ pub struct MatmulRun<'g> {
     pub residual: Option<ResidualAdd>,
 }
 
-/// Records one run; returns whether it left the input Q8-packed in the
-/// scratch (the integer route) rather than some other rounding.
+/// What a recorded matmul run left in the scratch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScratchUse {
+    /// The run's input, Q8-packed (the integer mat-vec's form).
+    Q8Packed,
+    /// Nothing: the run read its input as it is (an F32 router), so what
+    /// the scratch held before still holds.
+    Untouched,
+    /// Rounded activations the lowering does not reuse.
+    Overwritten,
+}
+
+/// Records one run; returns what it left in the scratch.
 pub fn record_matmuls(
     sink: &mut dyn KernelSink,
     lw: &Lowering,
@@ -129,7 +147,7 @@ pub fn record_matmuls(
     run: &MatmulRun,
     a: &GraphAddresses,
     t: &dyn Fn(TensorId) -> u64,
-) -> Result<bool, BackendError> {
+) -> Result<ScratchUse, BackendError> {
     let n_ops = graph.ops.len();
     let mut push = MatPush {
         x: 0,
@@ -194,10 +212,12 @@ pub fn record_matmuls(
             u32_of(groups, "matmul workgroups")?,
             what,
         )?;
-        return Ok(true);
+        return Ok(ScratchUse::Q8Packed);
     }
+    let mut used = ScratchUse::Untouched;
     if round_activations(sink, w.ty, push.x, push.n * push.k, a.scratch, activations)? {
         push.x = a.scratch;
+        used = ScratchUse::Overwritten;
     }
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
         ("matvec", n_rows)
@@ -236,7 +256,7 @@ pub fn record_matmuls(
         u32_of(groups, "matmul workgroups")?,
         what,
     )?;
-    Ok(false)
+    Ok(used)
 }
 
 /// Where `values` activations Q8-packed at `scratch` have their quants
