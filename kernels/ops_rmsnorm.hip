@@ -35,13 +35,18 @@ namespace ops {
 
 template <bool Q8> DEV void rmsnorm_run(const NormPush& p, double* part) {
     uint32_t g = wg_linear();
-    if (g >= p.n_groups) {
-        return; // the whole workgroup
+    // Workgroups past n_groups run the second norm, if any.
+    const bool second = g >= p.n_groups;
+    if (second) {
+        g -= p.n_groups;
+        if (g >= p.n_groups2) {
+            return; // the whole workgroup
+        }
     }
     const uint32_t tid = thread_id_x();
-    const float* xg = dev_ptr<const float>(p.x) + (uint64_t)g * p.group;
-    float* og = dev_ptr<float>(p.out) + (uint64_t)g * p.group;
-    const float* w = dev_ptr<const float>(p.w);
+    const float* xg = dev_ptr<const float>(second ? p.x2 : p.x) + (uint64_t)g * p.group;
+    float* og = dev_ptr<float>(second ? p.out2 : p.out) + (uint64_t)g * p.group;
+    const float* w = dev_ptr<const float>(second ? p.w2 : p.w);
     // Value tid + WG j of the group, and its weight, for j < HELD.
     float xs[RMSNORM_HELD];
     float ws[RMSNORM_HELD];

@@ -55,6 +55,13 @@ struct NormPush {
     // Where rmsnorm_q8 also writes its output Q8-packed (quants, scales).
     uint64_t q8;
     uint64_t q8_scales;
+    // A second norm of the same group size (rmsnorm only): workgroups
+    // n_groups .. n_groups + n_groups2 normalise x2 by w2 into out2.
+    uint64_t x2;
+    uint64_t w2;
+    uint64_t out2;
+    uint32_t n_groups2;
+    uint32_t pad2;
 };
 
 // YaRN's per-op terms (graph::YarnTerms): ext_factor 0 and mscale 1 for
@@ -273,7 +280,7 @@ RF_PUSH_AT(MatPush, n_parts, 100);
 RF_PUSH_AT(MatPush, x_scales, 104);
 RF_PUSH_AT(MatPush, residual, 112);
 
-static_assert(sizeof(NormPush) == 56, "NormPush size");
+static_assert(sizeof(NormPush) == 88, "NormPush size");
 RF_PUSH_AT(NormPush, x, 0);
 RF_PUSH_AT(NormPush, w, 8);
 RF_PUSH_AT(NormPush, out, 16);
@@ -283,6 +290,11 @@ RF_PUSH_AT(NormPush, eps, 32);
 RF_PUSH_AT(NormPush, pad, 36);
 RF_PUSH_AT(NormPush, q8, 40);
 RF_PUSH_AT(NormPush, q8_scales, 48);
+RF_PUSH_AT(NormPush, x2, 56);
+RF_PUSH_AT(NormPush, w2, 64);
+RF_PUSH_AT(NormPush, out2, 72);
+RF_PUSH_AT(NormPush, n_groups2, 80);
+RF_PUSH_AT(NormPush, pad2, 84);
 
 static_assert(sizeof(YarnPush) == 16, "YarnPush size");
 static_assert(sizeof(RopePush) == 72, "RopePush size");

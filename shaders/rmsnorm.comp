@@ -24,16 +24,29 @@ layout(push_constant, std430) uniform Push {
     uint pad;
     uint64_t q8; // OUT_Q8 only
     uint64_t q8_scales;
+    // A second norm of the same group size (not OUT_Q8): workgroups
+    // n_groups .. n_groups + n_groups2 normalise x2 by w2 into out2.
+    uint64_t x2;
+    uint64_t w2;
+    uint64_t out2;
+    uint n_groups2;
+    uint pad2;
 } pc;
 
 void main() {
     uint g = wg_linear();
-    if (g >= pc.n_groups) {
-        return;
+    bool second = g >= pc.n_groups;
+    if (second) {
+        g -= pc.n_groups;
+        if (g >= pc.n_groups2) {
+            return;
+        }
     }
-    F32s x = F32s(pc.x + uint64_t(g) * pc.group * 4u);
-    F32s o = F32s(pc.out_ + uint64_t(g) * pc.group * 4u);
-    F32s w = F32s(pc.w);
+    uint64_t x_at = second ? pc.x2 : pc.x;
+    uint64_t out_at = second ? pc.out2 : pc.out_;
+    F32s x = F32s(x_at + uint64_t(g) * pc.group * 4u);
+    F32s o = F32s(out_at + uint64_t(g) * pc.group * 4u);
+    F32s w = F32s(second ? pc.w2 : pc.w);
     float ss = 0.0;
     for (uint i = gl_LocalInvocationID.x; i < pc.group; i += WG_SIZE) {
         float v = x.v[i];

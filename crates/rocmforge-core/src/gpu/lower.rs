@@ -418,7 +418,7 @@ pub fn record_graph(
                 let kernel = if q8 { "rmsnorm_q8" } else { "rmsnorm" };
                 let n_groups = u32_of(d.rows * d.cols / group, "norm groups")?;
                 let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
-                let push = NormPush {
+                let mut push = NormPush {
                     x: t(x),
                     w: w.address,
                     out: t(out),
@@ -428,9 +428,56 @@ pub fn record_graph(
                     pad: 0,
                     q8,
                     q8_scales,
+                    x2: 0,
+                    w2: 0,
+                    out2: 0,
+                    n_groups2: 0,
+                    pad2: 0,
                 };
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
-                let what = label(i, format!("RmsNorm {}", w.name));
+                let mut what = label(i, format!("RmsNorm {}", w.name));
+                // The next norm in the same launch (Qwen3's K norm after
+                // its Q norm), where neither reads what the other writes.
+                let pair = graph
+                    .ops
+                    .get(i + 1)
+                    .filter(|_| fuse && q8 == 0 && fits(i + 2));
+                if let Some(&Op::RmsNorm {
+                    x: x2,
+                    weight: w2,
+                    out: out2,
+                    group: group2,
+                }) = pair
+                {
+                    let d2 = graph.tensor(x2);
+                    let apart = |a: TensorId, b: TensorId| {
+                        let span = |id: TensorId| {
+                            let d = graph.tensor(id);
+                            plan.offsets[id]..plan.offsets[id] + d.rows * d.cols * 4
+                        };
+                        let (a, b) = (span(a), span(b));
+                        a.end <= b.start || b.end <= a.start
+                    };
+                    if group2 == group
+                        && !feeds_int_matvec(i + 1, out2)
+                        && apart(out, x2)
+                        && apart(out2, x)
+                        && apart(out, out2)
+                    {
+                        let w2 = &a.weights[w2];
+                        push.x2 = t(x2);
+                        push.w2 = w2.address;
+                        push.out2 = t(out2);
+                        push.n_groups2 = u32_of(d2.rows * d2.cols / group, "norm groups")?;
+                        what = format!("{what} + {}", w2.name);
+                        let groups = n_groups.checked_add(push.n_groups2).ok_or_else(|| {
+                            BackendError::InvalidGraph(format!("{what}: too many norm groups"))
+                        })?;
+                        sink.dispatch(kernel, push.bytes(), groups, what)?;
+                        i += 2;
+                        continue;
+                    }
+                }
                 sink.dispatch(kernel, push.bytes(), n_groups, what)?;
             }
             Op::Rope { x, n_heads, local } => {

@@ -888,9 +888,8 @@ fn moe_small_step(
         want.extend([
             launch("rmsnorm_q8", n),
             launch(mv, (Q_DIM + KV_DIM + KV_DIM) / 2),
-            // Q and K norms: one workgroup per head.
-            launch("rmsnorm", n * N_HEAD),
-            launch("rmsnorm", n * N_HEAD_KV),
+            // Q and K norms in one launch: one workgroup per head.
+            launch("rmsnorm", n * (N_HEAD + N_HEAD_KV)),
             item_launch("rope_kv", n * ROPE_KV_ROW),
             launch("attention_staged_q8", n * N_HEAD),
             launch(mv, N_EMBD / 2),
@@ -1009,7 +1008,7 @@ fn moe_push_blocks_address_the_experts() {
         panic!("a MoE block")
     };
 
-    let l = &sink.launches[8..15];
+    let l = &sink.launches[7..14];
     // The norm writes the experts' Q8 input as well as its f32 output (the
     // router's input): the router and the routing leave the scratch alone.
     assert_eq!(l[0].kernel, "rmsnorm_q8");
@@ -1076,10 +1075,29 @@ fn moe_push_blocks_address_the_experts() {
     );
     assert_eq!((sum_push.n_rows, sum_push.cols, sum_push.k), (7, 256, 2));
     // Qwen rotates halves (NeoX), and normalises Q and K per head.
-    let rope: RopeKvPush = sink.launches[5].push_as();
+    let rope: RopeKvPush = sink.launches[4].push_as();
     assert_eq!(rope.neox, 1);
+    // Q's and K's norms in one launch: K's groups after Q's.
+    let (
+        &Op::RmsNorm { x: qx, out: qo, .. },
+        &Op::RmsNorm {
+            x: kx,
+            weight: kw,
+            out: ko,
+            ..
+        },
+    ) = (&g.ops[5], &g.ops[6])
+    else {
+        panic!("{:?} {:?}", g.ops[5], g.ops[6])
+    };
     let qn: NormPush = sink.launches[3].push_as();
     assert_eq!((qn.group, qn.n_groups, qn.q8), (64, 7 * 4, 0));
+    assert_eq!((qn.x, qn.out), (t(qx), t(qo)));
+    assert_eq!(
+        (qn.x2, qn.w2, qn.out2, qn.n_groups2),
+        (t(kx), m.address(kw), t(ko), 7 * 2)
+    );
+    assert_eq!(sink.launches[3].groups, 7 * (4 + 2));
 }
 
 #[test]

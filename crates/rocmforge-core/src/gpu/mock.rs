@@ -147,6 +147,9 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("out", p.out),
                     ("q8", p.q8),
                     ("q8_scales", p.q8_scales),
+                    ("x2", p.x2),
+                    ("w2", p.w2),
+                    ("out2", p.out2),
                 ]
             }
             "rope" => {

@@ -208,12 +208,19 @@ pub struct NormPush {
     /// Where `rmsnorm_q8` also writes its output Q8-packed (quants, scales).
     pub q8: u64,
     pub q8_scales: u64,
+    /// A second norm of the same group size in the same launch (`rmsnorm`
+    /// only: Qwen3's K norm beside its Q norm): workgroups `n_groups ..
+    /// n_groups + n_groups2` normalise `x2` by `w2` into `out2`.
+    pub x2: u64,
+    pub w2: u64,
+    pub out2: u64,
+    pub n_groups2: u32,
+    pub pad2: u32,
 }
-// SAFETY: repr(C), three u64, four 4-byte fields, two u64: 56 bytes, no
-// padding.
+// SAFETY: repr(C), three u64, four 4-byte fields, five u64, two u32: 88
+// bytes, no padding.
 unsafe impl Push for NormPush {
-    const FIELDS: &'static [Field] =
-        fields!(NormPush: x, w, out, group, n_groups, eps, pad, q8, q8_scales);
+    const FIELDS: &'static [Field] = fields!(NormPush: x, w, out, group, n_groups, eps, pad, q8, q8_scales, x2, w2, out2, n_groups2, pad2);
 }
 
 #[repr(C)]
@@ -458,7 +465,7 @@ unsafe impl Push for AttnTempPush {
 // `kernels/push.h` repeat.
 const _: () = assert!(std::mem::size_of::<EmbedPush>() == 40);
 const _: () = assert!(std::mem::size_of::<MatPush>() == 120);
-const _: () = assert!(std::mem::size_of::<NormPush>() == 56);
+const _: () = assert!(std::mem::size_of::<NormPush>() == 88);
 const _: () = assert!(std::mem::size_of::<RopePush>() == 72);
 const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 112);
 const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 56);
