@@ -17,8 +17,8 @@ use std::ops::Range;
 
 use crate::backend::BackendError;
 use crate::graph::fusion::{
-    group_starting_at, matmul_groups, next_matmul_reads, residual_add_after, rope_store_at,
-    RopeStore,
+    group_starting_at, matmul_groups, next_matmul_reads, norm_pair_at, residual_add_after,
+    rope_store_at, RopeStore,
 };
 use crate::graph::split::GraphPart;
 use crate::graph::{Graph, Op, TensorId};
@@ -437,33 +437,17 @@ pub fn record_graph(
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
                 let mut what = label(i, format!("RmsNorm {}", w.name));
                 // The next norm in the same launch (Qwen3's K norm after
-                // its Q norm), where neither reads what the other writes.
-                let pair = graph
-                    .ops
-                    .get(i + 1)
-                    .filter(|_| fuse && q8 == 0 && fits(i + 2));
+                // its Q norm).
+                let pair = norm_pair_at(graph, plan, i).filter(|_| fuse && q8 == 0 && fits(i + 2));
                 if let Some(&Op::RmsNorm {
                     x: x2,
                     weight: w2,
                     out: out2,
-                    group: group2,
+                    ..
                 }) = pair
                 {
-                    let d2 = graph.tensor(x2);
-                    let apart = |a: TensorId, b: TensorId| {
-                        let span = |id: TensorId| {
-                            let d = graph.tensor(id);
-                            plan.offsets[id]..plan.offsets[id] + d.rows * d.cols * 4
-                        };
-                        let (a, b) = (span(a), span(b));
-                        a.end <= b.start || b.end <= a.start
-                    };
-                    if group2 == group
-                        && !feeds_int_matvec(i + 1, out2)
-                        && apart(out, x2)
-                        && apart(out2, x)
-                        && apart(out, out2)
-                    {
+                    if !feeds_int_matvec(i + 1, out2) {
+                        let d2 = graph.tensor(x2);
                         let w2 = &a.weights[w2];
                         push.x2 = t(x2);
                         push.w2 = w2.address;

@@ -93,16 +93,51 @@ pub fn residual_add_after(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<R
     if read_later || mm_out == graph.logits {
         return None;
     }
-    let span = |t: TensorId| {
-        let start = plan.offsets[t];
-        (start, start + graph.tensor(t).bytes())
-    };
-    let overlaps = |p: (usize, usize), q: (usize, usize)| p.0 < q.1 && q.0 < p.1;
-    let (o, r) = (span(out), span(residual));
-    if (o != r && overlaps(o, r)) || reads.iter().any(|&x| overlaps(o, span(x))) {
+    let (o, r) = (span(graph, plan, out), span(graph, plan, residual));
+    if (o != r && !apart(graph, plan, out, residual))
+        || reads.iter().any(|&x| !apart(graph, plan, out, x))
+    {
         return None;
     }
     Some(ResidualAdd { residual, out })
+}
+
+/// The arena bytes `t` occupies.
+fn span(graph: &Graph, plan: &ArenaPlan, t: TensorId) -> (usize, usize) {
+    let start = plan.offsets[t];
+    (start, start + graph.tensor(t).bytes())
+}
+
+/// Whether `a` and `b` share no arena byte.
+fn apart(graph: &Graph, plan: &ArenaPlan, a: TensorId, b: TensorId) -> bool {
+    let (p, q) = (span(graph, plan, a), span(graph, plan, b));
+    p.1 <= q.0 || q.1 <= p.0
+}
+
+/// The norm after op `i`, if a backend may run both in one launch: ops `i`
+/// and `i + 1` are RMS norms of the same group size (Qwen3's per-head Q
+/// and K norms), neither reading nor overwriting what the other writes.
+pub fn norm_pair_at<'g>(graph: &'g Graph, plan: &ArenaPlan, i: usize) -> Option<&'g Op> {
+    let [first, second] = graph.ops.get(i..i + 2)? else {
+        return None;
+    };
+    let (
+        &Op::RmsNorm { x, out, group, .. },
+        &Op::RmsNorm {
+            x: x2,
+            out: out2,
+            group: group2,
+            ..
+        },
+    ) = (first, second)
+    else {
+        return None;
+    };
+    (group == group2
+        && apart(graph, plan, out, x2)
+        && apart(graph, plan, out2, x)
+        && apart(graph, plan, out, out2))
+    .then_some(second)
 }
 
 /// Rotary embedding of Q and K and the KV store of one layer, which a
