@@ -73,7 +73,9 @@ OPS_LIBM_FN double libm_log(double x) {
     return (double)e * 0.69314718055994530942 + 2.0 * s * sum;
 }
 
-OPS_LIBM_FN float libm_expf(float x) {
+// e^x as glibc's expf, its table of 2^(i/32) read at `tab` (libm_exp2_tab,
+// or a copy of it in faster memory).
+OPS_LIBM_FN float libm_expf_tab(float x, const uint64_t* tab) {
     uint32_t abstop = (f32_bits(x) >> 20) & 0x7ffu;
     if (abstop >= 0x42bu) { // |x| >= 88 or NaN
         if (f32_bits(x) == 0xff800000u) {
@@ -100,7 +102,7 @@ OPS_LIBM_FN float libm_expf(float x) {
     uint64_t ki = __builtin_bit_cast(uint64_t, kd);
     kd -= shift;
     double r = libm_fma(inv_ln2_n, xd, -kd);
-    uint64_t t = libm_exp2_tab[ki % 32u] + (ki << 47);
+    uint64_t t = tab[ki % 32u] + (ki << 47);
     double s = __builtin_bit_cast(double, t);
     double z = libm_fma(0x1.c6af84b912394p-5 / 32.0 / 32.0 / 32.0, r,
                         0x1.ebfce50fac4f3p-3 / 32.0 / 32.0);
@@ -109,6 +111,8 @@ OPS_LIBM_FN float libm_expf(float x) {
     y = libm_fma(z, r2, y);
     return (float)(y * s);
 }
+
+OPS_LIBM_FN float libm_expf(float x) { return libm_expf_tab(x, libm_exp2_tab); }
 
 // ---- sinf / cosf -------------------------------------------------------
 

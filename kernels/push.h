@@ -239,6 +239,23 @@ struct MoeSumPush {
     uint64_t residual; // added to each sum (a fused residual add), 0 for none
 };
 
+// moe_sum_rmsnorm(_q8): moe_sum of row t plus its residual, written to sum,
+// then rmsnorm(_q8) of it into out (and q8 / q8_scales), a workgroup per row.
+struct MoeSumNormPush {
+    uint64_t x;
+    uint64_t weights;
+    uint64_t residual;
+    uint64_t sum;
+    uint64_t w;
+    uint64_t out;
+    uint64_t q8;
+    uint64_t q8_scales;
+    uint32_t cols;
+    uint32_t n_rows;
+    uint32_t k;
+    float eps;
+};
+
 struct SpinPush {
     uint64_t flag;
     uint64_t bound;
@@ -423,6 +440,20 @@ RF_PUSH_AT(MoeSumPush, n_rows, 24);
 RF_PUSH_AT(MoeSumPush, cols, 28);
 RF_PUSH_AT(MoeSumPush, k, 32);
 RF_PUSH_AT(MoeSumPush, pad, 36);
+
+static_assert(sizeof(MoeSumNormPush) == 80, "MoeSumNormPush size");
+RF_PUSH_AT(MoeSumNormPush, x, 0);
+RF_PUSH_AT(MoeSumNormPush, weights, 8);
+RF_PUSH_AT(MoeSumNormPush, residual, 16);
+RF_PUSH_AT(MoeSumNormPush, sum, 24);
+RF_PUSH_AT(MoeSumNormPush, w, 32);
+RF_PUSH_AT(MoeSumNormPush, out, 40);
+RF_PUSH_AT(MoeSumNormPush, q8, 48);
+RF_PUSH_AT(MoeSumNormPush, q8_scales, 56);
+RF_PUSH_AT(MoeSumNormPush, cols, 64);
+RF_PUSH_AT(MoeSumNormPush, n_rows, 68);
+RF_PUSH_AT(MoeSumNormPush, k, 72);
+RF_PUSH_AT(MoeSumNormPush, eps, 76);
 
 static_assert(sizeof(SpinPush) == 16, "SpinPush size");
 RF_PUSH_AT(SpinPush, flag, 0);

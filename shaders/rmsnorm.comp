@@ -3,7 +3,7 @@
 // OUT_Q8 (a row that only the integer mat-vec reads next) also writes the
 // row Q8-packed (q8_packed.glsl) to `q8` / `q8_scales`, one invocation per
 // block of 32, so the mat-vec needs no separate rounding pass; `group` is
-// then a multiple of 32.
+// then a multiple of 32. MOE_SUM (below) computes its rows first.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #define NEEDS_REDUCE
@@ -14,6 +14,33 @@
 
 layout(local_size_x = WG_SIZE) in;
 
+#ifdef MOE_SUM
+// A mixture-of-experts layer's end and the next block's norm in one launch
+// (moe_sum_rmsnorm, moe_sum_rmsnorm_q8), a workgroup per row t: the row's
+// values are moe_sum's (moe.comp: the k expert rows weighted, each product
+// rounded, in order of j, then the residual), written to `sum`, then
+// normalised as below. Rows of a multiple of 32 values.
+layout(push_constant, std430) uniform Push {
+    uint64_t x;
+    uint64_t weights;
+    uint64_t residual;
+    uint64_t sum;
+    uint64_t w;
+    uint64_t out_;
+    uint64_t q8; // OUT_Q8 only
+    uint64_t q8_scales;
+    uint cols;
+    uint n_rows;
+    uint k;
+    float eps;
+} pc;
+// The sum, read back by other invocations of the workgroup than its
+// writers (after a buffer memory barrier).
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer V4sC { vec4 v[]; };
+#define XS F32sC
+#define XV V4sC
+#else
 layout(push_constant, std430) uniform Push {
     uint64_t x;
     uint64_t w;
@@ -32,33 +59,18 @@ layout(push_constant, std430) uniform Push {
     uint n_groups2;
     uint pad2;
 } pc;
+#define XS F32s
+#define XV V4s
+#endif
 
-void main() {
-    uint g = wg_linear();
-    bool second = g >= pc.n_groups;
-    if (second) {
-        g -= pc.n_groups;
-        if (g >= pc.n_groups2) {
-            return;
-        }
-    }
-    uint64_t x_at = second ? pc.x2 : pc.x;
-    uint64_t out_at = second ? pc.out2 : pc.out_;
-    F32s x = F32s(x_at + uint64_t(g) * pc.group * 4u);
-    F32s o = F32s(out_at + uint64_t(g) * pc.group * 4u);
-    F32s w = F32s(second ? pc.w2 : pc.w);
-    float ss = 0.0;
-    for (uint i = gl_LocalInvocationID.x; i < pc.group; i += WG_SIZE) {
-        float v = x.v[i];
-        ss += v * v;
-    }
-    ss = wg_sum(ss);
-    float scale = 1.0 / sqrt(ss / float(pc.group) + pc.eps);
+// Writes group g of `group` values at x_at, times `scale` and the weights
+// at w_at, to out_at (and, OUT_Q8, Q8-packed as blocks g * group / 32 on).
+void normalise(uint64_t x_at, uint64_t w_at, uint64_t out_at, uint g, uint group, float scale) {
 #ifdef OUT_Q8
-    uint nb = pc.group / 32u;
-    V4s xv = V4s(pc.x + uint64_t(g) * pc.group * 4u);
-    V4s ov = V4s(pc.out_ + uint64_t(g) * pc.group * 4u);
-    V4s wv = V4s(pc.w);
+    uint nb = group / 32u;
+    XV xv = XV(x_at + uint64_t(g) * group * 4u);
+    V4s ov = V4s(out_at + uint64_t(g) * group * 4u);
+    V4s wv = V4s(w_at);
     for (uint b = gl_LocalInvocationID.x; b < nb; b += WG_SIZE) {
         // The block's loads all before its first store: a store may alias
         // them for all the compiler knows, so loads after it would wait.
@@ -73,8 +85,65 @@ void main() {
         store_q8_packed(v, pc.q8, pc.q8_scales, g * nb + b);
     }
 #else
-    for (uint i = gl_LocalInvocationID.x; i < pc.group; i += WG_SIZE) {
+    XS x = XS(x_at + uint64_t(g) * group * 4u);
+    F32s o = F32s(out_at + uint64_t(g) * group * 4u);
+    F32s w = F32s(w_at);
+    for (uint i = gl_LocalInvocationID.x; i < group; i += WG_SIZE) {
         o.v[i] = x.v[i] * scale * w.v[i];
     }
 #endif
 }
+
+#ifdef MOE_SUM
+void main() {
+    uint t = wg_linear();
+    if (t >= pc.n_rows) {
+        return; // the whole workgroup
+    }
+    uint n4 = pc.cols / 4u;
+    uint64_t row = uint64_t(t) * pc.cols * 4u;
+    V4s x = V4s(pc.x + row * pc.k);
+    F32s wt = F32s(pc.weights + uint64_t(t) * pc.k * 4u);
+    V4s res = V4s(pc.residual + row);
+    V4sC sum = V4sC(pc.sum + row);
+    float ss = 0.0;
+    for (uint c = gl_LocalInvocationID.x; c < n4; c += WG_SIZE) {
+        precise vec4 acc = x.v[c] * wt.v[0];
+        for (uint j = 1u; j < pc.k; j++) {
+            precise vec4 term = x.v[j * n4 + c] * wt.v[j];
+            acc += term;
+        }
+        acc += res.v[c];
+        sum.v[c] = acc;
+        ss += acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
+    }
+    // The sums visible to the invocations that normalise them.
+    memoryBarrierBuffer();
+    barrier();
+    ss = wg_sum(ss);
+    float scale = 1.0 / sqrt(ss / float(pc.cols) + pc.eps);
+    normalise(pc.sum, pc.w, pc.out_, t, pc.cols, scale);
+}
+#else
+void main() {
+    uint g = wg_linear();
+    bool second = g >= pc.n_groups;
+    if (second) {
+        g -= pc.n_groups;
+        if (g >= pc.n_groups2) {
+            return;
+        }
+    }
+    uint64_t x_at = second ? pc.x2 : pc.x;
+    uint64_t out_at = second ? pc.out2 : pc.out_;
+    F32s x = F32s(x_at + uint64_t(g) * pc.group * 4u);
+    float ss = 0.0;
+    for (uint i = gl_LocalInvocationID.x; i < pc.group; i += WG_SIZE) {
+        float v = x.v[i];
+        ss += v * v;
+    }
+    ss = wg_sum(ss);
+    float scale = 1.0 / sqrt(ss / float(pc.group) + pc.eps);
+    normalise(x_at, second ? pc.w2 : pc.w, out_at, g, pc.group, scale);
+}
+#endif

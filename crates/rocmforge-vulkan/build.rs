@@ -142,6 +142,16 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         "rmsnorm.comp",
         &[("WG_SIZE", "512"), ("OUT_Q8", "1")],
     ),
+    (
+        "moe_sum_rmsnorm",
+        "rmsnorm.comp",
+        &[("WG_SIZE", "512"), ("MOE_SUM", "1")],
+    ),
+    (
+        "moe_sum_rmsnorm_q8",
+        "rmsnorm.comp",
+        &[("WG_SIZE", "512"), ("MOE_SUM", "1"), ("OUT_Q8", "1")],
+    ),
     ("rope_kv", "rope.comp", &[("STORE_KV", "1")]),
     ("attention", "attention.comp", &[("WG_SIZE", "64")]),
     // Over a quantized cache, where subgroups are narrower than 32 (every

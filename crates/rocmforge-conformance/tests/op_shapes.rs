@@ -14,7 +14,8 @@
 //!   tiled prefill matmul);
 //! - experts: 1, 3 and 8 experts with 1, 3 and 8 used, the expert input
 //!   shared by a token's choices (gate, up) or one row per choice (down);
-//! - the routing top-k and the weighted sum at those counts.
+//! - the routing top-k and the weighted sum at those counts, and the top-k
+//!   of 60, 128 and 200 experts.
 //!
 //! The CPU backend is checked first, against f64 arithmetic on the
 //! dequantized weights (see [`CPU_VS_F64_SIGMA`]), then every other
@@ -232,7 +233,20 @@ fn expert_cases(c: &mut Cases, ty: QuantType, rng: &mut Rng) {
 
 /// Routing and the weighted sum (no weights; run once, with the F32 set).
 fn routing_cases(c: &mut Cases, rng: &mut Rng) {
-    for &(e, k) in &[(1usize, 1usize), (3, 1), (3, 3), (8, 1), (8, 3), (8, 8)] {
+    // Also real models' counts: Qwen1.5-MoE's 60 and Qwen3-MoE's 128 (the
+    // GPU routing keeps up to 128 in registers), and 200 past them.
+    let counts = [
+        (1usize, 1usize),
+        (3, 1),
+        (3, 3),
+        (8, 1),
+        (8, 3),
+        (8, 8),
+        (60, 4),
+        (128, 8),
+        (200, 8),
+    ];
+    for &(e, k) in &counts {
         for &n in &[1usize, 3] {
             for normalize in [false, true] {
                 // Logits spread wide enough that no two probabilities tie.

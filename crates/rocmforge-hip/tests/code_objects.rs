@@ -53,6 +53,18 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 96,
         max_lds: 256,
     },
+    // A mixture-of-experts layer's sum, residual add and the next norm
+    // in one launch: rmsnorm's budget (62-84 VGPRs).
+    Budget {
+        kernel: "moe_sum_rmsnorm",
+        max_vgprs: 96,
+        max_lds: 256,
+    },
+    Budget {
+        kernel: "moe_sum_rmsnorm_q8",
+        max_vgprs: 96,
+        max_lds: 256,
+    },
     Budget {
         kernel: "rope",
         max_vgprs: 32,
@@ -355,12 +367,13 @@ const BUDGETS: &[Budget] = &[
         max_lds: 3200,
     },
     // Mixture-of-experts routing: one wave per token, the probabilities
-    // of up to 512 experts in shared memory (2 KiB); the weighted sum is
+    // of up to 512 experts in shared memory (2 KiB) and e^x's table of 32
+    // f64 (the register path of up to 128 experts); the weighted sum is
     // element-wise.
     Budget {
         kernel: "moe_route",
         max_vgprs: 32,
-        max_lds: 2048,
+        max_lds: 2304,
     },
     Budget {
         kernel: "moe_sum",

@@ -18,7 +18,7 @@ use std::ops::Range;
 use crate::backend::BackendError;
 use crate::graph::fusion::{
     group_starting_at, matmul_groups, next_matmul_reads, norm_pair_at, residual_add_after,
-    rope_store_at, RopeStore,
+    rope_store_at, sum_norm_after, RopeStore,
 };
 use crate::graph::split::GraphPart;
 use crate::graph::{Graph, Op, TensorId};
@@ -364,6 +364,45 @@ pub fn record_graph(
         }
         match *op {
             Op::MoeSum { x, weights, out } => {
+                // With the residual add and the next block's norm, where
+                // rows are whole Q8 blocks (vec4 rows on Vulkan).
+                let sum_norm = sum_norm_after(graph, plan, i)
+                    .filter(|_| fuse && fits(i + 3) && graph.tensor(out).cols.is_multiple_of(32));
+                if let Some((
+                    add,
+                    &Op::RmsNorm {
+                        weight, out: nout, ..
+                    },
+                )) = sum_norm
+                {
+                    let w = &a.weights[weight];
+                    let q8 = feeds_int_matvec(i + 2, nout) && w.address.is_multiple_of(16);
+                    let (kernel, (q8, q8_scales)) = if q8 {
+                        ("moe_sum_rmsnorm_q8", q8_at(nout))
+                    } else {
+                        ("moe_sum_rmsnorm", (0, 0))
+                    };
+                    let d = graph.tensor(out);
+                    let push = MoeSumNormPush {
+                        x: t(x),
+                        weights: t(weights),
+                        residual: t(add.residual),
+                        sum: t(add.out),
+                        w: w.address,
+                        out: t(nout),
+                        q8,
+                        q8_scales,
+                        cols: u32_of(d.cols, "columns")?,
+                        n_rows: u32_of(d.rows, "rows")?,
+                        k: u32_of(graph.tensor(weights).cols, "experts per token")?,
+                        eps: graph.rms_eps,
+                    };
+                    let what = label(i, format!("MoeSum+Add+RmsNorm {}", w.name));
+                    sink.dispatch(kernel, push.bytes(), push.n_rows, what)?;
+                    scratch = (q8 != 0).then_some((nout, ScratchForm::Q8Packed));
+                    i += 3;
+                    continue;
+                }
                 let residual = residual_add_after(graph, plan, i).filter(|_| fuse && fits(i + 2));
                 let what = label(
                     i,

@@ -883,10 +883,9 @@ fn moe_small_step(
 ) -> Vec<(String, u32)> {
     let pairs = n * N_EXPERT_USED;
     let mv = "matvec_int_q4_0";
-    let mut want = vec![launch("embed_q4_0", n)];
-    for _ in 0..N_LAYER {
+    let mut want = vec![launch("embed_q4_0", n), launch("rmsnorm_q8", n)];
+    for layer in 0..N_LAYER {
         want.extend([
-            launch("rmsnorm_q8", n),
             launch(mv, (Q_DIM + KV_DIM + KV_DIM) / 2),
             // Q and K norms in one launch: one workgroup per head.
             launch("rmsnorm", n * (N_HEAD + N_HEAD_KV)),
@@ -924,13 +923,20 @@ fn moe_small_step(
                 launch(format!("matvec_id_{xs}"), pairs * N_EMBD),
             ]);
         }
-        // The residual add folded into the sum.
-        want.push(item_launch("moe_sum", n * N_EMBD));
+        // The residual add and the next norm (the next block's, or the
+        // output norm) folded into the sum, but where the copy of a prompt
+        // step's last row comes between.
+        if layer + 1 < N_LAYER || n == 1 {
+            want.push(launch("moe_sum_rmsnorm_q8", n));
+        } else {
+            want.extend([
+                item_launch("moe_sum", n * N_EMBD),
+                item_launch("copy", N_EMBD),
+                launch("rmsnorm_q8", 1),
+            ]);
+        }
     }
-    if n > 1 {
-        want.push(item_launch("copy", N_EMBD));
-    }
-    want.extend([launch("rmsnorm_q8", 1), launch(mv, N_VOCAB / 2)]);
+    want.push(launch(mv, N_VOCAB / 2));
     want
 }
 
@@ -963,6 +969,49 @@ fn moe_steps_route_run_the_chosen_experts_and_sum() {
     let kernels = sink.kernels();
     assert!(kernels.contains(&"matvec_id_q4_0"), "{kernels:?}");
     assert!(!kernels.iter().any(|k| k.starts_with("matvec_id_int")));
+}
+
+/// The planner keeps the expert rows (and the residual) alive through the
+/// residual add after their sum and the next block's norm, so neither
+/// output lands on them and every layer ends in one launch: the sum, the
+/// add and the norm (`moe_sum_rmsnorm_q8`), except where the last layer
+/// of a prompt step is followed by the copy of its last row.
+#[test]
+fn the_planned_step_ends_each_moe_layer_in_one_launch() {
+    let m = qwen3_moe(QuantType::Q4_0, QuantType::Q4_0);
+    for n in [1, 7] {
+        let g = m.graph(n);
+        let plan = ArenaPlan::new(&g);
+        let sink = m.record(&vulkan_lowering(), &g, &plan);
+        let kernels = sink.kernels();
+        assert!(!kernels.contains(&"add"), "n={n}: {kernels:?}");
+        let fused: Vec<MoeSumNormPush> = sink
+            .launches
+            .iter()
+            .filter(|l| l.kernel == "moe_sum_rmsnorm_q8")
+            .map(|l| l.push_as())
+            .collect();
+        let plain: Vec<MoeSumPush> = sink
+            .launches
+            .iter()
+            .filter(|l| l.kernel == "moe_sum")
+            .map(|l| l.push_as())
+            .collect();
+        let last_apart = usize::from(n > 1);
+        assert_eq!(fused.len(), N_LAYER - last_apart, "n={n}: {kernels:?}");
+        assert_eq!(plain.len(), last_apart, "n={n}: {kernels:?}");
+        assert!(plain.iter().all(|p| p.residual != 0), "n={n}");
+        for p in &fused {
+            assert_eq!(
+                (p.cols, p.n_rows, p.k),
+                (N_EMBD as u32, n as u32, N_EXPERT_USED as u32)
+            );
+            assert!(p.residual != 0 && p.sum != 0 && p.q8 != 0, "n={n}");
+        }
+        // Each layer's attention norm but the first is fused away.
+        let norms = kernels.iter().filter(|k| **k == "rmsnorm_q8").count();
+        assert_eq!(norms, 1 + N_LAYER + last_apart, "n={n}: {kernels:?}");
+    }
 }
 
 #[test]
@@ -1058,22 +1107,46 @@ fn moe_push_blocks_address_the_experts() {
         (sw.x, sw.up, sw.act, sw.out, sw.n),
         (t(gate), t(up), t(act), s, 14 * 512)
     );
-    // The sum with the residual add after it folded in.
+    // The sum with the residual add after it and block 1's attention norm
+    // (Q8 for its Q/K/V mat-vec) in one launch.
     let Op::Add { a, b, out: added } = g.ops[21] else {
         panic!("{:?}", g.ops[21])
     };
+    let Op::RmsNorm {
+        x: normed,
+        weight: norm_w,
+        out: h1,
+        ..
+    } = g.ops[22]
+    else {
+        panic!("{:?}", g.ops[22])
+    };
+    assert_eq!(normed, added);
     let residual = if a == sum { b } else { a };
-    let sum_push: MoeSumPush = l[6].push_as();
+    assert_eq!(l[6].kernel, "moe_sum_rmsnorm_q8");
+    let sum_push: MoeSumNormPush = l[6].push_as();
     assert_eq!(
         (
             sum_push.x,
             sum_push.weights,
+            sum_push.residual,
+            sum_push.sum,
+            sum_push.w,
             sum_push.out,
-            sum_push.residual
+            sum_push.q8,
         ),
-        (t(down), t(weights), t(added), t(residual))
+        (
+            t(down),
+            t(weights),
+            t(residual),
+            t(added),
+            m.address(norm_w),
+            t(h1),
+            s
+        )
     );
     assert_eq!((sum_push.n_rows, sum_push.cols, sum_push.k), (7, 256, 2));
+    assert_eq!(l[6].groups, 7);
     // Qwen rotates halves (NeoX), and normalises Q and K per head.
     let rope: RopeKvPush = sink.launches[4].push_as();
     assert_eq!(rope.neox, 1);
@@ -1259,6 +1332,11 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
             "rmsnorm_q8" => {
                 let p: NormPush = l.push_as();
                 let n = (p.group * p.n_groups) as usize;
+                (q8, rounded) = (packed(p.q8, p.q8_scales, n), None);
+            }
+            "moe_sum_rmsnorm_q8" => {
+                let p: MoeSumNormPush = l.push_as();
+                let n = (p.cols * p.n_rows) as usize;
                 (q8, rounded) = (packed(p.q8, p.q8_scales, n), None);
             }
             "attention_staged_q8" => {

@@ -232,6 +232,19 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                 let p: MoeGroupPush = l.push_as();
                 vec![("ids", p.ids), ("table", p.table)]
             }
+            "moe_sum_rmsnorm" | "moe_sum_rmsnorm_q8" => {
+                let p: MoeSumNormPush = l.push_as();
+                vec![
+                    ("x", p.x),
+                    ("weights", p.weights),
+                    ("residual", p.residual),
+                    ("sum", p.sum),
+                    ("w", p.w),
+                    ("out", p.out),
+                    ("q8", p.q8),
+                    ("q8_scales", p.q8_scales),
+                ]
+            }
             _ => panic!("no push layout known for kernel {k}"),
         }
     };
@@ -262,6 +275,10 @@ pub(crate) fn scratch_writes(l: &Launch) -> Vec<(u64, u64)> {
                 p.q8_scales,
                 u64::from(p.group) * u64::from(p.n_groups),
             )
+        }
+        "moe_sum_rmsnorm_q8" => {
+            let p: MoeSumNormPush = l.push_as();
+            q8(p.q8, p.q8_scales, u64::from(p.cols) * u64::from(p.n_rows))
         }
         "attention_staged_q8" | "attention_combine_q8" => {
             let p: AttentionPush = l.push_as();

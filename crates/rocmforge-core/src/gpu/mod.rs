@@ -161,7 +161,7 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         _ if family("matvec_") || family("embed_") => 64,
         // A decode step's norm is one workgroup per row: 512 invocations
         // cut its serial chain of loads (docs/vulkan.md, 7B tg128 246 → 269).
-        "rmsnorm" | "rmsnorm_q8" => 512,
+        "rmsnorm" | "rmsnorm_q8" | "moe_sum_rmsnorm" | "moe_sum_rmsnorm_q8" => 512,
         "rope" | "rope_kv" | "store_kv" | "attention" | "attention_f32" => 64,
         // A quantized cache's: an invocation per block; the plain
         // attention's size; the decode and rows kernels' size.

@@ -151,6 +151,7 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         | "quantize_bf16" => QuantizePush::FIELDS,
         "moe_route" => MoeRoutePush::FIELDS,
         "moe_sum" => MoeSumPush::FIELDS,
+        "moe_sum_rmsnorm" | "moe_sum_rmsnorm_q8" => MoeSumNormPush::FIELDS,
         "moe_group" => MoeGroupPush::FIELDS,
         "spin" => SpinPush::FIELDS,
         _ => return None,
@@ -558,6 +559,45 @@ unsafe impl Push for MoeSumPush {
         fields!(MoeSumPush: x, weights, out, n_rows, cols, k, pad, residual);
 }
 
+/// `moe_sum_rmsnorm` / `moe_sum_rmsnorm_q8`: a mixture-of-experts layer's
+/// weighted sum, the residual add after it and the RMS norm of their result
+/// (the next block's input norm) in one launch, one workgroup per row `t`:
+/// `sum[t] = Σ_j weights[t][j] · x[t·k + j] + residual[t]` (as `moe_sum`,
+/// written to `sum`), then `out[t] = rmsnorm(sum[t]) · w` (as `rmsnorm`;
+/// `_q8` also writes it Q8-packed to `q8` / `q8_scales`, as `rmsnorm_q8`).
+#[repr(C)]
+pub struct MoeSumNormPush {
+    pub x: u64,
+    pub weights: u64,
+    pub residual: u64,
+    pub sum: u64,
+    pub w: u64,
+    pub out: u64,
+    pub q8: u64,
+    pub q8_scales: u64,
+    pub cols: u32,
+    pub n_rows: u32,
+    pub k: u32,
+    pub eps: f32,
+}
+// SAFETY: repr(C), eight u64 then four 4-byte fields: 80 bytes, no padding.
+unsafe impl Push for MoeSumNormPush {
+    const FIELDS: &'static [Field] = fields!(
+        MoeSumNormPush: x,
+        weights,
+        residual,
+        sum,
+        w,
+        out,
+        q8,
+        q8_scales,
+        cols,
+        n_rows,
+        k,
+        eps
+    );
+}
+
 /// `moe_group`: the (token, choice) pairs of `ids` sorted by expert into
 /// `table` for the grouped expert matmul ([`super::moe`] has the layout).
 #[repr(C)]
@@ -639,6 +679,7 @@ assert_tiles!(
     MoeRoutePush,
     MatIdPush,
     MoeSumPush,
+    MoeSumNormPush,
     MoeGroupPush,
     MatGroupPush
 );

@@ -102,6 +102,58 @@ pub fn residual_add_after(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<R
     Some(ResidualAdd { residual, out })
 }
 
+/// The last op of the run that a backend may fuse with op `i` into one
+/// kernel reading op `i`'s inputs throughout, if op `i` starts one: a
+/// matmul or expert sum and the residual add after it
+/// ([`residual_add_after`]), and for an expert sum also the norm of that
+/// add's output ([`sum_norm_after`]). The arena planner keeps the inputs of
+/// every op of such a run alive to its end, so the run's outputs never
+/// land on them and the fusion always fits.
+pub fn fusion_end(graph: &Graph, i: usize) -> Option<usize> {
+    let (out, sum) = match *graph.ops.get(i)? {
+        Op::MatMul { out, .. } => (out, false),
+        Op::MoeSum { out, .. } => (out, true),
+        _ => return None,
+    };
+    let Some(&Op::Add { a, b, out: added }) = graph.ops.get(i + 1) else {
+        return None;
+    };
+    if a != out && b != out {
+        return None;
+    }
+    let norm = matches!(graph.ops.get(i + 2), Some(&Op::RmsNorm { x, .. }) if x == added);
+    Some(if sum && norm { i + 2 } else { i + 1 })
+}
+
+/// The RMS norm after expert sum `i` and its residual add, if a backend
+/// may run all three as one launch of a workgroup per row: the add folds
+/// into the sum ([`residual_add_after`]), op `i + 2` normalises whole rows
+/// of the add's output (the next block's input norm), and the norm's output
+/// shares no byte with anything the launch reads or with the sum it writes.
+pub fn sum_norm_after<'g>(
+    graph: &'g Graph,
+    plan: &ArenaPlan,
+    i: usize,
+) -> Option<(ResidualAdd, &'g Op)> {
+    let Op::MoeSum { x, weights, .. } = *graph.ops.get(i)? else {
+        return None;
+    };
+    let add = residual_add_after(graph, plan, i)?;
+    let norm = graph.ops.get(i + 2)?;
+    let Op::RmsNorm {
+        x: nx, out, group, ..
+    } = *norm
+    else {
+        return None;
+    };
+    (nx == add.out
+        && group == graph.tensor(nx).cols
+        && [x, weights, add.residual, add.out]
+            .iter()
+            .all(|&t| apart(graph, plan, out, t)))
+    .then_some((add, norm))
+}
+
 /// The arena bytes `t` occupies.
 fn span(graph: &Graph, plan: &ArenaPlan, t: TensorId) -> (usize, usize) {
     let start = plan.offsets[t];

@@ -2,7 +2,7 @@
 //! chosen from tensor lifetimes so dead tensors' space is reused.
 
 use super::StepInputLayout;
-use crate::graph::{Graph, TensorId};
+use crate::graph::{fusion, Graph, TensorId};
 
 /// Offsets are aligned for vector loads on every backend.
 pub const ARENA_ALIGN: usize = 256;
@@ -20,16 +20,20 @@ pub struct ArenaPlan {
     pub step_inputs: StepInputLayout,
 }
 
-/// First op that writes and last op that reads each tensor.
+/// First op that writes and last op that reads each tensor. The inputs
+/// of the ops of a run that a backend may fuse into one kernel live to the
+/// run's end ([`fusion::fusion_end`]).
 fn lifetimes(graph: &Graph) -> Vec<(usize, usize)> {
     let mut life = vec![(usize::MAX, 0usize); graph.tensors.len()];
+    let mut run_end = 0;
     for (i, op) in graph.ops.iter().enumerate() {
         for t in op.outputs() {
             life[t].0 = life[t].0.min(i);
             life[t].1 = life[t].1.max(i);
         }
+        run_end = run_end.max(fusion::fusion_end(graph, i).unwrap_or(i));
         for t in op.inputs() {
-            life[t].1 = life[t].1.max(i);
+            life[t].1 = life[t].1.max(run_end.max(i));
         }
     }
     // The logits are read by the host after the last op.
