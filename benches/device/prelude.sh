@@ -11,15 +11,15 @@ if compgen -G ".gl/*.deb" >/dev/null; then
   ldconfig
 fi
 egl=$(ldconfig -p | grep -o "/[^ ]*libEGL_nvidia.so.0" | head -1)
-if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-elif [ -n "$egl" ]; then
-  # Headless: the image's manifest names libGLX_nvidia, whose ICD finds no
+if [ -n "$egl" ]; then
+  # Headless: the images' manifests name libGLX_nvidia, whose ICD finds no
   # display and creates no instance; the EGL library's works (seen on the
   # H200 machines, driver 580).
   printf '{"file_format_version":"1.0.1","ICD":{"library_path":"%s","api_version":"1.4.312"}}\n' \
     "$egl" >/tmp/nvidia_icd_egl.json
   export VK_DRIVER_FILES=/tmp/nvidia_icd_egl.json
+elif [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
