@@ -100,6 +100,17 @@ template <uint32_t WG> DEV float block_sum_f32(float v, float* part) {
 // SwiGLU's value silu(g) * u = g / (1 + e^-g) * u, in the CPU's order
 // (ggml's form: -0, not NaN, for very negative g); e^x as libm's expf.
 // Shared by swiglu (ops_eltwise.hip) and swiglu_q8 (ops_quantize.hip).
+// moe_sum's value i of a token: the sum over j < k of x[j * stride + i] *
+// w[j], in order of j, each product rounded (kernels build with
+// -ffp-contract=off), as the CPU's.
+DEV float moe_weighted(const float* x, const float* w, uint32_t k, uint64_t stride, uint32_t i) {
+    float acc = x[i] * w[0];
+    for (uint32_t j = 1u; j < k; j++) {
+        acc += x[(uint64_t)j * stride + i] * w[j];
+    }
+    return acc;
+}
+
 DEV float swiglu_value(float g, float u) { return g / (1.0f + libm_expf(-g)) * u; }
 
 } // namespace ops

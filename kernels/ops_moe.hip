@@ -247,13 +247,9 @@ KERNEL LAUNCH_BOUNDS(MOE_SUM_WG) void moe_sum(MoeSumPush s) {
     }
     const uint32_t t = i / s.cols;
     const uint32_t c = i % s.cols;
-    const float* x = dev_ptr<const float>(s.x);
+    const float* x = dev_ptr<const float>(s.x) + (uint64_t)(t * s.k) * s.cols;
     const float* w = dev_ptr<const float>(s.weights) + (uint64_t)t * s.k;
-    // Built with -ffp-contract=off: each product is rounded, as the CPU's.
-    float acc = x[(uint64_t)(t * s.k) * s.cols + c] * w[0];
-    for (uint32_t j = 1u; j < s.k; j++) {
-        acc += x[(uint64_t)(t * s.k + j) * s.cols + c] * w[j];
-    }
+    float acc = ops::moe_weighted(x, w, s.k, s.cols, c);
     if (s.residual != 0u) {
         acc += dev_ptr<const float>(s.residual)[i];
     }

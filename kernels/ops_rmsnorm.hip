@@ -41,13 +41,14 @@ namespace ops {
 // Normalises one group of `group` values into og (and, for Q8, Q8-packed
 // block by block from block q8_first on). load_held(xs) fills xs[j] with
 // value tid + WG j for j < HELD (0 past the group), all its loads before
-// any store; keep(i, v) is then called with each held value; load(i) gives
-// a value past the held ones (then kept), reload(i) gives it again in the
-// second pass.
-template <bool Q8, typename LoadHeld, typename Load, typename Keep, typename Reload>
+// any store; load(i) gives a value past the held ones. Where `kept` is not
+// null the values are also written there (after the held values' loads),
+// and the second pass rereads the values past the held ones from it (this
+// thread's own stores) instead of calling load again.
+template <bool Q8, typename LoadHeld, typename Load>
 DEV void rmsnorm_group(uint32_t group, float eps, const float* w, float* og, int8_t* quants,
                        float2* scales, uint32_t q8_first, LoadHeld load_held, Load load,
-                       Keep keep, Reload reload, double* part) {
+                       float* kept, double* part) {
     const uint32_t tid = thread_id_x();
     // Value tid + WG j of the group, and its weight, for j < HELD.
     float xs[RMSNORM_HELD];
@@ -61,8 +62,8 @@ DEV void rmsnorm_group(uint32_t group, float eps, const float* w, float* og, int
 #pragma unroll
     for (uint32_t j = 0u; j < RMSNORM_HELD; j++) {
         uint32_t i = tid + RMSNORM_OPS_WG * j;
-        if (i < group) {
-            keep(i, xs[j]);
+        if (kept != nullptr && i < group) {
+            kept[i] = xs[j];
         }
     }
     // 1 / sqrt(mean(x^2) + eps), each thread's squares in index order.
@@ -75,7 +76,9 @@ DEV void rmsnorm_group(uint32_t group, float eps, const float* w, float* og, int
     }
     for (uint32_t i = tid + RMSNORM_OPS_WG * RMSNORM_HELD; i < group; i += RMSNORM_OPS_WG) {
         float v = load(i);
-        keep(i, v);
+        if (kept != nullptr) {
+            kept[i] = v;
+        }
         ss += (double)(v * v);
     }
     double total = block_sum_f64<RMSNORM_OPS_WG>(ss, part);
@@ -98,7 +101,7 @@ DEV void rmsnorm_group(uint32_t group, float eps, const float* w, float* og, int
         }
     }
     for (uint32_t i = tid + RMSNORM_OPS_WG * RMSNORM_HELD; i < group; i += RMSNORM_OPS_WG) {
-        put(i, reload(i) * scale * w[i]);
+        put(i, (kept != nullptr ? kept[i] : load(i)) * scale * w[i]);
     }
 }
 
@@ -124,9 +127,8 @@ template <bool Q8> DEV void rmsnorm_run(const NormPush& p, double* part) {
         }
     };
     auto load = [&](uint32_t i) { return xg[i]; };
-    auto keep = [](uint32_t, float) {};
     rmsnorm_group<Q8>(p.group, p.eps, w, og, dev_ptr<int8_t>(p.q8), dev_ptr<float2>(p.q8_scales),
-                      g * (p.group / 32u), load_held, load, keep, load, part);
+                      g * (p.group / 32u), load_held, load, nullptr, part);
 }
 
 // Row t: the weighted sum of its k expert rows plus the residual, as
@@ -175,19 +177,10 @@ template <bool Q8> DEV void moe_sum_rmsnorm_run(const MoeSumNormPush& p, double*
             }
         }
     };
-    auto load = [=](uint32_t i) {
-        float acc = x[i] * wt[0];
-        for (uint32_t j = 1u; j < k; j++) {
-            acc += x[(uint64_t)j * cols + i] * wt[j];
-        }
-        return acc + res[i];
-    };
-    auto keep = [=](uint32_t i, float v) { sum[i] = v; };
-    // Past the held values, this thread's own stores.
-    auto reload = [=](uint32_t i) { return sum[i]; };
+    auto load = [=](uint32_t i) { return moe_weighted(x, wt, k, cols, i) + res[i]; };
     rmsnorm_group<Q8>(cols, p.eps, dev_ptr<const float>(p.w), dev_ptr<float>(p.out) + row,
                       dev_ptr<int8_t>(p.q8), dev_ptr<float2>(p.q8_scales), t * (cols / 32u),
-                      load_held, load, keep, reload, part);
+                      load_held, load, sum, part);
 }
 
 } // namespace ops

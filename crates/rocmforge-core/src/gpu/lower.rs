@@ -293,6 +293,12 @@ pub fn record_graph(
                 || expert(&graph.ops[i + 1])
                 || routed())
     };
+    // Whether the RMS norm at op i (of whole rows, where `whole_rows`, by
+    // the weight at `w_at`) also writes its output `out` Q8-packed: an
+    // integer mat-vec reads it next, and the weight allows vec4 access.
+    let norm_q8 = |i: usize, out: TensorId, whole_rows: bool, w_at: u64| {
+        whole_rows && w_at.is_multiple_of(16) && feeds_int_matvec(i, out)
+    };
     // What the scratch holds after the ops recorded so far, if anything a
     // later op can reuse.
     let mut scratch: Option<(TensorId, ScratchForm)> = None;
@@ -376,7 +382,7 @@ pub fn record_graph(
                 )) = sum_norm
                 {
                     let w = &a.weights[weight];
-                    let q8 = feeds_int_matvec(i + 2, nout) && w.address.is_multiple_of(16);
+                    let q8 = norm_q8(i + 2, nout, true, w.address);
                     let (kernel, (q8, q8_scales)) = if q8 {
                         ("moe_sum_rmsnorm_q8", q8_at(nout))
                     } else {
@@ -451,9 +457,7 @@ pub fn record_graph(
             } => {
                 let d = graph.tensor(x);
                 let w = &a.weights[weight];
-                // Whole rows of 16-byte-aligned values (vec4 access).
-                let q8 =
-                    feeds_int_matvec(i, out) && group == d.cols && w.address.is_multiple_of(16);
+                let q8 = norm_q8(i, out, group == d.cols, w.address);
                 let kernel = if q8 { "rmsnorm_q8" } else { "rmsnorm" };
                 let n_groups = u32_of(d.rows * d.cols / group, "norm groups")?;
                 let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
