@@ -11,9 +11,12 @@
 //                         rows, the run's maximum, sum and unnormalised
 //                         output go to the partials; _wide past head size
 //                         128;
+//                         With p.counters set, the row's last run to
+//                         finish merges the row as the combine does;
 //   attention_combine     one workgroup per (token, head): merges the row's
 //   attention_combine_q8  runs in f32, folds in the sink, normalises (and
-//                         writes Q8-packed for the integer mat-vec);
+//                         writes Q8-packed for the integer mat-vec), where
+//                         the decode kernels do not (p.counters = 0);
 //   attention_rows        prefill, 4 tokens of a head per workgroup sharing
 //   attention_rows_wide   every cache row a wave loads; writes the output.
 //
@@ -230,6 +233,90 @@ DEV void decode_walk(const AttentionPush& p, uint32_t begin, uint32_t end,
     }
 }
 
+// Merges row g's runs (the decode kernels' partials): with M the largest
+// maximum of a non-empty run, out = sum o_c e^(m_c - M) / sum l_c e^(m_c -
+// M) in f32, the sink folded in as the unsplit kernel does. Empty runs (l_c
+// = 0, past a short span) weigh nothing. `weight`: WG floats and `red`: WG
+// / WAVE_SIZE floats of shared memory.
+template <uint32_t WG, uint32_t DIMS, bool OUT_Q8>
+DEV void attention_merge_row(const AttentionPush& p, uint32_t g, float* weight, float* red) {
+    uint32_t tid = thread_id_x();
+    uint32_t hd = p.head_dim;
+    const float* part = dev_ptr<const float>(p.partials);
+    uint64_t ml = (uint64_t)p.n_tokens * p.n_head * p.n_split * hd;
+    uint32_t first = g * p.n_split;
+    // Thread c < n_split (<= WG) takes run c's maximum, sum and weight, so
+    // the outputs are then read with independent loads.
+    float mc = -__builtin_inff();
+    float lc = 0.0f;
+    if (tid < p.n_split) {
+        lc = part[ml + 2u * (first + tid) + 1u];
+        mc = lc > 0.0f ? part[ml + 2u * (first + tid)] : mc;
+    }
+    float m = block_max_f32<WG>(mc, red);
+    float w = lc > 0.0f ? libm_expf(mc - m) : 0.0f;
+    weight[tid] = w;
+    float l = block_sum_f32<WG>(lc * w, red); // its barrier publishes weight[]
+    float acc[DIMS];
+#pragma unroll
+    for (uint32_t i = 0u; i < DIMS; i++) {
+        acc[i] = 0.0f;
+    }
+    // Unrolled so that a few runs' loads are in flight at once (the sums
+    // stay in run order).
+#pragma unroll 8
+    for (uint32_t c = 0u; c < p.n_split; c++) {
+        float wc = weight[c];
+#pragma unroll
+        for (uint32_t i = 0u; i < DIMS; i++) {
+            uint32_t d = tid + i * WG;
+            if (d < hd) {
+                acc[i] = dev_fmaf(part[(uint64_t)(first + c) * hd + d], wc, acc[i]);
+            }
+        }
+    }
+    fold_sink(p, g % p.n_head, m, l, acc);
+    write_output<WG, DIMS, OUT_Q8>(p, g / p.n_head, g % p.n_head, l, acc);
+}
+
+template <uint32_t WG, uint32_t DIMS, bool OUT_Q8>
+DEV void attention_combine_run(const AttentionPush& p, float* weight, float* red) {
+    uint32_t g = wg_linear();
+    if (g >= p.n_tokens * p.n_head) {
+        return; // the whole workgroup
+    }
+    attention_merge_row<WG, DIMS, OUT_Q8>(p, g, weight, red);
+}
+
+// Called by every thread of a decode workgroup once its run's partial is
+// written: the run adds one to row g's counter (zero at the start of every
+// step), and the run that brings it to n_split merges the row (heads of up
+// to 2 WG dimensions) and puts the counter back to zero. Device fences on
+// both sides of the count order the partials' writes and reads. `scratch`:
+// WG + WG / WAVE_SIZE floats of shared memory no thread reads any more.
+template <uint32_t WG> DEV void merge_if_last(const AttentionPush& p, uint32_t g, float* scratch) {
+    __shared__ uint32_t last;
+    device_fence();
+    block_barrier();
+    uint32_t* counter = dev_ptr<uint32_t>(p.counters) + g;
+    if (thread_id_x() == 0u) {
+        last = device_fetch_add(counter, 1u) + 1u == p.n_split ? 1u : 0u;
+    }
+    block_barrier();
+    if (last == 0u) {
+        return; // the whole workgroup
+    }
+    device_fence();
+    if (thread_id_x() == 0u) {
+        *counter = 0u;
+    }
+    if (p.q8 != 0u) {
+        attention_merge_row<WG, 2u, true>(p, g, scratch, scratch + WG);
+    } else {
+        attention_merge_row<WG, 2u, false>(p, g, scratch, scratch + WG);
+    }
+}
+
 // KP: pairs a lane may hold (head_dim <= 64 KP); the kp = ceil(pairs / 32)
 // in use is uniform. KV: the cache's reader (KvF16, KvQ8_0, KvQ4_0).
 template <uint32_t WG, uint32_t KP, typename KV>
@@ -317,6 +404,12 @@ DEV void attention_decode_run(const AttentionPush& p, DecodeShared<WG, KP>& sh) 
         uint64_t ml = (uint64_t)p.n_tokens * p.n_head * p.n_split * hd + 2u * idx;
         part[ml] = big;
         part[ml + 1u] = total;
+    }
+    if (p.counters != 0u) {
+        // The waves' accumulators are spent once the count's barrier has
+        // passed: the merge's shared floats go there.
+        static_assert(sizeof(sh.acc) >= (WG + WG / WAVE_SIZE) * sizeof(float), "merge scratch");
+        merge_if_last<WG>(p, g, &sh.acc[0][0]);
     }
 }
 
@@ -512,55 +605,6 @@ DEV void attention_rows_run(const AttentionPush& p, RowsShared<WG, KP>& sh) {
             o[d] = v * inv;
         }
     }
-}
-
-// Merges a row's runs (attention_split's partials): with M the largest
-// maximum of a non-empty run, out = sum o_c e^(m_c - M) / sum l_c e^(m_c - M)
-// in f32, the sink folded in as the unsplit kernel does. Empty runs (l_c
-// = 0, past a short span) weigh nothing.
-template <uint32_t WG, uint32_t DIMS, bool OUT_Q8>
-DEV void attention_combine_run(const AttentionPush& p, float* weight, float* red) {
-    uint32_t g = wg_linear();
-    if (g >= p.n_tokens * p.n_head) {
-        return; // the whole workgroup
-    }
-    uint32_t tid = thread_id_x();
-    uint32_t hd = p.head_dim;
-    const float* part = dev_ptr<const float>(p.partials);
-    uint64_t ml = (uint64_t)p.n_tokens * p.n_head * p.n_split * hd;
-    uint32_t first = g * p.n_split;
-    // Thread c < n_split (<= WG) takes run c's maximum, sum and weight, so
-    // the outputs are then read with independent loads.
-    float mc = -__builtin_inff();
-    float lc = 0.0f;
-    if (tid < p.n_split) {
-        lc = part[ml + 2u * (first + tid) + 1u];
-        mc = lc > 0.0f ? part[ml + 2u * (first + tid)] : mc;
-    }
-    float m = block_max_f32<WG>(mc, red);
-    float w = lc > 0.0f ? libm_expf(mc - m) : 0.0f;
-    weight[tid] = w;
-    float l = block_sum_f32<WG>(lc * w, red); // its barrier publishes weight[]
-    float acc[DIMS];
-#pragma unroll
-    for (uint32_t i = 0u; i < DIMS; i++) {
-        acc[i] = 0.0f;
-    }
-    // Unrolled so that a few runs' loads are in flight at once (the sums
-    // stay in run order).
-#pragma unroll 8
-    for (uint32_t c = 0u; c < p.n_split; c++) {
-        float wc = weight[c];
-#pragma unroll
-        for (uint32_t i = 0u; i < DIMS; i++) {
-            uint32_t d = tid + i * WG;
-            if (d < hd) {
-                acc[i] = dev_fmaf(part[(uint64_t)(first + c) * hd + d], wc, acc[i]);
-            }
-        }
-    }
-    fold_sink(p, g % p.n_head, m, l, acc);
-    write_output<WG, DIMS, OUT_Q8>(p, g / p.n_head, g % p.n_head, l, acc);
 }
 
 } // namespace ops

@@ -127,6 +127,23 @@ DEV uint32_t shared_fetch_add(uint32_t* p, uint32_t v) {
     return __scoped_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __MEMORY_SCOPE_WRKGRP);
 }
 
+// Orders this thread's global-memory accesses before it against those
+// after it for every workgroup of the device (HIP's __threadfence): the
+// release before a device-scope count, the acquire after it.
+DEV void device_fence() {
+#if RF_AMDGPU
+    __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
+#else
+    __nvvm_membar_gl();
+#endif
+}
+
+// Adds v to the global counter *p, atomically for the whole device;
+// returns the value before. Order it with device_fence.
+DEV uint32_t device_fetch_add(uint32_t* p, uint32_t v) {
+    return __scoped_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
+}
+
 // Orders shared-memory writes and reads among the lanes of one wave.
 DEV void wave_barrier() {
 #if RF_AMDGPU

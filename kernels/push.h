@@ -149,6 +149,10 @@ struct AttentionPush {
     uint64_t partials;
     uint32_t n_split;   // splits of each (token, head) row's positions
     uint32_t split_min; // fewest positions a split takes
+    // A u32 per (token, head) row, zero at the start of every step: where
+    // the decode kernels count a row's finished runs so that the last
+    // merges them (attention_combine's work); 0: a combine launch merges.
+    uint64_t counters;
 };
 
 struct EltwisePush {
@@ -357,7 +361,7 @@ RF_PUSH_AT(StoreKvPush, rows, 40);
 RF_PUSH_AT(StoreKvPush, kv_dim, 44);
 RF_PUSH_AT(StoreKvPush, ring, 48);
 
-static_assert(sizeof(AttentionPush) == 112, "AttentionPush size");
+static_assert(sizeof(AttentionPush) == 120, "AttentionPush size");
 RF_PUSH_AT(AttentionPush, q, 0);
 RF_PUSH_AT(AttentionPush, out, 8);
 RF_PUSH_AT(AttentionPush, k_cache, 16);

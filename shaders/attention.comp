@@ -30,8 +30,9 @@
 // SPLIT (with STAGE_KV; rocmforge_core::gpu::split) runs n_split
 // workgroups per (token, head) row, each over one run of consecutive
 // positions, and writes its running maximum, sum and unnormalised output
-// to the partials for attention_combine.comp to merge; sinks, the
-// normalisation and OUT_Q8 are the combine's. Its chunks are taken whole
+// to the partials; the row's last run to finish merges them
+// (attention_merge.glsl), or attention_combine.comp where pc.counters is 0.
+// Sinks, the normalisation and the Q8-packed output are the merge's. Its chunks are taken whole
 // in f32 (the chunk's maximum, every weight at once, one multiply-add
 // chain per dimension) rather than walked position by position with f16
 // rounding: the in-order walk's serial chain, two f16 roundings and an exp
@@ -75,6 +76,10 @@ layout(local_size_x = WG_SIZE) in;
 #define MAX_HEAD_DIM (ATT_DIMS * WG_SIZE)
 
 #include "attention_push.glsl"
+#ifdef SPLIT
+#define MERGE_DIMS ATT_DIMS
+#include "attention_merge.glsl"
+#endif
 
 shared float qs[MAX_HEAD_DIM];
 shared float scores[WG_SIZE];
@@ -459,7 +464,7 @@ void main() {
 #endif
 #ifdef SPLIT
     uint idx = g * pc.n_split + run;
-    F32s part = F32s(pc.partials);
+    PartialsC part = PartialsC(pc.partials);
     for (uint i = 0u; i < ATT_DIMS; i++) {
         uint d = tid + i * WG_SIZE;
         if (d < hd) {
@@ -470,6 +475,9 @@ void main() {
         uint ml = pc.n_tokens * pc.n_head * pc.n_split * hd + 2u * idx;
         part.v[ml] = m;
         part.v[ml + 1u] = l;
+    }
+    if (pc.counters != 0ul) {
+        merge_if_last(g);
     }
     return;
 #endif

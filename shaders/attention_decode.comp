@@ -1,8 +1,9 @@
 // Decode attention, one run of positions per workgroup
 // (rocmforge_core::gpu::split; grid n_tokens * n_head * n_split), for
 // subgroups of at least 32 invocations. It writes the run's maximum, sum
-// and unnormalised output to the partials, which attention_combine.comp
-// merges (and folds the sink into, and normalises).
+// and unnormalised output to the partials, which the row's last run to
+// finish merges (folds the sink into, normalises; attention_merge.glsl),
+// or attention_combine.comp where pc.counters is 0.
 //
 // Each subgroup takes its own groups of GROUP consecutive positions and
 // reads their K and V rows straight from the cache: a lane holds pairs of
@@ -28,6 +29,7 @@
 // same.
 #version 460
 #extension GL_GOOGLE_include_directive : require
+#define NEEDS_REDUCE
 #include "common.glsl"
 #include "kv_cache.glsl"
 
@@ -41,6 +43,7 @@ layout(local_size_x = WG_SIZE) in;
 #define MAX_PAIRS 128
 
 #include "attention_push.glsl"
+#include "attention_merge.glsl"
 
 shared float sg_m[MAX_SUBGROUPS];
 shared float sg_l[MAX_SUBGROUPS];
@@ -169,7 +172,7 @@ void main() {
         big = sg_l[i] > 0.0 ? max(big, sg_m[i]) : big;
     }
     uint idx = g * pc.n_split + run;
-    F32s part = F32s(pc.partials);
+    PartialsC part = PartialsC(pc.partials);
     uint tid = gl_LocalInvocationID.x;
     if (tid < pairs) {
         vec2 o = vec2(0.0);
@@ -188,5 +191,8 @@ void main() {
         uint ml = pc.n_tokens * pc.n_head * pc.n_split * hd + 2u * idx;
         part.v[ml] = big;
         part.v[ml + 1u] = total;
+    }
+    if (pc.counters != 0ul) {
+        merge_if_last(g);
     }
 }

@@ -22,4 +22,8 @@ layout(push_constant, std430) uniform Push {
     uint64_t partials;
     uint n_split; // runs per (token, head) row
     uint split_min; // fewest positions a run takes
+    // A u32 per (token, head) row, zero at the start of every step: the
+    // decode kernels count a row's finished runs there and the last merges
+    // them (attention_merge.glsl); 0: attention_combine.comp merges.
+    uint64_t counters;
 } pc;

@@ -250,10 +250,7 @@ impl Backend for CpuBackend {
         );
         let arena_bytes = arena_bytes.next_multiple_of(64);
         let step_offset = arena_bytes + scratch_layout.total(self.n_threads);
-        let step_words = StepInputLayout {
-            n_tokens: largest.n_tokens,
-        }
-        .words();
+        let step_words = StepInputLayout::bound_words(largest.n_tokens, largest.attention.n_head);
         self.work = self.allocate("activation arena and scratch", step_offset + step_words * 4)?;
         self.reserved = Some(Reservation {
             arena_bytes,

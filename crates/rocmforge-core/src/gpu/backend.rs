@@ -347,11 +347,8 @@ impl<D: GpuDevice> GpuBackend<D> {
         // A second reservation replaces the first, and its graphs.
         self.release(false)?;
         let max_tokens = largest.n_tokens;
-        let step_bytes = (StepInputLayout {
-            n_tokens: max_tokens,
-        })
-        .bytes()
-        .next_multiple_of(256) as u64;
+        let step_bytes = (4 * StepInputLayout::bound_words(max_tokens, largest.attention.n_head))
+            .next_multiple_of(256) as u64;
         // The readback region holds the logits, or a part's imports and
         // exports (each 256-aligned).
         let readback_bytes = (largest.tensor(largest.logits).bytes() as u64)

@@ -189,10 +189,7 @@ pub fn check_graph(
     exceeds(
         "the step-input region",
         plan.step_inputs.bytes() as u64,
-        (StepInputLayout {
-            n_tokens: r.max_tokens,
-        })
-        .bytes() as u64,
+        4 * StepInputLayout::bound_words(r.max_tokens, graph.attention.n_head) as u64,
     )?;
     let logits_bytes = graph.tensor(graph.logits).bytes();
     exceeds("the logits readback", logits_bytes as u64, r.logits_bytes)?;
@@ -667,6 +664,14 @@ pub fn record_graph(
                         reserved: a.partials_bytes,
                     });
                 }
+                // The last run of each row to finish merges it (no combine
+                // launch), counting in the step's counters.
+                let merged = by_runs && fuse && plan.step_inputs.counters >= rows;
+                let counters = if merged {
+                    a.step + plan.step_inputs.counters_at() as u64
+                } else {
+                    0
+                };
                 let push = AttentionPush {
                     q: t(q),
                     out: t(out),
@@ -687,12 +692,13 @@ pub fn record_graph(
                     partials: if by_runs { a.partials } else { 0 },
                     n_split: u32_of(n_split, "attention splits")?,
                     split_min: u32_of(SPLIT_MIN_POSITIONS, "split positions")?,
+                    counters,
                 };
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));
                 let what = label(i, format!("Attention layer {layer}"));
                 let groups = u32_of(groups, "attention workgroups")?;
                 sink.dispatch(&kernel, push.bytes(), groups, what.clone())?;
-                if by_runs {
+                if by_runs && !merged {
                     let combine = if q8 != 0 {
                         "attention_combine_q8"
                     } else {

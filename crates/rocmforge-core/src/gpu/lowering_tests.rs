@@ -154,11 +154,8 @@ fn fused_small_step(n: usize, mv: &str, embed: &str, lw: &Lowering) -> Vec<(Stri
         ]);
         if lw.subgroup_decode {
             // One run of the cache's positions per (token, head) read by
-            // subgroups, merged with a Q8-packed output.
-            want.extend([
-                launch("attention_decode", n * N_HEAD),
-                launch("attention_combine_q8", n * N_HEAD),
-            ]);
+            // subgroups, merged (Q8-packed output) by the row's last run.
+            want.push(launch("attention_decode", n * N_HEAD));
         } else {
             // One workgroup per (token, head), Q8-packed output.
             want.push(launch("attention_staged_q8", n * N_HEAD));
@@ -398,10 +395,11 @@ fn fusion_off_lowers_one_launch_per_op_and_a_rounding_per_matmul_run() {
     // rounding for each of the 9 matmul launches: 38. Fused, each block
     // saves 2 (RoPE + store), 2 (residual adds) and 4 (roundings done by
     // the producers), and the head's norm 1 more: 38 - 17 = 21.
-    // The attention's combine adds one launch a block.
+    // Unfused, the attention's combine adds one launch a block; fused, the
+    // decode kernel merges its runs itself.
     assert_eq!(sink.launches.len(), 35 - 3 * N_LAYER + 9 + N_LAYER);
     let fused = m.record(&hip_lowering(), &g, &naive_plan(&g));
-    assert_eq!(fused.launches.len(), 38 - 8 * N_LAYER - 1 + N_LAYER);
+    assert_eq!(fused.launches.len(), 38 - 8 * N_LAYER - 1);
 }
 
 #[test]
@@ -1291,6 +1289,10 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
                 _ if (s..s_end).contains(&a) => true,
                 _ if (KV_BASE..kv_end).contains(&a) => field.ends_with("_cache"),
                 _ if (PARTIALS_BASE..PARTIALS_BASE + (1 << 30)).contains(&a) => field == "partials",
+                _ if field == "counters" => {
+                    let counters = STEP_BASE + plan.step_inputs.counters_at() as u64;
+                    a == counters && plan.step_inputs.counters >= g.n_tokens * N_HEAD
+                }
                 _ => a == STEP_BASE && field == "step",
             };
             assert!(ok, "{}: {field} = {a:#x}", context(l));
@@ -1453,13 +1455,14 @@ fn check_graph_refuses_what_exceeds_the_reservation() {
             },
             ("the activation scratch", 2048, 2047),
         ),
-        // Four header words and one token id, against four.
+        // Four header words, one token id and a counter per head, against
+        // four.
         (
             Reserved {
                 max_tokens: 0,
                 ..fits
             },
-            ("the step-input region", 20, 16),
+            ("the step-input region", 4 * (5 + N_HEAD as u64), 16),
         ),
         (
             Reserved {
@@ -1495,8 +1498,10 @@ fn check_graph_refuses_what_exceeds_the_reservation() {
 }
 
 /// Decode on a device with compute units to fill: each layer's staged
-/// attention becomes `attention_split` over runs of positions and a
-/// combine that writes the Q8-packed output, both reading the partials.
+/// attention becomes `attention_split` over runs of positions, the row's
+/// last run merging them into the Q8-packed output (counting runs in the
+/// step's counters); a plan without counters gets a combine launch that
+/// reads the same partials.
 #[test]
 fn decode_attention_splits_over_positions_to_fill_the_device() {
     let m = dense_llama(QuantType::Q4_0);
@@ -1514,24 +1519,45 @@ fn decode_attention_splits_over_positions_to_fill_the_device() {
     ] {
         for n in [1usize, 2, 8] {
             let g = m.graph(n);
-            let sink = m.record(&lw, &g, &naive_plan(&g));
+            let plan = naive_plan(&g);
+            let sink = m.record(&lw, &g, &plan);
             // 8 × 16 workgroups wanted over n × 4 rows, at most N_CTX / 128
             // = 2 runs of the cache's 256 positions.
             let runs = (128usize.div_ceil(n * N_HEAD)).min(N_CTX / 128);
             assert_eq!(runs, 2);
-            let want: Vec<(String, u32)> =
+            let split_step = |combine: bool| -> Vec<(String, u32)> {
                 fused_small_step(n, "matvec_int_q4_0", "embed_q4_0", &lw)
                     .into_iter()
                     .flat_map(|(k, groups)| match k.as_str() {
-                        "attention_staged_q8" => vec![
-                            launch(kernel, n * N_HEAD * runs),
-                            launch("attention_combine_q8", n * N_HEAD),
-                        ],
-                        "attention_decode" => vec![launch(kernel, n * N_HEAD * runs)],
+                        "attention_staged_q8" | "attention_decode" => {
+                            let mut l = vec![launch(kernel, n * N_HEAD * runs)];
+                            if combine {
+                                l.push(launch("attention_combine_q8", n * N_HEAD));
+                            }
+                            l
+                        }
                         _ => vec![(k, groups)],
                     })
-                    .collect();
-            assert_eq!(seq(&sink), want, "{kernel}, {n} tokens");
+                    .collect()
+            };
+            assert_eq!(seq(&sink), split_step(false), "{kernel}, {n} tokens");
+            let counters = STEP_BASE + plan.step_inputs.counters_at() as u64;
+            assert!(plan.step_inputs.counters >= n * N_HEAD);
+            let splits: Vec<AttentionPush> = sink.of(kernel).map(|l| l.push_as()).collect();
+            assert_eq!(splits.len(), N_LAYER);
+            for split in &splits {
+                assert_eq!(
+                    (split.partials, split.n_split, split.split_min),
+                    (PARTIALS_BASE, runs as u32, 128)
+                );
+                assert_eq!(split.counters, counters, "the rows' counters");
+                assert_ne!(split.q8, 0, "the merge feeds the integer mat-vec");
+            }
+            // No counters in the step: a combine launch merges.
+            let mut uncounted = plan.clone();
+            uncounted.step_inputs.counters = 0;
+            let sink = m.record(&lw, &g, &uncounted);
+            assert_eq!(seq(&sink), split_step(true), "{kernel}, {n} tokens");
             let pairs: Vec<_> = sink
                 .launches
                 .windows(2)
@@ -1541,10 +1567,7 @@ fn decode_attention_splits_over_positions_to_fill_the_device() {
             for w in pairs {
                 let (split, combine): (AttentionPush, AttentionPush) =
                     (w[0].push_as(), w[1].push_as());
-                assert_eq!(
-                    (split.partials, split.n_split, split.split_min),
-                    (PARTIALS_BASE, runs as u32, 128)
-                );
+                assert_eq!(split.counters, 0);
                 // The combine reads what the split wrote, and writes the
                 // output.
                 assert_eq!(
@@ -1684,8 +1707,8 @@ fn a_quantized_cache_takes_its_own_kernels() {
         let decode = kernels(&wide, 1);
         assert_eq!(decode[0], store(1));
         assert_eq!(decode[1].0, format!("attention_decode_{ty}"));
-        // Its output feeds the Q4_0 output projection's integer mat-vec.
-        assert_eq!(decode[2], ("attention_combine_q8".into(), N_HEAD as u32));
+        // Its runs merge themselves: no combine launch.
+        assert_eq!(decode.len(), 2, "{decode:?}");
         let prefill = kernels(&wide, 40);
         assert_eq!(
             prefill,

@@ -194,6 +194,7 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("q8_scales", p.q8_scales),
                     ("sinks", p.sinks),
                     ("partials", p.partials),
+                    ("counters", p.counters),
                 ]
             }
             "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => {
@@ -280,8 +281,17 @@ pub(crate) fn scratch_writes(l: &Launch) -> Vec<(u64, u64)> {
             let p: MoeSumNormPush = l.push_as();
             q8(p.q8, p.q8_scales, u64::from(p.cols) * u64::from(p.n_rows))
         }
-        "attention_staged_q8" | "attention_combine_q8" => {
+        // The decode kernels that merge their own runs write what the
+        // combine would.
+        k if k == "attention_staged_q8"
+            || k == "attention_combine_q8"
+            || k.starts_with("attention_decode")
+            || k == "attention_split" =>
+        {
             let p: AttentionPush = l.push_as();
+            if p.q8 == 0 {
+                return vec![];
+            }
             let n = u64::from(p.n_tokens) * u64::from(p.n_head) * u64::from(p.head_dim);
             q8(p.q8, p.q8_scales, n)
         }

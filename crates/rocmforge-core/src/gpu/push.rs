@@ -391,11 +391,17 @@ pub struct AttentionPush {
     pub n_split: u32,
     /// Fewest positions a split takes (fewer splits at a short context).
     pub split_min: u32,
+    /// A `u32` per (token, head) row in the step-input region (zero at
+    /// the start of every step, [`crate::plan::StepInputLayout`]): the
+    /// decode kernels count a row's finished runs there, and the last one
+    /// merges the row as `attention_combine` would and puts the count back
+    /// to zero. 0: a combine launch merges.
+    pub counters: u64,
 }
 // SAFETY: repr(C), five u64, six 4-byte fields (ending at byte 64), two
-// u64, two u32, two u64, two u32: 112 bytes, no padding.
+// u64, two u32, two u64, two u32, one u64: 120 bytes, no padding.
 unsafe impl Push for AttentionPush {
-    const FIELDS: &'static [Field] = fields!(AttentionPush: q, out, k_cache, v_cache, step, n_tokens, n_head, n_head_kv, head_dim, kv_dim, scale, q8, q8_scales, window, ring, sinks, partials, n_split, split_min);
+    const FIELDS: &'static [Field] = fields!(AttentionPush: q, out, k_cache, v_cache, step, n_tokens, n_head, n_head_kv, head_dim, kv_dim, scale, q8, q8_scales, window, ring, sinks, partials, n_split, split_min, counters);
 }
 
 #[repr(C)]
@@ -470,7 +476,7 @@ const _: () = assert!(std::mem::size_of::<NormPush>() == 88);
 const _: () = assert!(std::mem::size_of::<RopePush>() == 72);
 const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 112);
 const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 56);
-const _: () = assert!(std::mem::size_of::<AttentionPush>() == 112);
+const _: () = assert!(std::mem::size_of::<AttentionPush>() == 120);
 const _: () = assert!(std::mem::size_of::<EltwisePush>() == 40);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
 const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);

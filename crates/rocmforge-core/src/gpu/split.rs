@@ -36,8 +36,10 @@ pub const MAX_SPLITS: usize = 64;
 pub const WORKGROUPS_PER_CU: usize = 8;
 /// Largest graph (tokens) whose attention is split: a decode step, or the
 /// few tokens of speculative or batched decoding. Larger graphs have rows
-/// enough to fill the device.
-pub const MAX_SPLIT_TOKENS: usize = 8;
+/// enough to fill the device. Each of their (token, head) rows has a
+/// counter in the step-input region, where the merge by the last run
+/// counts the runs done.
+pub const MAX_SPLIT_TOKENS: usize = crate::plan::COUNTED_TOKENS;
 
 /// Runs per row for a graph of `n_tokens` tokens and `n_head` query heads
 /// whose layer attends to at most `positions` positions, on a device of

@@ -292,9 +292,7 @@ mod tests {
             offsets,
             arena_bytes: end,
             naive_bytes: end,
-            step_inputs: StepInputLayout {
-                n_tokens: g.n_tokens,
-            },
+            step_inputs: StepInputLayout::new(g.n_tokens, g.attention.n_head),
         }
     }
 

@@ -80,9 +80,7 @@ impl ArenaPlan {
             offsets,
             arena_bytes,
             naive_bytes,
-            step_inputs: StepInputLayout {
-                n_tokens: graph.n_tokens,
-            },
+            step_inputs: StepInputLayout::new(graph.n_tokens, graph.attention.n_head),
         }
     }
 
@@ -100,9 +98,7 @@ impl ArenaPlan {
             offsets,
             arena_bytes: at,
             naive_bytes: at,
-            step_inputs: StepInputLayout {
-                n_tokens: graph.n_tokens,
-            },
+            step_inputs: StepInputLayout::new(graph.n_tokens, graph.attention.n_head),
         }
     }
 

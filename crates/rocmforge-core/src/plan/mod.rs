@@ -11,4 +11,4 @@ mod step;
 pub use arena::{ArenaPlan, ARENA_ALIGN};
 pub use kv::{KvLayout, KvType, KvTypes};
 pub use regions::{split_regions, RegionAssignment, RegionError, RegionSplit};
-pub use step::{word as step_word, StepInputLayout};
+pub use step::{word as step_word, StepInputLayout, COUNTED_TOKENS};

@@ -5,6 +5,13 @@
 //! region, written by the backend before each replay and read by the kernels
 //! (embedding, RoPE, KV store, attention). Grid sizes depend only on the
 //! graph's shape, never on these values.
+//!
+//! After the token ids come the step's *counters*: words that every step
+//! starts at zero, where workgroups of one launch count themselves so the
+//! last to finish can do the launch's closing work (the split decode
+//! attention's merge, [`crate::gpu::split`]). A kernel that counts puts its
+//! counter back to zero; zeroing them again with every step's inputs means
+//! a step cut short (a timeout) cannot leave a count behind for the next.
 
 use crate::backend::StepInputs;
 
@@ -21,15 +28,45 @@ pub mod word {
 }
 
 /// Layout of one graph's step-input region: `u32` words, a four-word header
-/// (see [`word`]) then one token id per row of the graph.
+/// (see [`word`]), one token id per row of the graph, then the counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepInputLayout {
     pub n_tokens: usize,
+    /// Counter words, zero at the start of every step.
+    pub counters: usize,
 }
 
+/// Graphs of at most this many tokens get a counter per (token, query head)
+/// row: the decode steps whose attention may be split (the GPU lowering's
+/// [`crate::gpu::split::MAX_SPLIT_TOKENS`]).
+pub const COUNTED_TOKENS: usize = 8;
+
 impl StepInputLayout {
+    /// The layout for a graph of `n_tokens` tokens with `n_head` query
+    /// heads: a counter per (token, head) row of a decode step.
+    pub fn new(n_tokens: usize, n_head: usize) -> StepInputLayout {
+        let counters = if n_tokens <= COUNTED_TOKENS {
+            n_tokens * n_head
+        } else {
+            0
+        };
+        StepInputLayout { n_tokens, counters }
+    }
+
+    /// Words enough for the layout of every graph of up to `max_tokens`
+    /// tokens with `n_head` query heads.
+    pub fn bound_words(max_tokens: usize, n_head: usize) -> usize {
+        let most = StepInputLayout::new(max_tokens, n_head).words();
+        most.max(StepInputLayout::new(max_tokens.min(COUNTED_TOKENS), n_head).words())
+    }
+
     pub fn words(&self) -> usize {
-        word::TOKENS + self.n_tokens
+        word::TOKENS + self.n_tokens + self.counters
+    }
+
+    /// Byte offset of the first counter.
+    pub fn counters_at(&self) -> usize {
+        (word::TOKENS + self.n_tokens) * 4
     }
 
     pub fn bytes(&self) -> usize {
@@ -48,14 +85,16 @@ impl StepInputLayout {
         out[word::N_KV] = pos0 + self.n_tokens as u32;
         out[word::N_TOKENS] = self.n_tokens as u32;
         out[3] = 0;
-        out[word::TOKENS..self.words()].copy_from_slice(inputs.tokens);
+        let counters = word::TOKENS + self.n_tokens;
+        out[word::TOKENS..counters].copy_from_slice(inputs.tokens);
+        out[counters..self.words()].fill(0);
     }
 
     /// Reads a region back (the CPU backend's kernels read it this way).
     pub fn decode<'a>(&self, region: &'a [u32]) -> (usize, &'a [u32]) {
         (
             region[word::POS0] as usize,
-            &region[word::TOKENS..self.words()],
+            &region[word::TOKENS..word::TOKENS + self.n_tokens],
         )
     }
 }
@@ -66,7 +105,7 @@ mod tests {
 
     #[test]
     fn encodes_header_and_tokens() {
-        let l = StepInputLayout { n_tokens: 3 };
+        let l = StepInputLayout::new(3, 2);
         let mut out = vec![7u32; l.words()];
         l.encode(
             &StepInputs {
@@ -75,8 +114,25 @@ mod tests {
             },
             &mut out,
         );
-        assert_eq!(out, [10, 13, 3, 0, 5, 6, 9]);
-        assert_eq!(l.bytes(), 28);
+        assert_eq!(out, [10, 13, 3, 0, 5, 6, 9, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(l.bytes(), 52);
+        assert_eq!(l.counters_at(), 28);
         assert_eq!(l.decode(&out), (10, &[5u32, 6, 9][..]));
+    }
+
+    #[test]
+    fn only_decode_sized_steps_have_counters() {
+        assert_eq!(StepInputLayout::new(8, 32).counters, 256);
+        assert_eq!(StepInputLayout::new(9, 32).counters, 0);
+        // The bound covers the counted steps below a larger one.
+        let bound = StepInputLayout::bound_words(12, 32);
+        for n in 1..=12 {
+            assert!(StepInputLayout::new(n, 32).words() <= bound, "{n}");
+        }
+        assert_eq!(bound, StepInputLayout::new(8, 32).words());
+        assert_eq!(
+            StepInputLayout::bound_words(600, 32),
+            StepInputLayout::new(600, 32).words()
+        );
     }
 }
