@@ -11,40 +11,36 @@
 // wave order.
 //
 // Kernels: matvec_<ty> for every weight type, argument block MatPush
-// (x_scales and residual unused), grid: the parts' rows summed (wg_linear).
+// (x_scales and residual unused), grid: the parts' rows summed (wg_linear);
+// moe_router_f32 (below), the f32 router with the routing.
 #include "mat_common.h"
+#include "moe_route.h"
 
 #define MV_WG 64u
 #define MV_WAVES (MV_WG / WAVE_SIZE)
 
 DEV float dot4_f32(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
-template <typename Q> DEV void matvec(const MatPush& s) {
-    __shared__ float part_sums[MV_MAX_TOKENS * MV_WAVES];
-    uint32_t r = wg_linear();
-    const uint32_t count[3] = {s.rows[0], s.rows[1], s.rows[2]};
-    const uint32_t p = find_part(s.n_parts, count, r);
-    if (p >= s.n_parts) {
-        return;
-    }
-    const uint32_t m = part_u32(s.rows, p);
-    const uint32_t n = s.n;
-    const uint32_t units = s.k / 8u;
+// Row r of W (at `row`, k columns) against the n tokens of x by a
+// workgroup of WG threads, written to out[t * m + r] with bias[r] added
+// (bias 0: none); part_sums: MV_MAX_TOKENS * WG / WAVE_SIZE floats.
+template <typename Q, uint32_t WG>
+DEV void matvec_row(const float4* x, const uint8_t* row, uint32_t k, uint32_t n, uint64_t bias,
+                    float* out, uint32_t m, uint32_t r, float* part_sums) {
+    constexpr uint32_t WAVES = WG / WAVE_SIZE;
+    const uint32_t units = k / 8u;
     constexpr uint32_t UNITS = Q::K / 8u;
-    const uint8_t* row = dev_ptr<const uint8_t>(part_u64(s.w, p)) + (uint64_t)r * row_bytes_of<Q>(s.k);
-    const float4* x = dev_ptr<const float4>(s.x);
-
     float acc[MV_MAX_TOKENS];
 #pragma unroll
     for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
         acc[t] = 0.0f;
     }
-    for (uint32_t u = thread_id_x(); u < units; u += MV_WG) {
+    for (uint32_t u = thread_id_x(); u < units; u += WG) {
         float8 w = Q::dequant8(row, u / UNITS, u % UNITS);
 #pragma unroll
         for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
             if (t < n) { // uniform: n is an argument
-                const float4* xt = x + (uint64_t)t * (s.k / 4u) + 2u * u;
+                const float4* xt = x + (uint64_t)t * (k / 4u) + 2u * u;
                 acc[t] += dot4_f32(w.lo, xt[0]) + dot4_f32(w.hi, xt[1]);
             }
         }
@@ -54,7 +50,7 @@ template <typename Q> DEV void matvec(const MatPush& s) {
         if (t < n) {
             float v = wave_sum(acc[t]);
             if (lane_id() == 0u) {
-                part_sums[t * MV_WAVES + wave_id()] = v;
+                part_sums[t * WAVES + wave_id()] = v;
             }
         }
     }
@@ -63,18 +59,76 @@ template <typename Q> DEV void matvec(const MatPush& s) {
     if (t < n) {
         float v = 0.0f;
 #pragma unroll
-        for (uint32_t i = 0u; i < MV_WAVES; i++) {
-            v += part_sums[t * MV_WAVES + i];
+        for (uint32_t i = 0u; i < WAVES; i++) {
+            v += part_sums[t * WAVES + i];
         }
-        const uint64_t bias = part_u64(s.bias, p);
         if (bias != 0u) {
             v += dev_ptr<const float>(bias)[r];
         }
-        dev_ptr<float>(part_u64(s.out, p))[(uint64_t)t * m + r] = v;
+        out[(uint64_t)t * m + r] = v;
     }
+}
+
+template <typename Q> DEV void matvec(const MatPush& s) {
+    __shared__ float part_sums[MV_MAX_TOKENS * MV_WAVES];
+    uint32_t r = wg_linear();
+    const uint32_t count[3] = {s.rows[0], s.rows[1], s.rows[2]};
+    const uint32_t p = find_part(s.n_parts, count, r);
+    if (p >= s.n_parts) {
+        return;
+    }
+    const uint8_t* row = dev_ptr<const uint8_t>(part_u64(s.w, p)) + (uint64_t)r * row_bytes_of<Q>(s.k);
+    matvec_row<Q, MV_WG>(dev_ptr<const float4>(s.x), row, s.k, s.n, part_u64(s.bias, p),
+                  dev_ptr<float>(part_u64(s.out, p)), part_u32(s.rows, p), r, part_sums);
 }
 
 #define MATVEC_KERNEL(ty, Q)                                                                        \
     KERNEL LAUNCH_BOUNDS(MV_WG) void matvec_##ty(MatPush s) { matvec<Q>(s); }
 RF_WEIGHT_TYPES(MATVEC_KERNEL)
 #undef MATVEC_KERNEL
+
+// moe_router_f32 (MoeRouterPush): the router's rows as matvec_f32 computes
+// them, one workgroup of one wave per expert; then each workgroup adds one
+// to the step's counter, and the last to finish (device fences on both
+// sides of the count order the logits' writes and reads) routes every
+// token as moe_route does and puts the counter back to zero. Up to
+// MOE_ROUTE_WG * MOE_ROUTE_HELD experts (the lowering's limit).
+#define ROUTER_WG MOE_ROUTE_WG
+KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_router_f32(MoeRouterPush s) {
+    __shared__ float part_sums[MV_MAX_TOKENS * (ROUTER_WG / WAVE_SIZE)];
+    __shared__ uint64_t tab[32];
+    __shared__ uint32_t last;
+    const uint32_t r = wg_linear();
+    if (r >= s.n_expert) {
+        return; // the whole workgroup, and none is counted
+    }
+    const uint8_t* row = dev_ptr<const uint8_t>(s.w) + (uint64_t)r * row_bytes_of<quant::F32>(s.cols);
+    matvec_row<quant::F32, ROUTER_WG>(dev_ptr<const float4>(s.x), row, s.cols, s.n, s.bias,
+                                      dev_ptr<float>(s.logits), s.n_expert, r, part_sums);
+    device_fence();
+    block_barrier();
+    uint32_t* counter = dev_ptr<uint32_t>(s.counter);
+    if (thread_id_x() == 0u) {
+        last = device_fetch_add(counter, 1u) + 1u == s.n_expert ? 1u : 0u;
+    }
+    block_barrier();
+    if (last == 0u) {
+        return; // the whole workgroup
+    }
+    device_fence();
+    if (thread_id_x() == 0u) {
+        *counter = 0u;
+    }
+    MoeRoutePush route;
+    route.logits = s.logits;
+    route.ids = s.ids;
+    route.weights = s.weights;
+    route.n_rows = s.n;
+    route.n_expert = s.n_expert;
+    route.k = s.k;
+    route.normalize = s.normalize;
+    for (uint32_t t = 0u; t < s.n; t++) {
+        ops::moe_route_held(route, t, lane_id(), tab);
+    }
+}
+#undef ROUTER_WG

@@ -175,6 +175,26 @@ struct MoeRoutePush {
     uint32_t normalize;
 };
 
+// moe_router_f32: the router mat-vec of f32 weights for up to 8 tokens,
+// one workgroup per expert, whose last workgroup to finish routes the
+// logits as moe_route does (counting in `counter`, a u32 of the step-input
+// region's counters, zero at every step's start, put back to zero).
+struct MoeRouterPush {
+    uint64_t x;
+    uint64_t w;
+    uint64_t bias; // n_expert f32, 0 for none
+    uint64_t logits;
+    uint64_t ids;
+    uint64_t weights;
+    uint64_t counter;
+    uint32_t cols;
+    uint32_t n_expert;
+    uint32_t n;
+    uint32_t k;
+    uint32_t normalize;
+    uint32_t pad;
+};
+
 // attn_temp: Llama 4's attention temperature, rows of cols at pos0 + r.
 struct AttnTempPush {
     uint64_t x;
@@ -399,6 +419,11 @@ RF_PUSH_AT(MoeRoutePush, n_rows, 24);
 RF_PUSH_AT(MoeRoutePush, n_expert, 28);
 RF_PUSH_AT(MoeRoutePush, k, 32);
 RF_PUSH_AT(MoeRoutePush, normalize, 36);
+
+static_assert(sizeof(MoeRouterPush) == 80, "MoeRouterPush size");
+RF_PUSH_AT(MoeRouterPush, counter, 48);
+RF_PUSH_AT(MoeRouterPush, cols, 56);
+RF_PUSH_AT(MoeRouterPush, pad, 76);
 
 static_assert(sizeof(AttnTempPush) == 32, "AttnTempPush size");
 RF_PUSH_AT(AttnTempPush, step, 8);

@@ -2,15 +2,51 @@
 // One workgroup per weight row; every weight byte is read once and used for
 // all tokens. Up to three matmuls of one input (Q/K/V, gate/up) run as one
 // dispatch: the workgroup index picks the part.
+//
+// ROUTE (moe_router_f32, f32 weights; MoeRouterPush): a decode step's
+// router, one workgroup per expert, whose last workgroup to finish routes
+// the logits as moe.comp's OP_ROUTE does (moe_route.glsl), so the routing
+// takes no launch of its own.
 #version 460
 #extension GL_GOOGLE_include_directive : require
+#ifdef ROUTE
+#define NEEDS_REDUCE
+#endif
 #include "common.glsl"
 #include "quant.glsl"
+#ifdef ROUTE
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC {
+    float v[];
+};
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CountersC {
+    uint v[];
+};
+#define LOGITS F32sC
+#include "moe_route.glsl"
+#endif
 
 layout(local_size_x = WG_SIZE) in;
 
 #define MV_MAX_TOKENS 8
 
+#ifdef ROUTE
+// MoeRouterPush (rocmforge_core::gpu::push): the router's f32 rows, then
+// the routing.
+layout(push_constant, std430) uniform Push {
+    uint64_t x;
+    uint64_t w;
+    uint64_t bias;
+    uint64_t logits;
+    uint64_t ids;
+    uint64_t weights;
+    uint64_t counter;
+    uint cols;
+    uint n_expert;
+    uint n;
+    uint k;
+    uint normalize;
+} pc;
+#else
 layout(push_constant, std430) uniform Push {
     uint64_t x;
     uint64_t w[3];
@@ -21,9 +57,92 @@ layout(push_constant, std430) uniform Push {
     uint n;
     uint n_parts;
 } pc;
+#endif
 
 shared float part_sums[MV_MAX_TOKENS * WG_SIZE];
 
+// Row r of W (at `row`, k columns) against the n tokens of x, written to
+// out[t * m + r] with bias[r] added (bias 0: none).
+void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint64_t out_at,
+                uint m, uint r) {
+    uint units = k / 8u;
+    V4s x = V4s(x_at);
+    float acc[MV_MAX_TOKENS];
+    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+        acc[t] = 0.0;
+    }
+    for (uint u = gl_LocalInvocationID.x; u < units; u += WG_SIZE) {
+        vec4 lo, hi;
+        dequant8(row, u / QUANT_UNITS, u % QUANT_UNITS, lo, hi);
+        for (uint t = 0u; t < n; t++) {
+            uint base = (t * k) / 4u + 2u * u;
+            acc[t] += dot(lo, x.v[base]) + dot(hi, x.v[base + 1u]);
+        }
+    }
+    // Subgroup sums, then one slot per subgroup in shared memory.
+    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+        acc[t] = subgroupAdd(acc[t]);
+    }
+    if (subgroupElect()) {
+        for (uint t = 0u; t < n; t++) {
+            part_sums[t * WG_SIZE + gl_SubgroupID] = acc[t];
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+    uint t = gl_LocalInvocationID.x;
+    if (t < n) {
+        float s = 0.0;
+        for (uint i = 0u; i < gl_NumSubgroups; i++) {
+            s += part_sums[t * WG_SIZE + i];
+        }
+        if (bias != 0ul) {
+            s += F32s(bias).v[r];
+        }
+#ifdef ROUTE
+        F32sC(out_at).v[t * m + r] = s;
+#else
+        F32s(out_at).v[t * m + r] = s;
+#endif
+    }
+}
+
+#ifdef ROUTE
+shared uint route_last;
+
+// One workgroup per expert; each then adds one to the step's counter, and
+// the last to finish routes every token (moe_route.glsl; a workgroup of
+// 32, one subgroup on NVIDIA and RDNA's wave32, as moe.comp's OP_ROUTE)
+// and puts the counter back to zero. Logits are written and read through coherent
+// references, ordered by a device-scope barrier on each side of the count.
+void main() {
+    uint r = wg_linear();
+    if (r >= pc.n_expert) {
+        return; // the whole workgroup, and none is counted
+    }
+    matvec_row(pc.x, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols, pc.n, pc.bias,
+               pc.logits, pc.n_expert, r);
+    memoryBarrierBuffer();
+    barrier();
+    if (gl_LocalInvocationID.x == 0u) {
+        uint done = atomicAdd(CountersC(pc.counter).v[0], 1u);
+        route_last = done + 1u == pc.n_expert ? 1u : 0u;
+    }
+    memoryBarrierShared();
+    barrier();
+    if (route_last == 0u) {
+        return;
+    }
+    memoryBarrierBuffer();
+    if (gl_LocalInvocationID.x == 0u) {
+        CountersC(pc.counter).v[0] = 0u;
+    }
+    RouteArgs args = RouteArgs(pc.logits, pc.ids, pc.weights, pc.n_expert, pc.k, pc.normalize);
+    for (uint t = 0u; t < pc.n; t++) {
+        route_token(args, t);
+    }
+}
+#else
 void main() {
     uint r = wg_linear();
     uint p = 0u;
@@ -34,43 +153,8 @@ void main() {
     if (p >= pc.n_parts) {
         return;
     }
-    uint m = pc.rows[p];
-    uint units = pc.k / 8u;
     // Plain float rows may end mid-"block": size rows by elements.
     uint64_t row = pc.w[p] + uint64_t(r) * (uint64_t(pc.k) * QUANT_BLOCK_BYTES / QUANT_K);
-    V4s x = V4s(pc.x);
-    float acc[MV_MAX_TOKENS];
-    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-        acc[t] = 0.0;
-    }
-    for (uint u = gl_LocalInvocationID.x; u < units; u += WG_SIZE) {
-        vec4 lo, hi;
-        dequant8(row, u / QUANT_UNITS, u % QUANT_UNITS, lo, hi);
-        for (uint t = 0u; t < pc.n; t++) {
-            uint base = (t * pc.k) / 4u + 2u * u;
-            acc[t] += dot(lo, x.v[base]) + dot(hi, x.v[base + 1u]);
-        }
-    }
-    // Subgroup sums, then one slot per subgroup in shared memory.
-    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-        acc[t] = subgroupAdd(acc[t]);
-    }
-    if (subgroupElect()) {
-        for (uint t = 0u; t < pc.n; t++) {
-            part_sums[t * WG_SIZE + gl_SubgroupID] = acc[t];
-        }
-    }
-    memoryBarrierShared();
-    barrier();
-    uint t = gl_LocalInvocationID.x;
-    if (t < pc.n) {
-        float s = 0.0;
-        for (uint i = 0u; i < gl_NumSubgroups; i++) {
-            s += part_sums[t * WG_SIZE + i];
-        }
-        if (pc.bias[p] != 0ul) {
-            s += F32s(pc.bias[p]).v[r];
-        }
-        F32s(pc.out_[p]).v[t * m + r] = s;
-    }
+    matvec_row(pc.x, row, pc.k, pc.n, pc.bias[p], pc.out_[p], pc.rows[p], r);
 }
+#endif

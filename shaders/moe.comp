@@ -1,12 +1,14 @@
 // Mixture-of-experts routing and combining (llama.cpp's build_moe_ffn with
 // softmax gating); OP picks the op at build time:
-// OP_ROUTE: per token row of router logits, one workgroup of 32: softmax
-//   into shared memory, then the k most probable experts best first (lower
-//   index first among equals) into ids (as f32) and their probabilities
-//   into weights, divided by their sum (clamped as ggml does) when
-//   normalize is set. Each of the k picks is a workgroup argmax over the
-//   experts ranked after the previous pick: subgroup operations only where
-//   the subgroup is the workgroup. (One invocation per token took 35 us a
+// OP_ROUTE: per token row of router logits, one workgroup of 32:
+//   moe_route.glsl's route_token (shared with the router mat-vec that
+//   routes its own logits, matvec.comp's ROUTE): softmax into shared
+//   memory, then the k most probable experts best first (lower index first
+//   among equals) into ids (as f32) and their probabilities into weights,
+//   divided by their sum (clamped as ggml does) when normalize is set.
+//   Each of the k picks is a workgroup argmax over the experts ranked after
+//   the previous pick: subgroup operations only where the subgroup is the
+//   workgroup. (One invocation per token took 35 us a
 //   layer in a Qwen3-30B-A3B decode on the H100; 64 invocations with a
 //   shared-memory argmax per pick, 7 barriers each, 13.7 us on the H200
 //   in HIP.)
@@ -28,8 +30,6 @@
 #if defined(OP_ROUTE)
 // Built with WG_SIZE = 32 and NEEDS_REDUCE (common.glsl's wg_max, wg_sum).
 layout(local_size_x = WG_SIZE) in;
-// Most experts (rocmforge_core::gpu::moe::MAX_EXPERTS).
-#define MAX_E 512u
 
 layout(push_constant, std430) uniform Push {
     uint64_t logits;
@@ -41,114 +41,14 @@ layout(push_constant, std430) uniform Push {
     uint normalize;
 } pc;
 
-shared float prob[MAX_E];
-shared uint min_buf[WG_SIZE];
-
-// True when (p, e) ranks before (q, f): more probable, or as probable with a
-// lower index.
-bool ranks_before(float p, uint e, float q, uint f) {
-    return p > q || (p == q && e < f);
-}
-
-// A picked expert as the f32 id the expert kernels read. No expert ranks
-// after the previous pick when the logits hold a NaN: the id is clamped so
-// the expert kernels never read outside the expert stack (the values are
-// garbage either way).
-float clamped_id(uint e) {
-    return float(min(e, pc.n_expert - 1u));
-}
-
-// Smallest `v` over the workgroup, returned to every invocation. Call from
-// uniform control flow.
-uint wg_min_u(uint v) {
-    v = subgroupMin(v);
-    if (gl_NumSubgroups == 1u) {
-        return v;
-    }
-    if (subgroupElect()) {
-        min_buf[gl_SubgroupID] = v;
-    }
-    memoryBarrierShared();
-    barrier();
-    uint m = min_buf[0];
-    for (uint i = 1u; i < gl_NumSubgroups; i++) {
-        m = min(m, min_buf[i]);
-    }
-    memoryBarrierShared();
-    barrier();
-    return m;
-}
+#include "moe_route.glsl"
 
 void main() {
     uint t = wg_linear();
     if (t >= pc.n_rows) {
         return;
     }
-    uint lane = gl_LocalInvocationID.x;
-    F32s l = F32s(pc.logits);
-    uint base = t * pc.n_expert;
-    float mx = -1.0 / 0.0;
-    for (uint e = lane; e < pc.n_expert; e += WG_SIZE) {
-        mx = max(mx, l.v[base + e]);
-    }
-    mx = wg_max(mx);
-    // Each e^x computed once, kept in shared memory, then scaled.
-    float part = 0.0;
-    for (uint e = lane; e < pc.n_expert; e += WG_SIZE) {
-        float ex = exp(l.v[base + e] - mx);
-        prob[e] = ex;
-        part += ex;
-    }
-    float inv = 1.0 / wg_sum(part);
-    for (uint e = lane; e < pc.n_expert; e += WG_SIZE) {
-        prob[e] = prob[e] * inv;
-    }
-    memoryBarrierShared();
-    barrier();
-    float prev_p = 1.0 / 0.0;
-    uint prev_e = 0xFFFFFFFFu;
-    float chosen = 0.0;
-    // Invocation j keeps pick j (j < WG_SIZE) and writes it at the end, so
-    // the normalised weights need no reread of global memory.
-    float my_p = 0.0;
-    uint my_e = 0u;
-    for (uint j = 0u; j < pc.k; j++) {
-        // Each invocation's best expert ranked after the previous pick,
-        // then the workgroup's best of those: the largest probability, and
-        // the lowest index among the invocations that hold it.
-        float best_p = -1.0;
-        uint best_e = 0xFFFFFFFFu;
-        for (uint e = lane; e < pc.n_expert; e += WG_SIZE) {
-            float pe = prob[e];
-            if (ranks_before(prev_p, prev_e, pe, e) && ranks_before(pe, e, best_p, best_e)) {
-                best_p = pe;
-                best_e = e;
-            }
-        }
-        float top = wg_max(best_p);
-        prev_e = wg_min_u(best_p == top ? best_e : 0xFFFFFFFFu);
-        prev_p = top;
-        chosen += prev_p;
-        if (j == lane) {
-            my_p = prev_p;
-            my_e = prev_e;
-        } else if (j >= WG_SIZE && lane == 0u) {
-            F32s(pc.ids).v[t * pc.k + j] = clamped_id(prev_e);
-            F32s(pc.weights).v[t * pc.k + j] = prev_p;
-        }
-    }
-    float d = max(chosen, 6.103515625e-5);
-    if (lane < pc.k) {
-        F32s(pc.ids).v[t * pc.k + lane] = clamped_id(my_e);
-        F32s(pc.weights).v[t * pc.k + lane] = pc.normalize != 0u ? my_p / d : my_p;
-    }
-    // Picks past the workgroup's invocations: invocation 0 wrote them, so
-    // it rereads its own writes.
-    if (pc.normalize != 0u && lane == 0u) {
-        for (uint j = WG_SIZE; j < pc.k; j++) {
-            F32s(pc.weights).v[t * pc.k + j] /= d;
-        }
-    }
+    route_token(RouteArgs(pc.logits, pc.ids, pc.weights, pc.n_expert, pc.k, pc.normalize), t);
 }
 #elif defined(OP_SUM)
 layout(local_size_x = 256) in;

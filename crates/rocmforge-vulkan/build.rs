@@ -324,6 +324,14 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         "moe.comp",
         &[("OP_ROUTE", "1"), ("WG_SIZE", "32"), ("NEEDS_REDUCE", "1")],
     ),
+    // The f32 router of a decode step with the routing in its last
+    // workgroup: 32 invocations, moe_route's team (one subgroup where
+    // subgroups have 32 lanes).
+    (
+        "moe_router_f32",
+        "matvec.comp",
+        &[("WG_SIZE", "32"), ("ROUTE", "1"), ("WEIGHT_F32", "1")],
+    ),
     ("moe_sum", "moe.comp", &[("OP_SUM", "1")]),
     ("moe_group", "moe.comp", &[("OP_GROUP", "1")]),
     ("spin", "spin.comp", &[]),

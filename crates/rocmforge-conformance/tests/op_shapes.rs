@@ -15,7 +15,8 @@
 //! - experts: 1, 3 and 8 experts with 1, 3 and 8 used, the expert input
 //!   shared by a token's choices (gate, up) or one row per choice (down);
 //! - the routing top-k and the weighted sum at those counts, and the top-k
-//!   of 60, 128 and 200 experts.
+//!   of 60, 128 and 200 experts, and a decode step's f32 router with the
+//!   routing of its logits (one launch on the GPU backends).
 //!
 //! The CPU backend is checked first, against f64 arithmetic on the
 //! dequantized weights (see [`CPU_VS_F64_SIGMA`]), then every other
@@ -273,6 +274,38 @@ fn routing_cases(c: &mut Cases, rng: &mut Rng) {
             );
         }
     }
+    // A decode step's f32 router and the routing of its logits, which GPU
+    // backends run as one launch (the last workgroup routes); with a bias,
+    // as gpt-oss's.
+    for &(e, k) in &[(8usize, 2usize), (60, 4), (128, 8)] {
+        for &n in &[1usize, 3] {
+            let cols = 64;
+            let w = c.weight(QuantType::F32, cols, e, 1, rng);
+            let bias = (n == 3).then(|| c.f32_weight(rng.values(e), e));
+            let x = c.input(n, rng.values(n * cols));
+            let logits = c.tensor(n, e);
+            c.op(
+                Op::MatMul {
+                    w,
+                    x,
+                    bias,
+                    out: logits,
+                },
+                format!("router of {e} experts, {n} tokens"),
+            );
+            let (ids, weights) = (c.tensor(n, k), c.tensor(n, k));
+            c.op(
+                Op::TopKGate {
+                    logits,
+                    ids,
+                    weights,
+                    k,
+                    normalize: true,
+                },
+                format!("top-{k} of the router's {e} logits, {n} tokens"),
+            );
+        }
+    }
 }
 
 /// A model holding `cases`' weights (the config of a tiny generated model,
@@ -480,7 +513,10 @@ fn check_cpu(cases: &Cases, model: &Model, cpu: &Exchange) -> f32 {
                 k,
                 normalize,
             } => {
-                let l = input(logits);
+                // Logits given, or the CPU's own from the router before.
+                let l = (cases.inputs.iter())
+                    .find(|(i, _)| *i == logits)
+                    .map_or_else(|| cpu.tensor(logits), |(_, v)| &v[..]);
                 let e = cases.tensors[logits].cols;
                 let mut want_ids = Vec::new();
                 let mut want_w = Vec::new();

@@ -375,6 +375,14 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 32,
         max_lds: 2304,
     },
+    // The f32 router mat-vec (one wave a row, its per-token sums) whose
+    // last workgroup routes as moe_route's register path: e^x's table of
+    // 32 f64.
+    Budget {
+        kernel: "moe_router_f32",
+        max_vgprs: 64,
+        max_lds: 320,
+    },
     Budget {
         kernel: "moe_sum",
         max_vgprs: 32,

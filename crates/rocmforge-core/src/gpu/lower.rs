@@ -5,8 +5,11 @@
 //! where core's fusion rules allow ([`crate::graph::fusion`]): RoPE of Q
 //! and K with the KV store, a residual add into the integer mat-vec before
 //! it, and the Q8 rounding of a mat-vec's input into the op that produces it
-//! (RmsNorm, SwiGLU, decode attention). [`Lowering::fuse`] off lowers them
-//! unfused.
+//! (RmsNorm, SwiGLU, decode attention). Where a launch's closing work needs
+//! every workgroup's output (split decode attention's merge, a MoE router's
+//! routing), the workgroups count themselves in the step's counters
+//! ([`crate::plan::StepInputLayout`]) and the last to finish does it, so it
+//! takes no launch of its own. [`Lowering::fuse`] off lowers them unfused.
 //!
 //! Every address is frozen at lowering time (weights, arena offsets, the KV
 //! cache, the step-input region); what changes per step (token ids, pos0,
@@ -29,7 +32,8 @@ use super::matmul::{
     int_route, leaves_scratch, matmul_weight, q8_packed_at, record_matmuls, MatmulRun, ScratchUse,
 };
 use super::moe::{
-    int_expert_route, record_moe_op, record_moe_sum, table_offset, GroupTable, ScratchState,
+    fused_router, int_expert_route, record_moe_op, record_moe_sum, table_offset, GroupTable,
+    ScratchState,
 };
 use super::push::*;
 use super::split::{attention_splits, partials_bytes, MAX_SPLIT_TOKENS, SPLIT_MIN_POSITIONS};
@@ -310,6 +314,16 @@ pub fn record_graph(
             let group = group_starting_at(&groups, i)
                 .filter(|g| fits(g.end))
                 .unwrap_or(i..i + 1);
+            // A decode step's f32 router routes its own logits.
+            if group.len() == 1 && fuse && fits(i + 2) {
+                if let Some(push) = fused_router(graph, plan, i, a, &t)? {
+                    let what = label(i, format!("Router+TopKGate {}", matmul_weight(op, a).name));
+                    let groups = push.n_expert;
+                    sink.dispatch("moe_router_f32", push.bytes(), groups, what)?;
+                    i += 2;
+                    continue;
+                }
+            }
             let xd = graph.tensor(x);
             let residual = residual_add_after(graph, plan, i).filter(|_| {
                 fuse && fits(i + 2)

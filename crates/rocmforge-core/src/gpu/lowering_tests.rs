@@ -894,9 +894,9 @@ fn moe_small_step(
             // the scratch alone), so the norm writes the experts' Q8 input
             // when they take the integer route.
             launch(if int { "rmsnorm_q8" } else { "rmsnorm" }, n),
-            launch("matvec_f32", N_EXPERT),
-            // One workgroup per token.
-            launch("moe_route", n),
+            // The router routes its own logits: a workgroup per expert,
+            // the last to finish routing.
+            launch("moe_router_f32", N_EXPERT),
         ]);
         if int {
             // Two rows of one pair a workgroup, the input Q8-packed by the
@@ -1055,19 +1055,36 @@ fn moe_push_blocks_address_the_experts() {
         panic!("a MoE block")
     };
 
-    let l = &sink.launches[7..14];
+    let l = &sink.launches[7..13];
     // The norm writes the experts' Q8 input as well as its f32 output (the
     // router's input): the router and the routing leave the scratch alone.
     assert_eq!(l[0].kernel, "rmsnorm_q8");
     let norm: NormPush = l[0].push_as();
     assert_eq!((norm.out, norm.q8), (t(h), s));
-    let r: MatPush = l[1].push_as();
+    // The f32 router routes its own logits, counting its workgroups in the
+    // step's first counter.
+    assert_eq!((l[1].kernel.as_str(), l[1].groups), ("moe_router_f32", 8));
+    let r: MoeRouterPush = l[1].push_as();
+    assert_eq!(
+        (r.x, r.w, r.bias, r.logits, r.ids, r.weights),
+        (t(h), m.address(router), 0, t(logits), t(ids), t(weights))
+    );
+    assert_eq!(
+        (r.cols, r.n_expert, r.n, r.k, r.normalize),
+        (256, 8, 7, 2, 1)
+    );
+    assert_eq!(r.counter, STEP_BASE + plan.step_inputs.counters_at() as u64);
+    // Without counters in the step: the mat-vec, then the routing.
+    let mut uncounted = plan.clone();
+    uncounted.step_inputs.counters = 0;
+    let apart = m.record(&vulkan_lowering(), &g, &uncounted);
+    let r: MatPush = apart.launches[8].push_as();
     assert_eq!(
         (r.x, r.w[0], r.out[0]),
         (t(h), m.address(router), t(logits))
     );
     assert_eq!((r.rows[0], r.k, r.n), (8, 256, 7));
-    let route: MoeRoutePush = l[2].push_as();
+    let route: MoeRoutePush = apart.launches[9].push_as();
     assert_eq!(
         (route.logits, route.ids, route.weights),
         (t(logits), t(ids), t(weights))
@@ -1076,6 +1093,7 @@ fn moe_push_blocks_address_the_experts() {
         (route.n_rows, route.n_expert, route.k, route.normalize),
         (7, 8, 2, 1)
     );
+    let l = &sink.launches[6..13];
     // Q8_0 rows of 256 values: 8 blocks of 34 bytes; an expert of gate is
     // 512 such rows, of down 256 rows of 512 values. Gate and up share a
     // launch (up as the second stack).
@@ -1289,7 +1307,7 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
                 _ if (s..s_end).contains(&a) => true,
                 _ if (KV_BASE..kv_end).contains(&a) => field.ends_with("_cache"),
                 _ if (PARTIALS_BASE..PARTIALS_BASE + (1 << 30)).contains(&a) => field == "partials",
-                _ if field == "counters" => {
+                _ if field == "counters" || field == "counter" => {
                     let counters = STEP_BASE + plan.step_inputs.counters_at() as u64;
                     a == counters && plan.step_inputs.counters >= g.n_tokens * N_HEAD
                 }

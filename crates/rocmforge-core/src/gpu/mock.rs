@@ -229,6 +229,18 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("residual", p.residual),
                 ]
             }
+            "moe_router_f32" => {
+                let p: MoeRouterPush = l.push_as();
+                vec![
+                    ("x", p.x),
+                    ("w", p.w),
+                    ("bias", p.bias),
+                    ("logits", p.logits),
+                    ("ids", p.ids),
+                    ("weights", p.weights),
+                    ("counter", p.counter),
+                ]
+            }
             "moe_group" => {
                 let p: MoeGroupPush = l.push_as();
                 vec![("ids", p.ids), ("table", p.table)]

@@ -30,6 +30,7 @@
 use crate::backend::BackendError;
 use crate::graph::fusion::ResidualAdd;
 use crate::graph::{Graph, Op, TensorId};
+use crate::plan::ArenaPlan;
 
 use super::lower::{
     q8_packed_layout, u32_of, weight_kernel, DeviceWeight, GraphAddresses, ScratchForm,
@@ -38,13 +39,18 @@ use super::matmul::{
     activation_kernel, q8_packed_at, quantize_q8_packed, round_activations, COOPMAT_MIN_TOKENS,
     MATVEC_INT_ROWS, MATVEC_MAX_TOKENS,
 };
-use super::push::{MatGroupPush, MatIdPush, MoeGroupPush, MoeRoutePush, MoeSumPush, Push};
+use super::push::{
+    MatGroupPush, MatIdPush, MoeGroupPush, MoeRoutePush, MoeRouterPush, MoeSumPush, Push,
+};
 use super::{groups_for, has_int_form, KernelSink, Lowering, MatrixTiles};
 use crate::quant::QuantType;
 
 /// Most experts `moe_route` takes (its `MOE_ROUTE_MAX_E` / `MAX_E`: the
 /// probabilities of a token's experts sit in shared memory).
 pub const MAX_EXPERTS: usize = 512;
+/// Most experts `moe_router_f32` routes: its last workgroup keeps a
+/// token's logits in a wave's registers (HIP's `MOE_ROUTE_HELD` * 32).
+pub const ROUTER_MAX_EXPERTS: usize = 128;
 /// Most experts `moe_group` takes (its `MAX_E`); a model with more runs
 /// the expert mat-vec for prefill too.
 pub const MOE_GROUP_MAX_EXPERTS: usize = 256;
@@ -55,6 +61,64 @@ const GROUP_TILE: u32 = 32;
 const GROUP_TILE_MATRIX: u32 = 64;
 /// Weight rows per tile of either.
 const GROUP_ROWS: usize = 64;
+
+/// The fused router of a decode step, where op `i` is a router mat-vec of
+/// f32 weights whose logits the next op routes: `moe_router_f32` (one
+/// workgroup per expert, the last to finish routing every token, counting
+/// in the step's first counter) in place of `matvec_f32` and `moe_route`.
+/// `None` where the pattern does not hold, the step has no counters, or
+/// the shape is one the kernel does not take; the caller checks that
+/// fusion is on and both ops are its to record.
+pub(super) fn fused_router(
+    graph: &Graph,
+    plan: &ArenaPlan,
+    i: usize,
+    a: &GraphAddresses,
+    t: &dyn Fn(TensorId) -> u64,
+) -> Result<Option<MoeRouterPush>, BackendError> {
+    let (
+        Some(&Op::MatMul { w, x, bias, out }),
+        Some(&Op::TopKGate {
+            logits,
+            ids,
+            weights,
+            k,
+            normalize,
+        }),
+    ) = (graph.ops.get(i), graph.ops.get(i + 1))
+    else {
+        return Ok(None);
+    };
+    let w = &a.weights[w];
+    let (experts, cols) = (graph.tensor(out).cols, graph.tensor(x).cols);
+    let rows = graph.tensor(out).rows;
+    let fits = logits == out
+        && w.ty == QuantType::F32
+        && w.rows == experts
+        && cols.is_multiple_of(8)
+        && (1..=ROUTER_MAX_EXPERTS).contains(&experts)
+        && k <= experts
+        && rows <= MATVEC_MAX_TOKENS
+        && plan.step_inputs.counters > 0;
+    if !fits {
+        return Ok(None);
+    }
+    Ok(Some(MoeRouterPush {
+        x: t(x),
+        w: w.address,
+        bias: bias.map_or(0, |b| a.weights[b].address),
+        logits: t(out),
+        ids: t(ids),
+        weights: t(weights),
+        counter: a.step + plan.step_inputs.counters_at() as u64,
+        cols: u32_of(cols, "columns")?,
+        n_expert: u32_of(experts, "experts")?,
+        n: u32_of(rows, "tokens")?,
+        k: u32_of(k, "experts per token")?,
+        normalize: u32::from(normalize),
+        pad: 0,
+    }))
+}
 
 /// What the table region of the scratch holds: the grouping of this `ids`
 /// tensor in tiles of this many pairs.

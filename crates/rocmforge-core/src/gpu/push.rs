@@ -150,6 +150,7 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
         | "quantize_bf16" => QuantizePush::FIELDS,
         "moe_route" => MoeRoutePush::FIELDS,
+        "moe_router_f32" => MoeRouterPush::FIELDS,
         "moe_sum" => MoeSumPush::FIELDS,
         "moe_sum_rmsnorm" | "moe_sum_rmsnorm_q8" => MoeSumNormPush::FIELDS,
         "moe_group" => MoeGroupPush::FIELDS,
@@ -481,6 +482,7 @@ const _: () = assert!(std::mem::size_of::<EltwisePush>() == 40);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
 const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);
 const _: () = assert!(std::mem::size_of::<AttnTempPush>() == 32);
+const _: () = assert!(std::mem::size_of::<MoeRouterPush>() == 80);
 
 #[repr(C)]
 pub struct MoeRoutePush {
@@ -496,6 +498,55 @@ pub struct MoeRoutePush {
 unsafe impl Push for MoeRoutePush {
     const FIELDS: &'static [Field] =
         fields!(MoeRoutePush: logits, ids, weights, n_rows, n_expert, k, normalize);
+}
+
+/// `moe_router_f32`: a decode step's router mat-vec of f32 weights
+/// (`matvec_f32`'s arithmetic, one workgroup per expert) whose last
+/// workgroup to finish routes the logits as `moe_route` does, so the
+/// routing needs no launch of its own.
+#[repr(C)]
+pub struct MoeRouterPush {
+    /// The tokens' f32 inputs, `n` rows of `cols`.
+    pub x: u64,
+    /// The router, `n_expert` rows of `cols` f32.
+    pub w: u64,
+    /// `n_expert` f32 added to the logits, 0 for none.
+    pub bias: u64,
+    /// The logits written, `n` rows of `n_expert`.
+    pub logits: u64,
+    /// The picks, `n` rows of `k`: expert ids (as f32) and weights.
+    pub ids: u64,
+    pub weights: u64,
+    /// A `u32` of the step-input region's counters (zero at the start of
+    /// every step, [`crate::plan::StepInputLayout`]): the workgroups count
+    /// themselves there, and the last puts it back to zero.
+    pub counter: u64,
+    pub cols: u32,
+    pub n_expert: u32,
+    /// Tokens, at most `MATVEC_MAX_TOKENS`.
+    pub n: u32,
+    /// Experts per token.
+    pub k: u32,
+    pub normalize: u32,
+    pub pad: u32,
+}
+// SAFETY: repr(C), seven u64 then six u32: 80 bytes, no padding.
+unsafe impl Push for MoeRouterPush {
+    const FIELDS: &'static [Field] = fields!(
+        MoeRouterPush: x,
+        w,
+        bias,
+        logits,
+        ids,
+        weights,
+        counter,
+        cols,
+        n_expert,
+        n,
+        k,
+        normalize,
+        pad
+    );
 }
 
 #[repr(C)]
