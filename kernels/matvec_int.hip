@@ -24,12 +24,20 @@
 // e = ids[p] read on the device; argument block MatIdPush, grid n_pairs *
 // ceil(rows / MVI_NR), MVI_NR rows of one pair a workgroup; twice that
 // with a second stack (up_w: up beside gate), whose half of the grid
-// computes it.
+// computes it. Here each wave takes MVI_ID_RW rows (the GLSL kernel: the
+// workgroup takes 2), so the grid is n_pairs * ceil(rows / MVI_ID_NR).
 #include "mat_common.h"
 
 #define MVI_WG 64u
 #define MVI_NR 2u
 #define MVI_WAVES (MVI_WG / WAVE_SIZE)
+// The expert mat-vec: each wave of the workgroup takes MVI_ID_RW rows of
+// one pair, its lanes walking their blocks (a Qwen3-30B-A3B expert's down
+// row is 24 blocks: with MVI_WG invocations on 2 rows most sat idle and
+// every workgroup paid a barrier for 2 rows). MVI_ID_NR is the lowering's
+// Lowering::expert_int_rows for this backend.
+#define MVI_ID_RW 4u
+#define MVI_ID_NR (MVI_ID_RW * MVI_WAVES)
 
 // Weight block (q, dm) times an activation block (quants x0, x1, (d, s)
 // sx), as ggml's CPU dot products round.
@@ -140,8 +148,7 @@ template <typename Q> DEV void matvec_int(const MatPush& s) {
 }
 
 template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
-    __shared__ float part_sums[MVI_NR * MVI_WAVES];
-    const uint32_t groups = (s.rows + MVI_NR - 1u) / MVI_NR;
+    const uint32_t groups = (s.rows + MVI_ID_NR - 1u) / MVI_ID_NR;
     uint32_t g = wg_linear();
     const uint32_t per_stack = s.n_pairs * groups;
     const bool second = g >= per_stack;
@@ -153,7 +160,8 @@ template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
     const uint64_t out = second ? s.up_out : s.out;
     const uint64_t bias = second ? s.up_bias : s.bias;
     const uint32_t p = g / groups;
-    const uint32_t r0 = (g % groups) * MVI_NR;
+    // This wave's MVI_ID_RW rows.
+    const uint32_t r0 = (g % groups) * MVI_ID_NR + wave_id() * MVI_ID_RW;
     // Ids are exact small integers stored as f32 (graph::Op::TopKGate).
     const uint32_t e = (uint32_t)dev_ptr<const float>(s.ids)[p];
     const uint32_t nb = s.k / 32u;
@@ -162,18 +170,18 @@ template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
     const uint4* xq = dev_ptr<const uint4>(s.x);
     const float2* xs = dev_ptr<const float2>(s.x_scales);
     const uint32_t xb0 = (p / s.x_div) * nb;
-    float acc[MVI_NR];
+    float acc[MVI_ID_RW];
 #pragma unroll
-    for (uint32_t r = 0u; r < MVI_NR; r++) {
+    for (uint32_t r = 0u; r < MVI_ID_RW; r++) {
         acc[r] = 0.0f;
     }
-    for (uint32_t b = thread_id_x(); b < nb; b += MVI_WG) {
+    for (uint32_t b = lane_id(); b < nb; b += WAVE_SIZE) {
         const uint32_t xb = xb0 + b;
         uint4 x0 = xq[2u * (uint64_t)xb];
         uint4 x1 = xq[2u * (uint64_t)xb + 1u];
         float2 sx = xs[xb];
 #pragma unroll
-        for (uint32_t r = 0u; r < MVI_NR; r++) {
+        for (uint32_t r = 0u; r < MVI_ID_RW; r++) {
             uint32_t q[8];
             // Rows past the end read the last row again (never written out).
             uint32_t rr = __builtin_elementwise_min(r0 + r, s.rows - 1u);
@@ -181,26 +189,19 @@ template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
             acc[r] += block_term<Q>(q, dm, x0, x1, sx);
         }
     }
+    // Each row's wave sum; lane r writes row r0 + r.
+    float mine = 0.0f;
 #pragma unroll
-    for (uint32_t r = 0u; r < MVI_NR; r++) {
+    for (uint32_t r = 0u; r < MVI_ID_RW; r++) {
         float v = wave_sum(acc[r]);
-        if (lane_id() == 0u) {
-            part_sums[r * MVI_WAVES + wave_id()] = v;
-        }
+        mine = lane_id() == r ? v : mine;
     }
-    block_barrier();
-    const uint32_t i = thread_id_x();
-    const uint32_t row = r0 + i;
-    if (i < MVI_NR && row < s.rows) {
-        float v = 0.0f;
-#pragma unroll
-        for (uint32_t j = 0u; j < MVI_WAVES; j++) {
-            v += part_sums[i * MVI_WAVES + j];
-        }
+    const uint32_t row = r0 + lane_id();
+    if (lane_id() < MVI_ID_RW && row < s.rows) {
         if (bias != 0u) {
-            v += dev_ptr<const float>(bias)[(uint64_t)e * s.rows + row];
+            mine += dev_ptr<const float>(bias)[(uint64_t)e * s.rows + row];
         }
-        dev_ptr<float>(out)[(uint64_t)p * s.rows + row] = v;
+        dev_ptr<float>(out)[(uint64_t)p * s.rows + row] = mine;
     }
 }
 

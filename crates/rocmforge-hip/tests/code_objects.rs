@@ -395,13 +395,25 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 64,
         max_lds: 256,
     },
-    // The expert mat-vec in integers (matvec_int.comp with MAT_ID): one
-    // token, 2 rows, so fewer sums than matvec_int; one shared float per
-    // wave and row.
+    // The expert mat-vec in integers: one token, 4 rows a wave, no shared
+    // memory (wave sums only).
     Budget {
         kernel: "matvec_id_int_",
         max_vgprs: 96,
-        max_lds: 64,
+        max_lds: 0,
+    },
+    // Q5_0 / Q5_1 unpack their fifth bits for the 4 rows' blocks at once
+    // (the loads issued together): 169 VGPRs on gfx11 for Q5_0, still 9
+    // waves a SIMD; the 32-element types the MoE presets use stay at 53-92.
+    Budget {
+        kernel: "matvec_id_int_q5_0",
+        max_vgprs: 176,
+        max_lds: 0,
+    },
+    Budget {
+        kernel: "matvec_id_int_q5_1",
+        max_vgprs: 144,
+        max_lds: 0,
     },
     // Test-only spinner: one invocation, as the GLSL one.
     Budget {

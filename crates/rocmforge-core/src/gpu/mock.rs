@@ -339,6 +339,7 @@ pub(crate) fn vulkan_lowering() -> Lowering {
         matrix: MatrixTiles::Off,
         matrix_prefetch: true,
         q8_packed_blocks_per_group: 64,
+        expert_int_rows: 2,
         // No split unless a test asks for one (gpu::split).
         compute_units: 0,
         subgroup_decode: false,
@@ -352,6 +353,7 @@ pub(crate) fn hip_lowering() -> Lowering {
     Lowering {
         matrix: MatrixTiles::Auto,
         q8_packed_blocks_per_group: 2,
+        expert_int_rows: 8,
         compute_units: 0,
         subgroup_decode: true,
         ..vulkan_lowering()

@@ -94,6 +94,10 @@ pub struct Lowering {
     /// (`quantize_q8_packed`, `swiglu_q8`): 64 for the GLSL kernels (one
     /// per invocation), 2 for the HIP ones (one per wave).
     pub q8_packed_blocks_per_group: u32,
+    /// Rows per workgroup of the integer expert mat-vec
+    /// (`matvec_id_int_*`): 2 for the GLSL kernel (64 invocations walking
+    /// the blocks of 2 rows), 8 for the HIP one (a wave per 4 rows).
+    pub expert_int_rows: u32,
     /// The device's compute units (CUs, SMs): decode attention is split
     /// over positions until the workgroups fill them ([`split`]).
     pub compute_units: u32,

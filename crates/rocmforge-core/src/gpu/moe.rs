@@ -37,7 +37,7 @@ use super::lower::{
 };
 use super::matmul::{
     activation_kernel, q8_packed_at, quantize_q8_packed, round_activations, COOPMAT_MIN_TOKENS,
-    MATVEC_INT_ROWS, MATVEC_MAX_TOKENS,
+    MATVEC_MAX_TOKENS,
 };
 use super::push::{
     MatGroupPush, MatIdPush, MoeGroupPush, MoeRoutePush, MoeRouterPush, MoeSumPush, Push,
@@ -298,7 +298,7 @@ pub fn record_moe_op(
                 }
                 let parts = if up.is_some() { 2 } else { 1 };
                 let dot = if lw.int_dot_names { "_dot" } else { "" };
-                let groups = parts * n_pairs * rows.div_ceil(MATVEC_INT_ROWS);
+                let groups = parts * n_pairs * rows.div_ceil(lw.expert_int_rows as usize);
                 let groups = u32_of(groups, "expert mat-vec workgroups")?;
                 let what = format!("{label} ({names} {})", dw.ty);
                 let name = format!("matvec_id_int{dot}_{suffix}");
