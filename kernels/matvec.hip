@@ -88,16 +88,14 @@ RF_WEIGHT_TYPES(MATVEC_KERNEL)
 #undef MATVEC_KERNEL
 
 // moe_router_f32 (MoeRouterPush): the router's rows as matvec_f32 computes
-// them, one workgroup of one wave per expert; then each workgroup adds one
-// to the step's counter, and the last to finish (device fences on both
-// sides of the count order the logits' writes and reads) routes every
-// token as moe_route does and puts the counter back to zero. Up to
+// them, one workgroup of one wave per expert; the last to finish
+// (last_to_finish, in the step's counter) routes every token as moe_route
+// does. Up to
 // MOE_ROUTE_WG * MOE_ROUTE_HELD experts (the lowering's limit).
 #define ROUTER_WG MOE_ROUTE_WG
 KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_router_f32(MoeRouterPush s) {
     __shared__ float part_sums[MV_MAX_TOKENS * (ROUTER_WG / WAVE_SIZE)];
     __shared__ uint64_t tab[32];
-    __shared__ uint32_t last;
     const uint32_t r = wg_linear();
     if (r >= s.n_expert) {
         return; // the whole workgroup, and none is counted
@@ -105,19 +103,8 @@ KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_router_f32(MoeRouterPush s) {
     const uint8_t* row = dev_ptr<const uint8_t>(s.w) + (uint64_t)r * row_bytes_of<quant::F32>(s.cols);
     matvec_row<quant::F32, ROUTER_WG>(dev_ptr<const float4>(s.x), row, s.cols, s.n, s.bias,
                                       dev_ptr<float>(s.logits), s.n_expert, r, part_sums);
-    device_fence();
-    block_barrier();
-    uint32_t* counter = dev_ptr<uint32_t>(s.counter);
-    if (thread_id_x() == 0u) {
-        last = device_fetch_add(counter, 1u) + 1u == s.n_expert ? 1u : 0u;
-    }
-    block_barrier();
-    if (last == 0u) {
+    if (!last_to_finish(dev_ptr<uint32_t>(s.counter), s.n_expert)) {
         return; // the whole workgroup
-    }
-    device_fence();
-    if (thread_id_x() == 0u) {
-        *counter = 0u;
     }
     MoeRoutePush route;
     route.logits = s.logits;

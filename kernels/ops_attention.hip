@@ -289,26 +289,13 @@ DEV void attention_combine_run(const AttentionPush& p, float* weight, float* red
 }
 
 // Called by every thread of a decode workgroup once its run's partial is
-// written: the run adds one to row g's counter (zero at the start of every
-// step), and the run that brings it to n_split merges the row (heads of up
-// to 2 WG dimensions) and puts the counter back to zero. Device fences on
-// both sides of the count order the partials' writes and reads. `scratch`:
+// written: the last of row g's n_split runs to finish (last_to_finish, in
+// the row's counter: zero at the start of every step) merges the row
+// (heads of up to 2 WG dimensions). `scratch`:
 // WG + WG / WAVE_SIZE floats of shared memory no thread reads any more.
 template <uint32_t WG> DEV void merge_if_last(const AttentionPush& p, uint32_t g, float* scratch) {
-    __shared__ uint32_t last;
-    device_fence();
-    block_barrier();
-    uint32_t* counter = dev_ptr<uint32_t>(p.counters) + g;
-    if (thread_id_x() == 0u) {
-        last = device_fetch_add(counter, 1u) + 1u == p.n_split ? 1u : 0u;
-    }
-    block_barrier();
-    if (last == 0u) {
+    if (!last_to_finish(dev_ptr<uint32_t>(p.counters) + g, p.n_split)) {
         return; // the whole workgroup
-    }
-    device_fence();
-    if (thread_id_x() == 0u) {
-        *counter = 0u;
     }
     if (p.q8 != 0u) {
         attention_merge_row<WG, 2u, true>(p, g, scratch, scratch + WG);

@@ -144,6 +144,30 @@ DEV uint32_t device_fetch_add(uint32_t* p, uint32_t v) {
     return __scoped_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
 }
 
+// Called once by every thread of a workgroup, from uniform control flow,
+// after the workgroup's global writes: counts the workgroup in *counter
+// (zero before the launch) and tells all its threads whether it is the
+// n-th, the last of the launch's n to finish. That one then sees every
+// other workgroup's writes (device fences on both sides of the count) and
+// finds the counter put back to zero for the next launch.
+DEV bool last_to_finish(uint32_t* counter, uint32_t n) {
+    __shared__ uint32_t last;
+    device_fence();
+    block_barrier();
+    if (thread_id_x() == 0u) {
+        last = device_fetch_add(counter, 1u) + 1u == n ? 1u : 0u;
+    }
+    block_barrier();
+    if (last == 0u) {
+        return false;
+    }
+    device_fence();
+    if (thread_id_x() == 0u) {
+        *counter = 0u;
+    }
+    return true;
+}
+
 // Orders shared-memory writes and reads among the lanes of one wave.
 DEV void wave_barrier() {
 #if RF_AMDGPU

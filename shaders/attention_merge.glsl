@@ -14,11 +14,10 @@
 // that reads it; the head size is then a multiple of 32.
 //
 // merge_if_last(g): called by a decode workgroup once its run's partial is
-// written. Each run adds one to row g's counter (pc.counters, zero at the
-// start of every step); the run that brings it to n_split merges the row
-// and puts the counter back to zero, so one launch does the attention and
-// its combine. Partials are written and read through `coherent`
-// references, ordered by a device-scope barrier on each side of the count.
+// written: the last of row g's n_split runs to finish (counters.glsl, row
+// g's counter at pc.counters) merges the row, so one launch does the
+// attention and its combine. Partials are written and read through
+// `coherent` references.
 //
 // Needs attention_push.glsl, NEEDS_REDUCE (common.glsl's wg_sum/wg_max) and
 // WG_SIZE; heads of up to MERGE_DIMS * WG_SIZE dimensions.
@@ -26,6 +25,7 @@
 #define ATTENTION_MERGE_GLSL
 
 #include "q8_packed.glsl"
+#include "counters.glsl"
 
 #ifndef MERGE_DIMS
 #define MERGE_DIMS 2
@@ -34,13 +34,9 @@
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer PartialsC {
     float v[];
 };
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CountersC {
-    uint v[];
-};
 
 shared float merge_weight[WG_SIZE];
 shared float merge_out[MERGE_DIMS * WG_SIZE];
-shared uint merge_last;
 
 // Call from uniform control flow.
 void merge_runs(uint g, bool out_q8) {
@@ -116,22 +112,9 @@ void merge_runs(uint g, bool out_q8) {
 
 // Call from uniform control flow, after this workgroup's partial writes.
 void merge_if_last(uint g) {
-    memoryBarrierBuffer();
-    barrier();
-    if (gl_LocalInvocationID.x == 0u) {
-        uint done = atomicAdd(CountersC(pc.counters).v[g], 1u);
-        merge_last = done + 1u == pc.n_split ? 1u : 0u;
+    if (last_to_finish(pc.counters + uint64_t(g) * 4ul, pc.n_split)) {
+        merge_runs(g, pc.q8 != 0ul);
     }
-    memoryBarrierShared();
-    barrier();
-    if (merge_last == 0u) {
-        return;
-    }
-    memoryBarrierBuffer();
-    if (gl_LocalInvocationID.x == 0u) {
-        CountersC(pc.counters).v[g] = 0u;
-    }
-    merge_runs(g, pc.q8 != 0ul);
 }
 
 #endif

@@ -18,9 +18,7 @@
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC {
     float v[];
 };
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CountersC {
-    uint v[];
-};
+#include "counters.glsl"
 #define LOGITS F32sC
 #include "moe_route.glsl"
 #endif
@@ -108,34 +106,19 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
 }
 
 #ifdef ROUTE
-shared uint route_last;
-
-// One workgroup per expert; each then adds one to the step's counter, and
-// the last to finish routes every token (moe_route.glsl; a workgroup of
-// 32, one subgroup on NVIDIA and RDNA's wave32, as moe.comp's OP_ROUTE)
-// and puts the counter back to zero. Logits are written and read through coherent
-// references, ordered by a device-scope barrier on each side of the count.
+// One workgroup per expert; the last to finish (counters.glsl) routes
+// every token (moe_route.glsl; a workgroup of 32, one subgroup on NVIDIA
+// and RDNA's wave32, as moe.comp's OP_ROUTE). Logits are written and read
+// through coherent references.
 void main() {
     uint r = wg_linear();
     if (r >= pc.n_expert) {
         return; // the whole workgroup, and none is counted
     }
-    matvec_row(pc.x, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols, pc.n, pc.bias,
-               pc.logits, pc.n_expert, r);
-    memoryBarrierBuffer();
-    barrier();
-    if (gl_LocalInvocationID.x == 0u) {
-        uint done = atomicAdd(CountersC(pc.counter).v[0], 1u);
-        route_last = done + 1u == pc.n_expert ? 1u : 0u;
-    }
-    memoryBarrierShared();
-    barrier();
-    if (route_last == 0u) {
+    matvec_row(pc.x, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols,
+               pc.n, pc.bias, pc.logits, pc.n_expert, r);
+    if (!last_to_finish(pc.counter, pc.n_expert)) {
         return;
-    }
-    memoryBarrierBuffer();
-    if (gl_LocalInvocationID.x == 0u) {
-        CountersC(pc.counter).v[0] = 0u;
     }
     RouteArgs args = RouteArgs(pc.logits, pc.ids, pc.weights, pc.n_expert, pc.k, pc.normalize);
     for (uint t = 0u; t < pc.n; t++) {
