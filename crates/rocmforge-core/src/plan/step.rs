@@ -9,9 +9,11 @@
 //! After the token ids come the step's *counters*: words that every step
 //! starts at zero, where workgroups of one launch count themselves so the
 //! last to finish can do the launch's closing work (the split decode
-//! attention's merge, [`crate::gpu::split`]). A kernel that counts puts its
-//! counter back to zero; zeroing them again with every step's inputs means
-//! a step cut short (a timeout) cannot leave a count behind for the next.
+//! attention's merge, [`crate::gpu::split`], one counter per (token, head)
+//! row; a MoE router's routing, the first counter). A kernel that counts
+//! puts its counter back to zero; zeroing them again with every step's
+//! inputs means a step cut short (a timeout) cannot leave a count behind
+//! for the next.
 
 use crate::backend::StepInputs;
 
@@ -61,12 +63,17 @@ impl StepInputLayout {
     }
 
     pub fn words(&self) -> usize {
-        word::TOKENS + self.n_tokens + self.counters
+        self.first_counter() + self.counters
+    }
+
+    /// Word index of the first counter, after the token ids.
+    fn first_counter(&self) -> usize {
+        word::TOKENS + self.n_tokens
     }
 
     /// Byte offset of the first counter.
     pub fn counters_at(&self) -> usize {
-        (word::TOKENS + self.n_tokens) * 4
+        self.first_counter() * 4
     }
 
     pub fn bytes(&self) -> usize {
@@ -85,7 +92,7 @@ impl StepInputLayout {
         out[word::N_KV] = pos0 + self.n_tokens as u32;
         out[word::N_TOKENS] = self.n_tokens as u32;
         out[3] = 0;
-        let counters = word::TOKENS + self.n_tokens;
+        let counters = self.first_counter();
         out[word::TOKENS..counters].copy_from_slice(inputs.tokens);
         out[counters..self.words()].fill(0);
     }
@@ -94,7 +101,7 @@ impl StepInputLayout {
     pub fn decode<'a>(&self, region: &'a [u32]) -> (usize, &'a [u32]) {
         (
             region[word::POS0] as usize,
-            &region[word::TOKENS..word::TOKENS + self.n_tokens],
+            &region[word::TOKENS..self.first_counter()],
         )
     }
 }
