@@ -1009,6 +1009,13 @@ fn the_planned_step_ends_each_moe_layer_in_one_launch() {
         // Each layer's attention norm but the first is fused away.
         let norms = kernels.iter().filter(|k| **k == "rmsnorm_q8").count();
         assert_eq!(norms, 1 + N_LAYER + last_apart, "n={n}: {kernels:?}");
+        // A decode step under the real plan fuses all that the plan
+        // without reuse does: the Q and K norms in one launch too (the
+        // planner keeps Q alive through the K norm).
+        if n == 1 {
+            let want = moe_small_step(1, "q4_0", true, ("quantize_q8_0", 32));
+            assert_eq!(seq(&sink), want);
+        }
     }
 }
 

@@ -106,13 +106,20 @@ pub fn residual_add_after(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<R
 /// kernel reading op `i`'s inputs throughout, if op `i` starts one: a
 /// matmul or expert sum and the residual add after it
 /// ([`residual_add_after`]), and for an expert sum also the norm of that
-/// add's output ([`sum_norm_after`]). The arena planner keeps the inputs of
-/// every op of such a run alive to its end, so the run's outputs never
-/// land on them and the fusion always fits.
+/// add's output ([`sum_norm_after`]); or two RMS norms of one group size,
+/// the second not reading the first (Qwen3's Q and K norms,
+/// [`norm_pair_at`]). The arena planner keeps the inputs of every op of
+/// such a run alive to its end, so the run's outputs never land on them
+/// and the fusion always fits.
 pub fn fusion_end(graph: &Graph, i: usize) -> Option<usize> {
     let (out, sum) = match *graph.ops.get(i)? {
         Op::MatMul { out, .. } => (out, false),
         Op::MoeSum { out, .. } => (out, true),
+        Op::RmsNorm { out, group, .. } => {
+            let pair = matches!(graph.ops.get(i + 1),
+                Some(&Op::RmsNorm { x, group: g, .. }) if g == group && x != out);
+            return pair.then_some(i + 1);
+        }
         _ => return None,
     };
     let Some(&Op::Add { a, b, out: added }) = graph.ops.get(i + 1) else {
