@@ -23,8 +23,12 @@ DEV float dot4_f32(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.
 
 // Row r of W (at `row`, k columns) against the n tokens of x by a
 // workgroup of WG threads, written to out[t * m + r] with bias[r] added
-// (bias 0: none); part_sums: MV_MAX_TOKENS * WG / WAVE_SIZE floats.
-template <typename Q, uint32_t WG>
+// (bias 0: none); part_sums: MV_MAX_TOKENS * WG / WAVE_SIZE floats. Each
+// thread dequantizes U units before it sums them (the same sums in the
+// same order for any U): the router's f32 rows take 8, a 2048-column
+// row's whole share for a wave, so its loads are in flight together and a
+// row costs one trip to memory, not one a unit.
+template <typename Q, uint32_t WG, uint32_t U = 1u>
 DEV void matvec_row(const float4* x, const uint8_t* row, uint32_t k, uint32_t n, uint64_t bias,
                     float* out, uint32_t m, uint32_t r, float* part_sums) {
     constexpr uint32_t WAVES = WG / WAVE_SIZE;
@@ -35,13 +39,22 @@ DEV void matvec_row(const float4* x, const uint8_t* row, uint32_t k, uint32_t n,
     for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
         acc[t] = 0.0f;
     }
-    for (uint32_t u = thread_id_x(); u < units; u += WG) {
-        float8 w = Q::dequant8(row, u / UNITS, u % UNITS);
+    for (uint32_t u0 = thread_id_x(); u0 < units; u0 += WG * U) {
+        float8 w[U];
 #pragma unroll
-        for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
-            if (t < n) { // uniform: n is an argument
-                const float4* xt = x + (uint64_t)t * (k / 4u) + 2u * u;
-                acc[t] += dot4_f32(w.lo, xt[0]) + dot4_f32(w.hi, xt[1]);
+        for (uint32_t j = 0u; j < U; j++) {
+            const uint32_t u = u0 + j * WG < units ? u0 + j * WG : units - 1u;
+            w[j] = Q::dequant8(row, u / UNITS, u % UNITS);
+        }
+#pragma unroll
+        for (uint32_t j = 0u; j < U; j++) {
+            const uint32_t u = u0 + j * WG;
+#pragma unroll
+            for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
+                if (t < n && u < units) { // t < n is uniform: n is an argument
+                    const float4* xt = x + (uint64_t)t * (k / 4u) + 2u * u;
+                    acc[t] += dot4_f32(w[j].lo, xt[0]) + dot4_f32(w[j].hi, xt[1]);
+                }
             }
         }
     }
@@ -93,6 +106,7 @@ RF_WEIGHT_TYPES(MATVEC_KERNEL)
 // does. Up to
 // MOE_ROUTE_WG * MOE_ROUTE_HELD experts (the lowering's limit).
 #define ROUTER_WG MOE_ROUTE_WG
+#define ROUTER_UNROLL 8u
 KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_router_f32(MoeRouterPush s) {
     __shared__ float part_sums[MV_MAX_TOKENS * (ROUTER_WG / WAVE_SIZE)];
     __shared__ uint64_t tab[32];
@@ -101,8 +115,9 @@ KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_router_f32(MoeRouterPush s) {
         return; // the whole workgroup, and none is counted
     }
     const uint8_t* row = dev_ptr<const uint8_t>(s.w) + (uint64_t)r * row_bytes_of<quant::F32>(s.cols);
-    matvec_row<quant::F32, ROUTER_WG>(dev_ptr<const float4>(s.x), row, s.cols, s.n, s.bias,
-                                      dev_ptr<float>(s.logits), s.n_expert, r, part_sums);
+    matvec_row<quant::F32, ROUTER_WG, ROUTER_UNROLL>(dev_ptr<const float4>(s.x), row, s.cols, s.n,
+                                                     s.bias, dev_ptr<float>(s.logits), s.n_expert, r,
+                                                     part_sums);
     if (!last_to_finish(dev_ptr<uint32_t>(s.counter), s.n_expert)) {
         return; // the whole workgroup
     }
@@ -119,3 +134,4 @@ KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_router_f32(MoeRouterPush s) {
     }
 }
 #undef ROUTER_WG
+#undef ROUTER_UNROLL

@@ -15,6 +15,12 @@
 #include "common.glsl"
 #include "quant.glsl"
 #ifdef ROUTE
+#extension GL_EXT_control_flow_attributes : require
+// Units of 8 floats an invocation loads before it sums them: a 2048-column
+// row's whole share for a workgroup of 32, so the loads are in flight
+// together and a row costs one trip to memory, not one a unit (the rows
+// are a few KiB: the trips, not the bytes, set the time).
+#define ROUTER_UNROLL 8u
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC {
     float v[];
 };
@@ -69,6 +75,37 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
     for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
         acc[t] = 0.0;
     }
+#ifdef ROUTE
+    // The router's f32 rows: ROUTER_UNROLL units an invocation loaded
+    // before they are summed (the same sums in the same order).
+    for (uint u0 = gl_LocalInvocationID.x; u0 < units; u0 += WG_SIZE * ROUTER_UNROLL) {
+        vec4 lo[ROUTER_UNROLL];
+        vec4 hi[ROUTER_UNROLL];
+        [[unroll]] for (uint j = 0u; j < ROUTER_UNROLL; j++) {
+            uint u = min(u0 + j * WG_SIZE, units - 1u);
+            dequant8(row, u / QUANT_UNITS, u % QUANT_UNITS, lo[j], hi[j]);
+        }
+        // A token's activations are loaded for all units before any is
+        // summed too (past the row's end, the last unit again: loaded,
+        // never summed).
+        [[unroll]] for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+            if (t < n) {
+                vec4 xlo[ROUTER_UNROLL];
+                vec4 xhi[ROUTER_UNROLL];
+                [[unroll]] for (uint j = 0u; j < ROUTER_UNROLL; j++) {
+                    uint base = (t * k) / 4u + 2u * min(u0 + j * WG_SIZE, units - 1u);
+                    xlo[j] = x.v[base];
+                    xhi[j] = x.v[base + 1u];
+                }
+                [[unroll]] for (uint j = 0u; j < ROUTER_UNROLL; j++) {
+                    if (u0 + j * WG_SIZE < units) {
+                        acc[t] += dot(lo[j], xlo[j]) + dot(hi[j], xhi[j]);
+                    }
+                }
+            }
+        }
+    }
+#else
     for (uint u = gl_LocalInvocationID.x; u < units; u += WG_SIZE) {
         vec4 lo, hi;
         dequant8(row, u / QUANT_UNITS, u % QUANT_UNITS, lo, hi);
@@ -77,6 +114,7 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
             acc[t] += dot(lo, x.v[base]) + dot(hi, x.v[base + 1u]);
         }
     }
+#endif
     // Subgroup sums, then one slot per subgroup in shared memory.
     for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
         acc[t] = subgroupAdd(acc[t]);

@@ -31,7 +31,7 @@ struct RouteArgs {
 };
 
 shared float prob[MAX_E];
-shared uint min_buf[WG_SIZE];
+shared uint min_buf[WG_SIZE]; // one slot per subgroup
 
 // True when (p, e) ranks before (q, f): more probable, or as probable with a
 // lower index.
@@ -47,10 +47,11 @@ float clamped_id(uint e, uint n_expert) {
     return float(min(e, n_expert - 1u));
 }
 
-// Smallest `v` over the workgroup, returned to every invocation. Call from
-// uniform control flow.
-uint wg_min_u(uint v) {
-    v = subgroupMin(v);
+// Smallest (`largest` false) or largest `v` over the workgroup, returned
+// to every invocation: integer subgroup reductions (one instruction on
+// NVIDIA). Call from uniform control flow.
+uint wg_extreme_u(uint v, bool largest) {
+    v = largest ? subgroupMax(v) : subgroupMin(v);
     if (gl_NumSubgroups == 1u) {
         return v;
     }
@@ -61,12 +62,15 @@ uint wg_min_u(uint v) {
     barrier();
     uint m = min_buf[0];
     for (uint i = 1u; i < gl_NumSubgroups; i++) {
-        m = min(m, min_buf[i]);
+        m = largest ? max(m, min_buf[i]) : min(m, min_buf[i]);
     }
     memoryBarrierShared();
     barrier();
     return m;
 }
+
+uint wg_min_u(uint v) { return wg_extreme_u(v, false); }
+uint wg_max_u(uint v) { return wg_extreme_u(v, true); }
 
 // Routes token t of r: the whole workgroup, from uniform control flow.
 void route_token(RouteArgs r, uint t) {
@@ -76,15 +80,18 @@ void route_token(RouteArgs r, uint t) {
     // prob[] may still be read for the previous token.
     memoryBarrierShared();
     barrier();
+    // The logits are read once, into the invocation's own slots of prob[].
     float mx = -1.0 / 0.0;
     for (uint e = lane; e < r.n_expert; e += WG_SIZE) {
-        mx = max(mx, l.v[base + e]);
+        float v = l.v[base + e];
+        prob[e] = v;
+        mx = max(mx, v);
     }
     mx = wg_max(mx);
     // Each e^x computed once, kept in shared memory, then scaled.
     float part = 0.0;
     for (uint e = lane; e < r.n_expert; e += WG_SIZE) {
-        float ex = exp(l.v[base + e] - mx);
+        float ex = exp(prob[e] - mx);
         prob[e] = ex;
         part += ex;
     }
@@ -114,9 +121,12 @@ void route_token(RouteArgs r, uint t) {
                 best_e = e;
             }
         }
-        float top = wg_max(best_p);
-        prev_e = wg_min_u(best_p == top ? best_e : 0xFFFFFFFFu);
-        prev_p = top;
+        // Probabilities are ≥ 0, whose bits order as they do: the largest
+        // is an integer maximum of the bits plus one (0: no candidate).
+        uint key = best_p >= 0.0 ? floatBitsToUint(best_p) + 1u : 0u;
+        uint top = wg_max_u(key);
+        prev_e = wg_min_u(key == top ? best_e : 0xFFFFFFFFu);
+        prev_p = top == 0u ? -1.0 : uintBitsToFloat(top - 1u);
         chosen += prev_p;
         if (j == lane) {
             my_p = prev_p;

@@ -75,6 +75,13 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 32,
         max_lds: 0,
     },
+    // Qwen3's Q/K norms before rope_kv: a workgroup per head, its sum of
+    // squares in f64 through two doubles of shared memory.
+    Budget {
+        kernel: "norm_rope_kv",
+        max_vgprs: 48,
+        max_lds: 16,
+    },
     Budget {
         kernel: "store_kv",
         max_vgprs: 32,
@@ -375,12 +382,14 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 32,
         max_lds: 2304,
     },
-    // The f32 router mat-vec (one wave a row, its per-token sums) whose
-    // last workgroup routes as moe_route's register path: e^x's table of
-    // 32 f64.
+    // The f32 router mat-vec (one wave a row, its per-token sums; 8 units
+    // of 8 floats a lane loaded before they are summed: 85 VGPRs on
+    // gfx1100, where one wave per expert leaves occupancy moot) whose last
+    // workgroup routes as moe_route's register path: e^x's table of 32
+    // f64.
     Budget {
         kernel: "moe_router_f32",
-        max_vgprs: 64,
+        max_vgprs: 96,
         max_lds: 320,
     },
     Budget {
