@@ -8,11 +8,14 @@
 // products and the running sum rounded in f32. Only the order of the
 // per-block terms differs from the CPU.
 //
-// A workgroup of MVI_WG computes MVI_NR consecutive rows of one part:
-// invocation i walks blocks i, i + MVI_WG, ... of all of them, so each
-// activation block is read once per MVI_NR rows and neighbouring lanes read
-// neighbouring weight blocks. Wave sums, then one shared slot per wave,
-// summed in wave order.
+// A workgroup of MVI_WG threads computes MVI_NR consecutive rows of one
+// part, each wave MVI_RW of them, its lanes walking the rows' blocks
+// (lane i: blocks i, i + WAVE_SIZE, ...), so each activation block is read
+// once per MVI_RW rows and neighbouring lanes read neighbouring weight
+// blocks; wave sums only, no shared memory or barrier (a 2048-column row
+// is 64 blocks: with MVI_WG invocations on 2 rows, every workgroup paid a
+// barrier for 2 rows). MVI_NR is the lowering's Lowering::int_rows and
+// Lowering::expert_int_rows for this backend (the GLSL kernel: 2).
 //
 // Kernels: matvec_int_<ty> for the types with an integer form, argument
 // block MatPush, grid: sum over parts of ceil(rows / MVI_NR) (wg_linear).
@@ -24,20 +27,15 @@
 // e = ids[p] read on the device; argument block MatIdPush, grid n_pairs *
 // ceil(rows / MVI_NR), MVI_NR rows of one pair a workgroup; twice that
 // with a second stack (up_w: up beside gate), whose half of the grid
-// computes it. Here each wave takes MVI_ID_RW rows (the GLSL kernel: the
-// workgroup takes 2), so the grid is n_pairs * ceil(rows / MVI_ID_NR).
+// computes it.
 #include "mat_common.h"
 
 #define MVI_WG 64u
-#define MVI_NR 2u
 #define MVI_WAVES (MVI_WG / WAVE_SIZE)
-// The expert mat-vec: each wave of the workgroup takes MVI_ID_RW rows of
-// one pair, its lanes walking their blocks (a Qwen3-30B-A3B expert's down
-// row is 24 blocks: with MVI_WG invocations on 2 rows most sat idle and
-// every workgroup paid a barrier for 2 rows). MVI_ID_NR is the lowering's
-// Lowering::expert_int_rows for this backend.
-#define MVI_ID_RW 4u
-#define MVI_ID_NR (MVI_ID_RW * MVI_WAVES)
+#define MVI_RW 4u
+#define MVI_NR (MVI_RW * MVI_WAVES)
+// Every (row, token) sum of a wave has its own lane.
+static_assert(MVI_RW * MV_MAX_TOKENS <= WAVE_SIZE, "a lane per sum");
 
 // Weight block (q, dm) times an activation block (quants x0, x1, (d, s)
 // sx), as ggml's CPU dot products round.
@@ -59,7 +57,6 @@ DEV float block_term(const uint32_t (&q)[8], float2 dm, uint4 x0, uint4 x1, floa
 }
 
 template <typename Q> DEV void matvec_int(const MatPush& s) {
-    __shared__ float part_sums[MVI_NR * MV_MAX_TOKENS * MVI_WAVES];
     uint32_t g = wg_linear();
     const uint32_t count[3] = {(s.rows[0] + MVI_NR - 1u) / MVI_NR,
                                (s.rows[1] + MVI_NR - 1u) / MVI_NR,
@@ -70,26 +67,27 @@ template <typename Q> DEV void matvec_int(const MatPush& s) {
     }
     const uint32_t m = part_u32(s.rows, p);
     const uint32_t n = s.n;
-    const uint32_t r0 = g * MVI_NR;
+    // This wave's MVI_RW rows.
+    const uint32_t r0 = g * MVI_NR + wave_id() * MVI_RW;
     const uint32_t nb = s.k / 32u;
     const uint64_t row_bytes = (uint64_t)nb * Q::BLOCK_BYTES;
     const uint8_t* w = dev_ptr<const uint8_t>(part_u64(s.w, p));
     const uint4* xq = dev_ptr<const uint4>(s.x);
     const float2* xs = dev_ptr<const float2>(s.x_scales);
 
-    float acc[MVI_NR][MV_MAX_TOKENS];
+    float acc[MVI_RW][MV_MAX_TOKENS];
 #pragma unroll
-    for (uint32_t r = 0u; r < MVI_NR; r++) {
+    for (uint32_t r = 0u; r < MVI_RW; r++) {
 #pragma unroll
         for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
             acc[r][t] = 0.0f;
         }
     }
-    for (uint32_t b = thread_id_x(); b < nb; b += MVI_WG) {
-        uint32_t q[MVI_NR][8];
-        float2 dm[MVI_NR];
+    for (uint32_t b = lane_id(); b < nb; b += WAVE_SIZE) {
+        uint32_t q[MVI_RW][8];
+        float2 dm[MVI_RW];
 #pragma unroll
-        for (uint32_t r = 0u; r < MVI_NR; r++) {
+        for (uint32_t r = 0u; r < MVI_RW; r++) {
             // Rows past the end read row m - 1 again (never written out).
             uint32_t rr = __builtin_elementwise_min(r0 + r, m - 1u);
             dm[r] = Q::block_q8(w + rr * row_bytes, b, q[r]);
@@ -102,53 +100,46 @@ template <typename Q> DEV void matvec_int(const MatPush& s) {
                 uint4 x1 = xq[2u * (uint64_t)xb + 1u];
                 float2 sx = xs[xb];
 #pragma unroll
-                for (uint32_t r = 0u; r < MVI_NR; r++) {
+                for (uint32_t r = 0u; r < MVI_RW; r++) {
                     acc[r][t] += block_term<Q>(q[r], dm[r], x0, x1, sx);
                 }
             }
         }
     }
 
-    // Wave sums, then the waves' sums in wave order through shared memory.
+    // Each (row, token) wave sum; lane r * n + t writes row r0 + r of
+    // token t.
+    float mine = 0.0f;
 #pragma unroll
-    for (uint32_t r = 0u; r < MVI_NR; r++) {
+    for (uint32_t r = 0u; r < MVI_RW; r++) {
 #pragma unroll
         for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
             if (t < n) {
                 float v = wave_sum(acc[r][t]);
-                if (lane_id() == 0u) {
-                    part_sums[(r * MV_MAX_TOKENS + t) * MVI_WAVES + wave_id()] = v;
-                }
+                mine = lane_id() == r * n + t ? v : mine;
             }
         }
     }
-    block_barrier();
-    const uint32_t i = thread_id_x();
-    if (i < MVI_NR * n) {
-        const uint32_t r = i / n;
+    const uint32_t i = lane_id();
+    if (i < MVI_RW * n) {
+        const uint32_t row = r0 + i / n;
         const uint32_t t = i % n;
-        const uint32_t row = r0 + r;
         if (row < m) {
-            float v = 0.0f;
-#pragma unroll
-            for (uint32_t j = 0u; j < MVI_WAVES; j++) {
-                v += part_sums[(r * MV_MAX_TOKENS + t) * MVI_WAVES + j];
-            }
             const uint64_t bias = part_u64(s.bias, p);
             if (bias != 0u) {
-                v += dev_ptr<const float>(bias)[row];
+                mine += dev_ptr<const float>(bias)[row];
             }
             const uint64_t o = (uint64_t)t * m + row;
             if (s.residual != 0u) {
-                v += dev_ptr<const float>(s.residual)[o];
+                mine += dev_ptr<const float>(s.residual)[o];
             }
-            dev_ptr<float>(part_u64(s.out, p))[o] = v;
+            dev_ptr<float>(part_u64(s.out, p))[o] = mine;
         }
     }
 }
 
 template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
-    const uint32_t groups = (s.rows + MVI_ID_NR - 1u) / MVI_ID_NR;
+    const uint32_t groups = (s.rows + MVI_NR - 1u) / MVI_NR;
     uint32_t g = wg_linear();
     const uint32_t per_stack = s.n_pairs * groups;
     const bool second = g >= per_stack;
@@ -160,8 +151,8 @@ template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
     const uint64_t out = second ? s.up_out : s.out;
     const uint64_t bias = second ? s.up_bias : s.bias;
     const uint32_t p = g / groups;
-    // This wave's MVI_ID_RW rows.
-    const uint32_t r0 = (g % groups) * MVI_ID_NR + wave_id() * MVI_ID_RW;
+    // This wave's MVI_RW rows.
+    const uint32_t r0 = (g % groups) * MVI_NR + wave_id() * MVI_RW;
     // Ids are exact small integers stored as f32 (graph::Op::TopKGate).
     const uint32_t e = (uint32_t)dev_ptr<const float>(s.ids)[p];
     const uint32_t nb = s.k / 32u;
@@ -170,9 +161,9 @@ template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
     const uint4* xq = dev_ptr<const uint4>(s.x);
     const float2* xs = dev_ptr<const float2>(s.x_scales);
     const uint32_t xb0 = (p / s.x_div) * nb;
-    float acc[MVI_ID_RW];
+    float acc[MVI_RW];
 #pragma unroll
-    for (uint32_t r = 0u; r < MVI_ID_RW; r++) {
+    for (uint32_t r = 0u; r < MVI_RW; r++) {
         acc[r] = 0.0f;
     }
     for (uint32_t b = lane_id(); b < nb; b += WAVE_SIZE) {
@@ -181,7 +172,7 @@ template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
         uint4 x1 = xq[2u * (uint64_t)xb + 1u];
         float2 sx = xs[xb];
 #pragma unroll
-        for (uint32_t r = 0u; r < MVI_ID_RW; r++) {
+        for (uint32_t r = 0u; r < MVI_RW; r++) {
             uint32_t q[8];
             // Rows past the end read the last row again (never written out).
             uint32_t rr = __builtin_elementwise_min(r0 + r, s.rows - 1u);
@@ -192,12 +183,12 @@ template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
     // Each row's wave sum; lane r writes row r0 + r.
     float mine = 0.0f;
 #pragma unroll
-    for (uint32_t r = 0u; r < MVI_ID_RW; r++) {
+    for (uint32_t r = 0u; r < MVI_RW; r++) {
         float v = wave_sum(acc[r]);
         mine = lane_id() == r ? v : mine;
     }
     const uint32_t row = r0 + lane_id();
-    if (lane_id() < MVI_ID_RW && row < s.rows) {
+    if (lane_id() < MVI_RW && row < s.rows) {
         if (bias != 0u) {
             mine += dev_ptr<const float>(bias)[(uint64_t)e * s.rows + row];
         }

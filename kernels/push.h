@@ -111,6 +111,32 @@ struct RopeKvPush {
     uint32_t pad;
 };
 
+// norm_rope_kv: Qwen3's per-head norms of Q and K, RoPE of both (no
+// YaRN), and the step's K / V rows stored into the layer's cache.
+struct NormRopeKvPush {
+    uint64_t q;
+    uint64_t q_out;
+    uint64_t k;
+    uint64_t k_out;
+    uint64_t v;
+    uint64_t k_cache;
+    uint64_t v_cache;
+    uint64_t step;
+    uint64_t freq_factors;
+    uint64_t q_norm;
+    uint64_t k_norm;
+    uint32_t rows;
+    uint32_t n_heads;
+    uint32_t head_dim;
+    uint32_t n_rot;
+    uint32_t neox;
+    float theta_scale;
+    float freq_scale;
+    uint32_t n_heads_kv;
+    uint32_t ring; // position p is row p % ring of the layer's blocks
+    float eps;
+};
+
 struct StoreKvPush {
     uint64_t k;
     uint64_t v;
@@ -370,6 +396,29 @@ RF_PUSH_AT(RopeKvPush, v, 80);
 RF_PUSH_AT(RopeKvPush, k_cache, 88);
 RF_PUSH_AT(RopeKvPush, v_cache, 96);
 RF_PUSH_AT(RopeKvPush, ring, 104);
+
+static_assert(sizeof(NormRopeKvPush) == 128, "NormRopeKvPush size");
+RF_PUSH_AT(NormRopeKvPush, q, 0);
+RF_PUSH_AT(NormRopeKvPush, q_out, 8);
+RF_PUSH_AT(NormRopeKvPush, k, 16);
+RF_PUSH_AT(NormRopeKvPush, k_out, 24);
+RF_PUSH_AT(NormRopeKvPush, v, 32);
+RF_PUSH_AT(NormRopeKvPush, k_cache, 40);
+RF_PUSH_AT(NormRopeKvPush, v_cache, 48);
+RF_PUSH_AT(NormRopeKvPush, step, 56);
+RF_PUSH_AT(NormRopeKvPush, freq_factors, 64);
+RF_PUSH_AT(NormRopeKvPush, q_norm, 72);
+RF_PUSH_AT(NormRopeKvPush, k_norm, 80);
+RF_PUSH_AT(NormRopeKvPush, rows, 88);
+RF_PUSH_AT(NormRopeKvPush, n_heads, 92);
+RF_PUSH_AT(NormRopeKvPush, head_dim, 96);
+RF_PUSH_AT(NormRopeKvPush, n_rot, 100);
+RF_PUSH_AT(NormRopeKvPush, neox, 104);
+RF_PUSH_AT(NormRopeKvPush, theta_scale, 108);
+RF_PUSH_AT(NormRopeKvPush, freq_scale, 112);
+RF_PUSH_AT(NormRopeKvPush, n_heads_kv, 116);
+RF_PUSH_AT(NormRopeKvPush, ring, 120);
+RF_PUSH_AT(NormRopeKvPush, eps, 124);
 
 static_assert(sizeof(StoreKvPush) == 56, "StoreKvPush size");
 RF_PUSH_AT(StoreKvPush, k, 0);

@@ -13,13 +13,54 @@
 // step's K and V rows into the layer's f16 cache, as store_kv.comp does (f16
 // rounding to nearest even): one invocation per item of four ranges, Q pairs,
 // K pairs (rotated, then stored), K's unrotated dims past n_rot, V values.
+//
+// NORM (norm_rope_kv, NormRopeKvPush; RoPE without YaRN): Qwen3's per-head
+// RMS norms of Q and K before that, as rmsnorm.comp computes them
+// (x * scale * w, scale = 1 / sqrt(mean(x^2) + eps)), read from q / k and
+// written normalised and rotated to q_out / k_out (K also to the cache):
+// a workgroup per (token, head) of Q, then of K, then V's values 64 a
+// workgroup. A head's values are all read for its sum before any is
+// written, so q_out may be q.
 #version 460
 #extension GL_GOOGLE_include_directive : require
+#ifdef NORM
+#define NEEDS_REDUCE
+#define WG_SIZE 64
+#endif
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
 
-#ifdef STORE_KV
+#ifdef NORM
+layout(push_constant, std430) uniform Push {
+    uint64_t q;
+    uint64_t q_out;
+    uint64_t k;
+    uint64_t k_out;
+    uint64_t v;
+    uint64_t k_cache; // the layer's K block
+    uint64_t v_cache;
+    uint64_t step;
+    uint64_t freq_factors; // 0 = none
+    uint64_t q_norm;
+    uint64_t k_norm;
+    uint rows;
+    uint n_heads; // Q heads
+    uint head_dim;
+    uint n_rot;
+    uint neox;
+    float theta_scale;
+    float freq_scale;
+    uint n_heads_kv;
+    uint ring; // position p is row p % ring of the blocks
+    float eps;
+} pc;
+// No YaRN terms.
+#define EXT_FACTOR 0.0
+#define MSCALE 1.0
+#define CORR_LO 0.0
+#define CORR_HI 0.0
+#elif defined(STORE_KV)
 layout(push_constant, std430) uniform Push {
     uint64_t x; // Q
     uint64_t step;
@@ -62,6 +103,12 @@ layout(push_constant, std430) uniform Push {
     uint pad;
 } pc;
 #endif
+#ifndef NORM
+#define EXT_FACTOR pc.ext_factor
+#define MSCALE pc.mscale
+#define CORR_LO pc.corr_lo
+#define CORR_HI pc.corr_hi
+#endif
 
 // sin and cos of x, accurate to a few ulp for |x| < 8192 * pi/4 and
 // degrading gracefully beyond.
@@ -97,10 +144,13 @@ vec2 sincos_(float x) {
     return vec2(sn * sin_sign, cs * cos_sign);
 }
 
-// Rotates pair i of the head at `head` (token r) in place and returns the
-// pair's two dims and new values.
-void rotate(uint64_t head, uint r, uint i, out uint a, out uint b, out vec2 ab) {
-    uint half_rot = pc.n_rot / 2u;
+// Pair i's dims within a head: (a, b).
+uvec2 pair_dims(uint i) {
+    return pc.neox != 0u ? uvec2(i, i + pc.n_rot / 2u) : uvec2(2u * i, 2u * i + 1u);
+}
+
+// Pair i of token r's values (x0, x1) turned by its angle.
+vec2 turn(uint r, uint i, float x0, float x1) {
     float theta = float(step_pos0(pc.step) + r);
     for (uint q = 0u; q < i; q++) {
         theta *= pc.theta_scale;
@@ -108,21 +158,84 @@ void rotate(uint64_t head, uint r, uint i, out uint a, out uint b, out vec2 ab) 
     float ff = pc.freq_factors != 0ul ? F32s(pc.freq_factors).v[i] : 1.0;
     float extrap = theta / ff;
     float angle = pc.freq_scale * extrap;
-    if (pc.ext_factor != 0.0) {
-        float y = (float(i) - pc.corr_lo) / max(0.001, pc.corr_hi - pc.corr_lo);
-        float ramp_mix = (1.0 - clamp(y, 0.0, 1.0)) * pc.ext_factor;
+    if (EXT_FACTOR != 0.0) {
+        float y = (float(i) - CORR_LO) / max(0.001, CORR_HI - CORR_LO);
+        float ramp_mix = (1.0 - clamp(y, 0.0, 1.0)) * EXT_FACTOR;
         angle = angle * (1.0 - ramp_mix) + extrap * ramp_mix;
     }
-    vec2 sc = sincos_(angle) * pc.mscale;
-    a = pc.neox != 0u ? i : 2u * i;
-    b = pc.neox != 0u ? i + half_rot : 2u * i + 1u;
+    vec2 sc = sincos_(angle) * MSCALE;
+    return vec2(x0 * sc.y - x1 * sc.x, x0 * sc.x + x1 * sc.y);
+}
+
+#ifndef NORM
+// Rotates pair i of the head at `head` (token r) in place and returns the
+// pair's two dims and new values.
+void rotate(uint64_t head, uint r, uint i, out uint a, out uint b, out vec2 ab) {
+    uvec2 d = pair_dims(i);
+    a = d.x;
+    b = d.y;
     F32s x = F32s(head);
-    float x0 = x.v[a];
-    float x1 = x.v[b];
-    ab = vec2(x0 * sc.y - x1 * sc.x, x0 * sc.x + x1 * sc.y);
+    ab = turn(r, i, x.v[a], x.v[b]);
     x.v[a] = ab.x;
     x.v[b] = ab.y;
 }
+#endif
+
+#ifdef NORM
+void main() {
+    uint g = wg_linear();
+    uint lane = gl_LocalInvocationID.x;
+    uint q_heads = pc.rows * pc.n_heads;
+    uint heads = q_heads + pc.rows * pc.n_heads_kv;
+    uint kv_dim = pc.n_heads_kv * pc.head_dim;
+    uint pos0 = step_pos0(pc.step);
+    if (g >= heads) {
+        // V values (the whole workgroup returns here or below).
+        uint idx = (g - heads) * 64u + lane;
+        if (idx < pc.rows * kv_dim) {
+            uint r = idx / kv_dim;
+            uint d = idx % kv_dim;
+            U16s(pc.v_cache).v[((pos0 + r) % pc.ring) * kv_dim + d] = uint16_t(f16_bits(F32s(pc.v).v[idx]));
+        }
+        return;
+    }
+    bool is_k = g >= q_heads;
+    uint gi = is_k ? g - q_heads : g;
+    uint nh = is_k ? pc.n_heads_kv : pc.n_heads;
+    uint r = gi / nh;
+    uint head = gi % nh;
+    uint64_t off = (uint64_t(r) * nh + head) * pc.head_dim * 4u;
+    F32s src = F32s((is_k ? pc.k : pc.q) + off);
+    F32s dst = F32s((is_k ? pc.k_out : pc.q_out) + off);
+    F32s w = F32s(is_k ? pc.k_norm : pc.q_norm);
+    float ss = 0.0;
+    for (uint d = lane; d < pc.head_dim; d += 64u) {
+        float x = src.v[d];
+        ss += x * x;
+    }
+    float scale = 1.0 / sqrt(wg_sum(ss) / float(pc.head_dim) + pc.eps);
+    U16s kc = U16s(pc.k_cache);
+    uint row = ((pos0 + r) % pc.ring) * kv_dim + head * pc.head_dim;
+    for (uint i = lane; i < pc.n_rot / 2u; i += 64u) {
+        uvec2 d = pair_dims(i);
+        vec2 ab = turn(r, i, src.v[d.x] * scale * w.v[d.x], src.v[d.y] * scale * w.v[d.y]);
+        dst.v[d.x] = ab.x;
+        dst.v[d.y] = ab.y;
+        if (is_k) {
+            kc.v[row + d.x] = uint16_t(f16_bits(ab.x));
+            kc.v[row + d.y] = uint16_t(f16_bits(ab.y));
+        }
+    }
+    // Dims past n_rot, normalised only.
+    for (uint d = pc.n_rot + lane; d < pc.head_dim; d += 64u) {
+        float y = src.v[d] * scale * w.v[d];
+        dst.v[d] = y;
+        if (is_k) {
+            kc.v[row + d] = uint16_t(f16_bits(y));
+        }
+    }
+}
+#else
 
 void main() {
     uint half_rot = pc.n_rot / 2u;
@@ -175,3 +288,4 @@ void main() {
     }
 #endif
 }
+#endif

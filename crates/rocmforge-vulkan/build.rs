@@ -153,6 +153,7 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         &[("WG_SIZE", "512"), ("MOE_SUM", "1"), ("OUT_Q8", "1")],
     ),
     ("rope_kv", "rope.comp", &[("STORE_KV", "1")]),
+    ("norm_rope_kv", "rope.comp", &[("NORM", "1")]),
     ("attention", "attention.comp", &[("WG_SIZE", "64")]),
     // Over a quantized cache, where subgroups are narrower than 32 (every
     // step) or the device has no wide-subgroup kernel for the shape.

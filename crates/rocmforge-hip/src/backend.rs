@@ -373,7 +373,8 @@ fn hip_lowering(compute_units: u32) -> Lowering {
         matrix: MatrixTiles::Auto,
         matrix_prefetch: true,
         q8_packed_blocks_per_group: 2,
-        // matvec_id_int's MVI_ID_NR: a wave per 4 rows.
+        // matvec_int.hip's MVI_NR: a wave per 4 rows.
+        int_rows: 8,
         expert_int_rows: 8,
         compute_units,
         // Waves of 32 (RDNA, NVIDIA).

@@ -176,6 +176,7 @@ impl GpuDevice for VulkanDevice {
             matrix,
             matrix_prefetch: !self.opts.no_prefetch,
             q8_packed_blocks_per_group: 64,
+            int_rows: 2,
             expert_int_rows: 2,
             compute_units: self.gpu.props.compute_units,
             subgroup_decode: self.gpu.props.subgroup.size >= 32,

@@ -20,8 +20,8 @@ use std::ops::Range;
 
 use crate::backend::BackendError;
 use crate::graph::fusion::{
-    group_starting_at, matmul_groups, next_matmul_reads, norm_pair_at, residual_add_after,
-    rope_store_at, sum_norm_after, RopeStore,
+    group_starting_at, matmul_groups, next_matmul_reads, norm_pair_at, norm_rope_store_at,
+    residual_add_after, rope_store_at, sum_norm_after, NormRopeStore, RopeStore,
 };
 use crate::graph::split::GraphPart;
 use crate::graph::{Graph, Op, TensorId};
@@ -364,7 +364,19 @@ pub fn record_graph(
         if !matches!(op, Op::MatMulId { .. } | Op::TopKGate { .. }) {
             scratch = None;
         }
-        // The fused rope and store writes f16 rows only.
+        // The fused rope and store writes f16 rows only. Qwen3's Q and K
+        // norms join it where RoPE has no YaRN terms.
+        if fuse && fits(i + 5) && a.kv_layout.types == KvTypes::default() {
+            if let Some(nrs) = norm_rope_store_at(graph, plan, i) {
+                let yarn = graph.rope.for_op(nrs.rope.local).yarn_terms();
+                if yarn.ext_factor == 0.0 && yarn.mscale == 1.0 {
+                    let what = format!("RmsNorm+RmsNorm+Rope+StoreKv layer {}", nrs.rope.layer);
+                    record_norm_rope_store(sink, graph, &nrs, a, &t, label(i, what))?;
+                    i += 5;
+                    continue;
+                }
+            }
+        }
         if fuse && fits(i + 3) && a.kv_layout.types == KvTypes::default() {
             if let Some(rs) = rope_store_at(graph, i) {
                 record_rope_store(
@@ -878,6 +890,59 @@ fn record_rope_store(
     let per_row = rs.n_head * half + rs.n_head_kv * (half + head_dim - r.n_rot) + l.kv_dim;
     let groups = groups_for("rope_kv", q.rows * per_row)?;
     sink.dispatch("rope_kv", push.bytes(), groups, label)
+}
+
+/// Qwen3's per-head norms of a layer's Q and K, their RoPE and the store
+/// of K and V rows into the cache, in one dispatch (`norm_rope_kv`): a
+/// workgroup per (token, head) of Q, then of K, then V's values 64 a
+/// workgroup. The caller checked that RoPE has no YaRN terms.
+fn record_norm_rope_store(
+    sink: &mut dyn KernelSink,
+    graph: &Graph,
+    nrs: &NormRopeStore,
+    a: &GraphAddresses,
+    t: &dyn Fn(TensorId) -> u64,
+    label: String,
+) -> Result<(), BackendError> {
+    let rs = &nrs.rope;
+    let r = &graph.rope.for_op(rs.local);
+    let l = a.kv_layout;
+    let q = graph.tensor(rs.q);
+    let head_dim = q.cols / rs.n_head;
+    if rs.n_head_kv * head_dim != l.kv_dim {
+        return Err(BackendError::InvalidGraph(format!(
+            "{label}: K rows of {} values do not match the cache's {}",
+            rs.n_head_kv * head_dim,
+            l.kv_dim
+        )));
+    }
+    let push = NormRopeKvPush {
+        q: t(nrs.q),
+        q_out: t(rs.q),
+        k: t(nrs.k),
+        k_out: t(rs.k),
+        v: t(rs.v),
+        k_cache: a.kv + l.k_at(rs.layer) as u64,
+        v_cache: a.kv + l.v_at(rs.layer) as u64,
+        step: a.step,
+        freq_factors: r.freq_factors.map_or(0, |f| a.weights[f].address),
+        q_norm: a.weights[nrs.q_norm].address,
+        k_norm: a.weights[nrs.k_norm].address,
+        rows: u32_of(q.rows, "rows")?,
+        n_heads: u32_of(rs.n_head, "heads")?,
+        head_dim: u32_of(head_dim, "head size")?,
+        n_rot: u32_of(r.n_rot, "rotated dims")?,
+        neox: u32::from(r.neox),
+        theta_scale: r.theta_scale(),
+        freq_scale: r.freq_scale,
+        n_heads_kv: u32_of(rs.n_head_kv, "kv heads")?,
+        ring: u32_of(l.capacity(rs.layer), "cache positions")?,
+        eps: graph.rms_eps,
+    };
+    let heads = q.rows * (rs.n_head + rs.n_head_kv);
+    let v_groups = groups_for("norm_rope_kv", q.rows * l.kv_dim)? as usize;
+    let groups = u32_of(heads + v_groups, "workgroups")?;
+    sink.dispatch("norm_rope_kv", push.bytes(), groups, label)
 }
 
 #[allow(clippy::too_many_arguments)]

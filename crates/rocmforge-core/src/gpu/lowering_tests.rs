@@ -143,13 +143,14 @@ fn dense_blocks(g: &Graph) -> Vec<Block> {
 /// every fusion: nine launches a block.
 fn fused_small_step(n: usize, mv: &str, embed: &str, lw: &Lowering) -> Vec<(String, u32)> {
     let q8_groups = |values: usize| (values / 32).div_ceil(lw.q8_packed_blocks_per_group as usize);
+    let rows = |rows: usize| rows.div_ceil(lw.int_rows as usize);
     let mut want = vec![launch(embed, n)];
     for _ in 0..N_LAYER {
         want.extend([
             // One workgroup per row, Q8-packed output for Q/K/V.
             launch("rmsnorm_q8", n),
-            // Q, K, V in one launch, two rows per workgroup.
-            launch(mv, (Q_DIM + KV_DIM + KV_DIM) / 2),
+            // Q, K, V in one launch, `int_rows` rows per workgroup.
+            launch(mv, rows(Q_DIM) + rows(KV_DIM) + rows(KV_DIM)),
             item_launch("rope_kv", n * ROPE_KV_ROW),
         ]);
         if lw.subgroup_decode {
@@ -162,18 +163,18 @@ fn fused_small_step(n: usize, mv: &str, embed: &str, lw: &Lowering) -> Vec<(Stri
         }
         want.extend([
             // The output projection with the residual add.
-            launch(mv, N_EMBD / 2),
+            launch(mv, rows(N_EMBD)),
             launch("rmsnorm_q8", n),
-            launch(mv, (N_FF + N_FF) / 2),
+            launch(mv, rows(N_FF) + rows(N_FF)),
             launch("swiglu_q8", q8_groups(n * N_FF)),
             // Down with the residual add.
-            launch(mv, N_EMBD / 2),
+            launch(mv, rows(N_EMBD)),
         ]);
     }
     if n > 1 {
         want.push(item_launch("copy", N_EMBD));
     }
-    want.extend([launch("rmsnorm_q8", 1), launch(mv, N_VOCAB / 2)]);
+    want.extend([launch("rmsnorm_q8", 1), launch(mv, rows(N_VOCAB))]);
     want
 }
 
@@ -360,13 +361,15 @@ fn fusion_off_lowers_one_launch_per_op_and_a_rounding_per_matmul_run() {
     // HIP's roundings: two blocks of 32 a workgroup.
     let quantize = |values: usize| launch("quantize_q8_packed", values / 32 / 2);
     let mv = "matvec_int_q4_0";
+    // A wave per 4 rows: 8 rows a workgroup.
+    let rows = |rows: usize| rows.div_ceil(8);
     let mut want = vec![launch("embed_q4_0", 1)];
     for _ in 0..N_LAYER {
         want.extend([
             launch("rmsnorm", 1),
             quantize(N_EMBD),
             // Q/K/V still share a launch: one argument block holds them.
-            launch(mv, (Q_DIM + 2 * KV_DIM) / 2),
+            launch(mv, rows(Q_DIM + 2 * KV_DIM)),
             item_launch("rope", N_HEAD * HEAD_DIM / 2),
             item_launch("rope", N_HEAD_KV * HEAD_DIM / 2),
             item_launch("store_kv", KV_DIM / 2),
@@ -374,21 +377,21 @@ fn fusion_off_lowers_one_launch_per_op_and_a_rounding_per_matmul_run() {
             launch("attention_decode", N_HEAD),
             launch("attention_combine", N_HEAD),
             quantize(Q_DIM),
-            launch(mv, N_EMBD / 2),
+            launch(mv, rows(N_EMBD)),
             item_launch("add", N_EMBD),
             launch("rmsnorm", 1),
             quantize(N_EMBD),
-            launch(mv, N_FF),
+            launch(mv, rows(2 * N_FF)),
             item_launch("swiglu", N_FF),
             quantize(N_FF),
-            launch(mv, N_EMBD / 2),
+            launch(mv, rows(N_EMBD)),
             item_launch("add", N_EMBD),
         ]);
     }
     want.extend([
         launch("rmsnorm", 1),
         quantize(N_EMBD),
-        launch(mv, N_VOCAB / 2),
+        launch(mv, rows(N_VOCAB)),
     ]);
     assert_eq!(seq(&sink), want);
     // 35 ops, less the 3 matmuls that share a launch with another, plus a
@@ -885,9 +888,12 @@ fn moe_small_step(
     for layer in 0..N_LAYER {
         want.extend([
             launch(mv, (Q_DIM + KV_DIM + KV_DIM) / 2),
-            // Q and K norms in one launch: one workgroup per head.
-            launch("rmsnorm", n * (N_HEAD + N_HEAD_KV)),
-            item_launch("rope_kv", n * ROPE_KV_ROW),
+            // Q's and K's norms, their RoPE and the KV store in one
+            // launch: a workgroup per head, then V's values.
+            launch(
+                "norm_rope_kv",
+                n * (N_HEAD + N_HEAD_KV) + per_item("norm_rope_kv", n * KV_DIM) as usize,
+            ),
             launch("attention_staged_q8", n * N_HEAD),
             launch(mv, N_EMBD / 2),
             // The router is f32 (it reads the norm's f32 output and leaves
@@ -1062,7 +1068,7 @@ fn moe_push_blocks_address_the_experts() {
         panic!("a MoE block")
     };
 
-    let l = &sink.launches[7..13];
+    let l = &sink.launches[6..12];
     // The norm writes the experts' Q8 input as well as its f32 output (the
     // router's input): the router and the routing leave the scratch alone.
     assert_eq!(l[0].kernel, "rmsnorm_q8");
@@ -1085,13 +1091,13 @@ fn moe_push_blocks_address_the_experts() {
     let mut uncounted = plan.clone();
     uncounted.step_inputs.counters = 0;
     let apart = m.record(&vulkan_lowering(), &g, &uncounted);
-    let r: MatPush = apart.launches[8].push_as();
+    let r: MatPush = apart.launches[7].push_as();
     assert_eq!(
         (r.x, r.w[0], r.out[0]),
         (t(h), m.address(router), t(logits))
     );
     assert_eq!((r.rows[0], r.k, r.n), (8, 256, 7));
-    let route: MoeRoutePush = apart.launches[9].push_as();
+    let route: MoeRoutePush = apart.launches[8].push_as();
     assert_eq!(
         (route.logits, route.ids, route.weights),
         (t(logits), t(ids), t(weights))
@@ -1100,7 +1106,7 @@ fn moe_push_blocks_address_the_experts() {
         (route.n_rows, route.n_expert, route.k, route.normalize),
         (7, 8, 2, 1)
     );
-    let l = &sink.launches[6..13];
+    let l = &sink.launches[5..12];
     // Q8_0 rows of 256 values: 8 blocks of 34 bytes; an expert of gate is
     // 512 such rows, of down 256 rows of 512 values. Gate and up share a
     // launch (up as the second stack).
@@ -1170,22 +1176,52 @@ fn moe_push_blocks_address_the_experts() {
     );
     assert_eq!((sum_push.n_rows, sum_push.cols, sum_push.k), (7, 256, 2));
     assert_eq!(l[6].groups, 7);
-    // Qwen rotates halves (NeoX), and normalises Q and K per head.
-    let rope: RopeKvPush = sink.launches[4].push_as();
-    assert_eq!(rope.neox, 1);
-    // Q's and K's norms in one launch: K's groups after Q's.
+    // Qwen normalises Q and K per head and rotates halves (NeoX): the
+    // norms, RoPE and the KV store in one launch, K's heads after Q's,
+    // then V's values.
     let (
-        &Op::RmsNorm { x: qx, out: qo, .. },
+        &Op::RmsNorm {
+            x: qx,
+            weight: qw,
+            out: qo,
+            ..
+        },
         &Op::RmsNorm {
             x: kx,
             weight: kw,
             out: ko,
             ..
         },
-    ) = (&g.ops[5], &g.ops[6])
+        &Op::StoreKv { v, .. },
+    ) = (&g.ops[5], &g.ops[6], &g.ops[9])
     else {
-        panic!("{:?} {:?}", g.ops[5], g.ops[6])
+        panic!("{:?} {:?} {:?}", g.ops[5], g.ops[6], g.ops[9])
     };
+    assert_eq!(sink.launches[3].kernel, "norm_rope_kv");
+    let nr: NormRopeKvPush = sink.launches[3].push_as();
+    assert_eq!(
+        (nr.q, nr.q_out, nr.k, nr.k_out, nr.v),
+        (t(qx), t(qo), t(kx), t(ko), t(v))
+    );
+    assert_eq!((nr.q_norm, nr.k_norm), (m.address(qw), m.address(kw)));
+    assert_eq!(
+        (nr.k_cache, nr.v_cache),
+        (KV_BASE + m.kv.k_at(0) as u64, KV_BASE + m.kv.v_at(0) as u64)
+    );
+    assert_eq!(
+        (nr.rows, nr.n_heads, nr.n_heads_kv, nr.head_dim, nr.neox),
+        (7, 4, 2, 64, 1)
+    );
+    assert_eq!(nr.step, STEP_BASE);
+    assert_eq!(
+        sink.launches[3].groups,
+        7 * (4 + 2) + (7 * 2 * 64usize).div_ceil(64) as u32
+    );
+    // A q8_0 cache has no fused store: the norms pair in one launch.
+    let mut m = m;
+    let ty = KvType::Q8_0;
+    m.kv = KvLayout::typed(&m.model.config, N_CTX, N_CTX, KvTypes { k: ty, v: ty });
+    let sink = m.record(&vulkan_lowering(), &g, &plan);
     let qn: NormPush = sink.launches[3].push_as();
     assert_eq!((qn.group, qn.n_groups, qn.q8), (64, 7 * 4, 0));
     assert_eq!((qn.x, qn.out), (t(qx), t(qo)));

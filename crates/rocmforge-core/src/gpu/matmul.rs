@@ -26,8 +26,6 @@ pub(super) const COOPMAT_MIN_TOKENS: usize = 32;
 /// qwen2-0.5b (k 896 / 4864, gate+up 304 big tiles, down 28).
 const COOPMAT_BIG_MIN_TILES: usize = 96;
 const COOPMAT_BIG_MIN_K: usize = 2048;
-/// Rows per workgroup of the `matvec_int` kernels (`NR` in build.rs).
-pub(super) const MATVEC_INT_ROWS: usize = 2;
 
 /// Whether a matmul of `tiles` 128x128 tiles and inner size `k` takes them.
 fn coopmat_big(matrix: MatrixTiles, tiles: usize, k: usize) -> bool {
@@ -204,7 +202,7 @@ pub fn record_matmuls(
         let groups: usize = run
             .ops
             .iter()
-            .map(|op| matmul_weight(op, a).rows.div_ceil(MATVEC_INT_ROWS))
+            .map(|op| matmul_weight(op, a).rows.div_ceil(lw.int_rows as usize))
             .sum();
         sink.dispatch(
             &format!("matvec_int{dot}_{suffix}"),

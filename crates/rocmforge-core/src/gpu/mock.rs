@@ -172,6 +172,22 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("v_cache", p.v_cache),
                 ]
             }
+            "norm_rope_kv" => {
+                let p: NormRopeKvPush = l.push_as();
+                vec![
+                    ("q", p.q),
+                    ("q_out", p.q_out),
+                    ("k", p.k),
+                    ("k_out", p.k_out),
+                    ("v", p.v),
+                    ("k_cache", p.k_cache),
+                    ("v_cache", p.v_cache),
+                    ("step", p.step),
+                    ("freq_factors", p.freq_factors),
+                    ("q_norm", p.q_norm),
+                    ("k_norm", p.k_norm),
+                ]
+            }
             "store_kv" | "store_kv_q8_0" | "store_kv_q4_0" => {
                 let p: StoreKvPush = l.push_as();
                 vec![
@@ -339,6 +355,7 @@ pub(crate) fn vulkan_lowering() -> Lowering {
         matrix: MatrixTiles::Off,
         matrix_prefetch: true,
         q8_packed_blocks_per_group: 64,
+        int_rows: 2,
         expert_int_rows: 2,
         // No split unless a test asks for one (gpu::split).
         compute_units: 0,
@@ -353,6 +370,7 @@ pub(crate) fn hip_lowering() -> Lowering {
     Lowering {
         matrix: MatrixTiles::Auto,
         q8_packed_blocks_per_group: 2,
+        int_rows: 8,
         expert_int_rows: 8,
         compute_units: 0,
         subgroup_decode: true,

@@ -109,6 +109,7 @@ impl MockDevice {
             matrix: MatrixTiles::Off,
             matrix_prefetch: false,
             q8_packed_blocks_per_group: 64,
+            int_rows: 2,
             expert_int_rows: 2,
             compute_units: 0,
             subgroup_decode: false,

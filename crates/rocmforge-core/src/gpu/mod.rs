@@ -94,9 +94,11 @@ pub struct Lowering {
     /// (`quantize_q8_packed`, `swiglu_q8`): 64 for the GLSL kernels (one
     /// per invocation), 2 for the HIP ones (one per wave).
     pub q8_packed_blocks_per_group: u32,
-    /// Rows per workgroup of the integer expert mat-vec
-    /// (`matvec_id_int_*`): 2 for the GLSL kernel (64 invocations walking
-    /// the blocks of 2 rows), 8 for the HIP one (a wave per 4 rows).
+    /// Rows per workgroup of the dense integer mat-vec (`matvec_int_*`):
+    /// 2 for the GLSL kernel (64 invocations walking the blocks of 2
+    /// rows), 8 for the HIP one (a wave per 4 rows).
+    pub int_rows: u32,
+    /// The same for the integer expert mat-vec (`matvec_id_int_*`).
     pub expert_int_rows: u32,
     /// The device's compute units (CUs, SMs): decode attention is split
     /// over positions until the workgroups fill them ([`split`]).
@@ -167,6 +169,9 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         // cut its serial chain of loads (docs/vulkan.md, 7B tg128 246 → 269).
         "rmsnorm" | "rmsnorm_q8" | "moe_sum_rmsnorm" | "moe_sum_rmsnorm_q8" => 512,
         "rope" | "rope_kv" | "store_kv" | "attention" | "attention_f32" => 64,
+        // A workgroup per head (its norm is a workgroup sum), then V's
+        // values 64 a workgroup.
+        "norm_rope_kv" => 64,
         // A quantized cache's: an invocation per block; the plain
         // attention's size; the decode and rows kernels' size.
         "store_kv_q8_0" | "store_kv_q4_0" | "attention_q8_0" | "attention_q4_0" => 64,

@@ -141,6 +141,7 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         "rmsnorm" | "rmsnorm_q8" => NormPush::FIELDS,
         "rope" => RopePush::FIELDS,
         "rope_kv" => RopeKvPush::FIELDS,
+        "norm_rope_kv" => NormRopeKvPush::FIELDS,
         "store_kv" | "store_kv_q8_0" | "store_kv_q4_0" => StoreKvPush::FIELDS,
         k if ATTENTION_KERNELS.contains(&k) => AttentionPush::FIELDS,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy" => {
@@ -307,6 +308,42 @@ pub struct RopeKvPush {
 // (ending at byte 72), four u64, two u32: 112 bytes, no padding.
 unsafe impl Push for RopeKvPush {
     const FIELDS: &'static [Field] = fields!(RopeKvPush: x, step, freq_factors, rows, n_heads, head_dim, n_rot, neox, theta_scale, freq_scale, n_heads_kv, yarn, k, v, k_cache, v_cache, ring, pad);
+}
+
+/// `norm_rope_kv`: Qwen3's per-head RMS norms of Q and K (`q` → `q_out`,
+/// `k` → `k_out`, by the weights at `q_norm` / `k_norm`), RoPE of both, and
+/// the step's K / V rows stored into the layer's f16 cache: `rope_kv` with
+/// the norms before it, for RoPE without YaRN (the block has no room left
+/// for its terms: 128 bytes, the least push size Vulkan promises).
+#[repr(C)]
+pub struct NormRopeKvPush {
+    pub q: u64,
+    pub q_out: u64,
+    pub k: u64,
+    pub k_out: u64,
+    pub v: u64,
+    pub k_cache: u64,
+    pub v_cache: u64,
+    pub step: u64,
+    pub freq_factors: u64,
+    pub q_norm: u64,
+    pub k_norm: u64,
+    pub rows: u32,
+    pub n_heads: u32,
+    pub head_dim: u32,
+    pub n_rot: u32,
+    pub neox: u32,
+    pub theta_scale: f32,
+    pub freq_scale: f32,
+    pub n_heads_kv: u32,
+    /// Position `p` is row `p % ring` of the layer's blocks.
+    pub ring: u32,
+    pub eps: f32,
+}
+// SAFETY: repr(C), eleven u64 then ten 4-byte fields: 128 bytes, no
+// padding.
+unsafe impl Push for NormRopeKvPush {
+    const FIELDS: &'static [Field] = fields!(NormRopeKvPush: q, q_out, k, k_out, v, k_cache, v_cache, step, freq_factors, q_norm, k_norm, rows, n_heads, head_dim, n_rot, neox, theta_scale, freq_scale, n_heads_kv, ring, eps);
 }
 
 #[repr(C)]
@@ -476,6 +513,7 @@ const _: () = assert!(std::mem::size_of::<MatPush>() == 120);
 const _: () = assert!(std::mem::size_of::<NormPush>() == 88);
 const _: () = assert!(std::mem::size_of::<RopePush>() == 72);
 const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 112);
+const _: () = assert!(std::mem::size_of::<NormRopeKvPush>() == 128);
 const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 56);
 const _: () = assert!(std::mem::size_of::<AttentionPush>() == 120);
 const _: () = assert!(std::mem::size_of::<EltwisePush>() == 40);
@@ -727,6 +765,7 @@ assert_tiles!(
     NormPush,
     RopePush,
     RopeKvPush,
+    NormRopeKvPush,
     StoreKvPush,
     AttentionPush,
     EltwisePush,

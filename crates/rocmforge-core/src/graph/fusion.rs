@@ -5,6 +5,7 @@
 use std::ops::Range;
 
 use super::{Graph, Op, TensorId};
+use crate::model::WeightId;
 use crate::plan::ArenaPlan;
 
 /// The most matmuls one group may hold (Q, K, V; gate, up).
@@ -242,6 +243,60 @@ pub fn rope_store_at(graph: &Graph, i: usize) -> Option<RopeStore> {
         }
         _ => None,
     }
+}
+
+/// Qwen3's per-head Q and K norms and the rope-and-store run of their
+/// outputs, which a backend may run as one kernel of a workgroup per head:
+/// ops `i`, `i + 1` are a norm pair ([`norm_pair_at`]) over one head's
+/// values, ops `i + 2 ..= i + 4` the rope-and-store run ([`rope_store_at`])
+/// of the two norms' outputs. The planner keeps Q alive through the K norm
+/// ([`fusion_end`]), so the pair's outputs never land on its inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NormRopeStore {
+    /// The Q norm's input and weight.
+    pub q: TensorId,
+    pub q_norm: WeightId,
+    /// The K norm's.
+    pub k: TensorId,
+    pub k_norm: WeightId,
+    /// The rope-and-store run: its `q` and `k` are the norms' outputs.
+    pub rope: RopeStore,
+}
+
+/// The norm-rope-and-store run starting at op `i`, if any.
+pub fn norm_rope_store_at(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<NormRopeStore> {
+    let second = norm_pair_at(graph, plan, i)?;
+    let (
+        &Op::RmsNorm {
+            x: q,
+            weight: q_norm,
+            out: q_out,
+            group,
+        },
+        &Op::RmsNorm {
+            x: k,
+            weight: k_norm,
+            out: k_out,
+            ..
+        },
+    ) = (&graph.ops[i], second)
+    else {
+        return None;
+    };
+    let rope = rope_store_at(graph, i + 2)?;
+    let head_dim = graph.tensor(q).cols / rope.n_head;
+    (rope.q == q_out
+        && rope.k == k_out
+        && group == head_dim
+        && graph.tensor(q).cols == rope.n_head * head_dim
+        && graph.tensor(k).cols == rope.n_head_kv * head_dim)
+        .then_some(NormRopeStore {
+            q,
+            q_norm,
+            k,
+            k_norm,
+            rope,
+        })
 }
 
 /// Whether op `i + 1` is a matmul reading `t`, the output of op `i`: the
