@@ -53,12 +53,21 @@ DEV YarnPush yarn_of(const NormRopeKvPush&) {
     return y;
 }
 
+// Pair i's two dims within a head, its new values not yet set.
+template <typename P> DEV Rotated pair_dims(const P& p, uint32_t i) {
+    Rotated o;
+    o.a = p.neox != 0u ? i : 2u * i;
+    o.b = p.neox != 0u ? i + p.n_rot / 2u : 2u * i + 1u;
+    o.xa = 0.0f;
+    o.xb = 0.0f;
+    return o;
+}
+
 // Pair i of token r's values (x0, x1) turned by its angle, into o.xa, o.xb
 // (o.a, o.b: the pair's dims).
 template <typename P>
 DEV Rotated rope_turn(const P& p, uint32_t r, uint32_t i, float x0, float x1) {
     const YarnPush yarn = yarn_of(p);
-    uint32_t half_rot = p.n_rot / 2u;
     float theta = (float)(step_pos0(p.step) + r);
     for (uint32_t q = 0u; q < i; q++) {
         theta *= p.theta_scale;
@@ -75,9 +84,7 @@ DEV Rotated rope_turn(const P& p, uint32_t r, uint32_t i, float x0, float x1) {
     libm_sincosf(angle, &sn, &cs);
     sn *= yarn.mscale;
     cs *= yarn.mscale;
-    Rotated o;
-    o.a = p.neox != 0u ? i : 2u * i;
-    o.b = p.neox != 0u ? i + half_rot : 2u * i + 1u;
+    Rotated o = pair_dims(p, i);
     o.xa = x0 * cs - x1 * sn;
     o.xb = x0 * sn + x1 * cs;
     return o;
@@ -85,10 +92,8 @@ DEV Rotated rope_turn(const P& p, uint32_t r, uint32_t i, float x0, float x1) {
 
 // Pair i of the head at `head` (token r) rotated in place.
 template <typename P> DEV Rotated rope_rotate(const P& p, float* head, uint32_t r, uint32_t i) {
-    const uint32_t half_rot = p.n_rot / 2u;
-    const uint32_t a = p.neox != 0u ? i : 2u * i;
-    const uint32_t b = p.neox != 0u ? i + half_rot : 2u * i + 1u;
-    Rotated o = rope_turn(p, r, i, head[a], head[b]);
+    const Rotated d = pair_dims(p, i);
+    Rotated o = rope_turn(p, r, i, head[d.a], head[d.b]);
     head[o.a] = o.xa;
     head[o.b] = o.xb;
     return o;
@@ -192,9 +197,8 @@ DEV void norm_rope_kv_run(const NormRopeKvPush& p, double* part) {
     const uint64_t row = (uint64_t)((pos0 + r) % p.ring) * kv_dim + head * p.head_dim;
     const uint32_t half_rot = p.n_rot / 2u;
     for (uint32_t i = tid; i < half_rot; i += ROPE_OPS_WG) {
-        const uint32_t a = p.neox != 0u ? i : 2u * i;
-        const uint32_t b = p.neox != 0u ? i + half_rot : 2u * i + 1u;
-        Rotated o = rope_turn(p, r, i, src[a] * scale * w[a], src[b] * scale * w[b]);
+        const Rotated d = pair_dims(p, i);
+        Rotated o = rope_turn(p, r, i, src[d.a] * scale * w[d.a], src[d.b] * scale * w[d.b]);
         dst[o.a] = o.xa;
         dst[o.b] = o.xb;
         if (is_k) {

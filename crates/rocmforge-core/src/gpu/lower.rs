@@ -844,6 +844,25 @@ pub fn record_graph(
     Ok(())
 }
 
+/// The head size of a rope-and-store run, once its K rows are checked to be
+/// the cache's rows.
+fn kv_head_dim(
+    graph: &Graph,
+    rs: &RopeStore,
+    l: &KvLayout,
+    label: &str,
+) -> Result<usize, BackendError> {
+    let head_dim = graph.tensor(rs.q).cols / rs.n_head;
+    let k_cols = graph.tensor(rs.k).cols;
+    if k_cols != l.kv_dim || rs.n_head_kv * head_dim != l.kv_dim {
+        return Err(BackendError::InvalidGraph(format!(
+            "{label}: K rows of {k_cols} values do not match the cache's {}",
+            l.kv_dim
+        )));
+    }
+    Ok(head_dim)
+}
+
 /// RoPE of a layer's Q and K and the store of its K and V rows into the
 /// cache, in one dispatch (`rope_kv`).
 fn record_rope_store(
@@ -857,14 +876,7 @@ fn record_rope_store(
     let r = &graph.rope.for_op(rs.local);
     let l = a.kv_layout;
     let q = graph.tensor(rs.q);
-    let head_dim = q.cols / rs.n_head;
-    if graph.tensor(rs.k).cols != l.kv_dim || rs.n_head_kv * head_dim != l.kv_dim {
-        return Err(BackendError::InvalidGraph(format!(
-            "{label}: K rows of {} values do not match the cache's {}",
-            graph.tensor(rs.k).cols,
-            l.kv_dim
-        )));
-    }
+    let head_dim = kv_head_dim(graph, rs, l, &label)?;
     let push = RopeKvPush {
         x: t(rs.q),
         step: a.step,
@@ -908,14 +920,7 @@ fn record_norm_rope_store(
     let r = &graph.rope.for_op(rs.local);
     let l = a.kv_layout;
     let q = graph.tensor(rs.q);
-    let head_dim = q.cols / rs.n_head;
-    if rs.n_head_kv * head_dim != l.kv_dim {
-        return Err(BackendError::InvalidGraph(format!(
-            "{label}: K rows of {} values do not match the cache's {}",
-            rs.n_head_kv * head_dim,
-            l.kv_dim
-        )));
-    }
+    let head_dim = kv_head_dim(graph, rs, l, &label)?;
     let push = NormRopeKvPush {
         q: t(nrs.q),
         q_out: t(rs.q),
