@@ -42,6 +42,10 @@ struct MatPush {
     // Rows added to the output, a fused residual add (matvec_int only; 0 =
     // none).
     uint64_t residual;
+    // Teams a mat-vec workgroup is split into (always 1 here: the HIP
+    // lowering does not split, Lowering::row_teams).
+    uint32_t teams;
+    uint32_t pad;
 };
 
 struct NormPush {
@@ -335,7 +339,7 @@ RF_PUSH_AT(EmbedPush, cols, 28);
 RF_PUSH_AT(EmbedPush, n_vocab, 32);
 RF_PUSH_AT(EmbedPush, n_tokens, 36);
 
-static_assert(sizeof(MatPush) == 120, "MatPush size");
+static_assert(sizeof(MatPush) == 128, "MatPush size");
 RF_PUSH_AT(MatPush, x, 0);
 RF_PUSH_AT(MatPush, w, 8);
 RF_PUSH_AT(MatPush, out, 32);
@@ -346,6 +350,7 @@ RF_PUSH_AT(MatPush, n, 96);
 RF_PUSH_AT(MatPush, n_parts, 100);
 RF_PUSH_AT(MatPush, x_scales, 104);
 RF_PUSH_AT(MatPush, residual, 112);
+RF_PUSH_AT(MatPush, teams, 120);
 
 static_assert(sizeof(NormPush) == 88, "NormPush size");
 RF_PUSH_AT(NormPush, x, 0);

@@ -3,6 +3,12 @@
 // all tokens. Up to three matmuls of one input (Q/K/V, gate/up) run as one
 // dispatch: the workgroup index picks the part.
 //
+// Short rows (fewer 8-value units than the workgroup has invocations, as
+// in the tiny test models): `teams` > 1 splits the workgroup into teams of
+// WG_SIZE / teams invocations, each with a row of its own, summed through
+// shared memory (core's gpu::matmul picks the split; a whole-workgroup team
+// is the path above).
+//
 // ROUTE (moe_router_f32, f32 weights; MoeRouterPush): a decode step's
 // router, one workgroup per expert, whose last workgroup to finish routes
 // the logits as moe.comp's OP_ROUTE does (moe_route.glsl), so the routing
@@ -60,18 +66,21 @@ layout(push_constant, std430) uniform Push {
     uint k;
     uint n;
     uint n_parts;
+    uint64_t x_scales; // matvec_int's
+    uint64_t residual; // matvec_int's
+    // Teams a workgroup is split into, a row each (a power of two).
+    uint teams;
 } pc;
 #endif
 
 shared float part_sums[MV_MAX_TOKENS * WG_SIZE];
 
-// Row r of W (at `row`, k columns) against the n tokens of x, written to
-// out[t * m + r] with bias[r] added (bias 0: none).
-void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint64_t out_at,
-                uint m, uint r) {
+// This invocation's share of row `row` of W (k columns) against the n
+// tokens of x: units lane, lane + lanes, ... of the row.
+void row_dots(uint64_t x_at, uint64_t row, uint k, uint n, uint lane, uint lanes,
+              out float acc[MV_MAX_TOKENS]) {
     uint units = k / 8u;
     V4s x = V4s(x_at);
-    float acc[MV_MAX_TOKENS];
     for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
         acc[t] = 0.0;
     }
@@ -106,7 +115,7 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
         }
     }
 #else
-    for (uint u = gl_LocalInvocationID.x; u < units; u += WG_SIZE) {
+    for (uint u = lane; u < units; u += lanes) {
         vec4 lo, hi;
         dequant8(row, u / QUANT_UNITS, u % QUANT_UNITS, lo, hi);
         for (uint t = 0u; t < n; t++) {
@@ -115,7 +124,12 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
         }
     }
 #endif
-    // Subgroup sums, then one slot per subgroup in shared memory.
+}
+
+// The workgroup's sums of acc (one row, r), written to out[t * m + r] with
+// bias[r] added (bias 0: none): subgroup sums, then one slot per subgroup
+// in shared memory.
+void store_row(float acc[MV_MAX_TOKENS], uint n, uint64_t bias, uint64_t out_at, uint m, uint r) {
     for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
         acc[t] = subgroupAdd(acc[t]);
     }
@@ -153,8 +167,10 @@ void main() {
     if (r >= pc.n_expert) {
         return; // the whole workgroup, and none is counted
     }
-    matvec_row(pc.x, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols,
-               pc.n, pc.bias, pc.logits, pc.n_expert, r);
+    float acc[MV_MAX_TOKENS];
+    row_dots(pc.x, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols,
+             pc.n, gl_LocalInvocationID.x, WG_SIZE, acc);
+    store_row(acc, pc.n, pc.bias, pc.logits, pc.n_expert, r);
     if (!last_to_finish(pc.counter, pc.n_expert)) {
         return;
     }
@@ -164,18 +180,62 @@ void main() {
     }
 }
 #else
+// The sums of a workgroup split into teams, a row each (r0 + team; rows
+// from m on are not written): every invocation's partial sums in shared
+// memory, then invocation team * n + t sums its team's lanes for token t.
+void store_team_rows(float acc[MV_MAX_TOKENS], uint n, uint teams, uint64_t bias,
+                     uint64_t out_at, uint m, uint r0) {
+    uint lanes = WG_SIZE / teams;
+    uint i = gl_LocalInvocationID.x;
+    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+        if (t < n) {
+            part_sums[t * WG_SIZE + i] = acc[t];
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+    if (i < teams * n) {
+        uint team = i / n;
+        uint t = i % n;
+        uint r = r0 + team;
+        if (r < m) {
+            float s = 0.0;
+            for (uint j = 0u; j < lanes; j++) {
+                s += part_sums[t * WG_SIZE + team * lanes + j];
+            }
+            if (bias != 0ul) {
+                s += F32s(bias).v[r];
+            }
+            F32s(out_at).v[t * m + r] = s;
+        }
+    }
+}
+
 void main() {
-    uint r = wg_linear();
+    uint teams = pc.teams;
+    uint g = wg_linear();
     uint p = 0u;
-    while (p < pc.n_parts && r >= pc.rows[p]) {
-        r -= pc.rows[p];
+    while (p < pc.n_parts && g >= (pc.rows[p] + teams - 1u) / teams) {
+        g -= (pc.rows[p] + teams - 1u) / teams;
         p++;
     }
     if (p >= pc.n_parts) {
         return;
     }
+    uint m = pc.rows[p];
+    uint lanes = WG_SIZE / teams;
+    uint team = gl_LocalInvocationID.x / lanes;
+    uint r0 = g * teams;
+    // Rows past the end read row m - 1 again (never written out).
+    uint r = min(r0 + team, m - 1u);
     // Plain float rows may end mid-"block": size rows by elements.
     uint64_t row = pc.w[p] + uint64_t(r) * (uint64_t(pc.k) * QUANT_BLOCK_BYTES / QUANT_K);
-    matvec_row(pc.x, row, pc.k, pc.n, pc.bias[p], pc.out_[p], pc.rows[p], r);
+    float acc[MV_MAX_TOKENS];
+    row_dots(pc.x, row, pc.k, pc.n, gl_LocalInvocationID.x % lanes, lanes, acc);
+    if (teams == 1u) {
+        store_row(acc, pc.n, pc.bias[p], pc.out_[p], m, r0);
+    } else {
+        store_team_rows(acc, pc.n, teams, pc.bias[p], pc.out_[p], m, r0);
+    }
 }
 #endif

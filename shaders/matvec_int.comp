@@ -10,7 +10,8 @@
 // A workgroup computes NR consecutive rows of one part; every invocation
 // walks blocks tid, tid + WG_SIZE, ... of all NR rows, so each activation
 // block is read once per NR rows and adjacent invocations read adjacent
-// weight blocks. Partial sums are reduced with subgroupAdd and, when the
+// weight blocks. Rows of fewer blocks than that split the workgroup into
+// teams, NR rows each (main). Partial sums are reduced with subgroupAdd and, when the
 // workgroup holds several subgroups, through shared memory: correct for any
 // subgroup size. INT_DOT uses GL_EXT_integer_dot_product (one instruction
 // for four products where the hardware has it).
@@ -66,6 +67,9 @@ layout(push_constant, std430) uniform Push {
     // Rows added to the output (a residual add fused into the projection),
     // laid out as the output; 0 = none.
     uint64_t residual;
+    // Teams a workgroup is split into, NR rows each (a power of two; see
+    // main).
+    uint teams;
 } pc;
 #endif
 
@@ -200,18 +204,63 @@ void main() {
     }
 }
 #else
+// The sums of a workgroup split into teams of NR rows (r0 + team * NR + r;
+// rows from m on are not written): every invocation's partial sums in
+// shared memory, then invocation (team * NR + r) * n + t sums its team's
+// lanes for row r and token t, and adds the bias and residual.
+void store_team_rows(float acc[NR][MV_MAX_TOKENS], uint n, uint teams, uint p, uint m, uint r0) {
+    uint lanes = WG_SIZE / teams;
+    uint i = gl_LocalInvocationID.x;
+    for (uint r = 0u; r < NR; r++) {
+        for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+            if (t < n) {
+                part_sums[r * MV_MAX_TOKENS + t][i] = acc[r][t];
+            }
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+    if (i < teams * NR * n) {
+        uint team = i / (NR * n);
+        uint rt = (i / n) % NR;
+        uint t = i % n;
+        uint r = r0 + team * NR + rt;
+        if (r < m) {
+            float s = 0.0;
+            for (uint j = 0u; j < lanes; j++) {
+                s += part_sums[rt * MV_MAX_TOKENS + t][team * lanes + j];
+            }
+            if (pc.bias[p] != 0ul) {
+                s += F32s(pc.bias[p]).v[r];
+            }
+            if (pc.residual != 0ul) {
+                s += F32s(pc.residual).v[t * m + r];
+            }
+            F32s(pc.out_[p]).v[t * m + r] = s;
+        }
+    }
+}
+
+// A workgroup computes NR * teams rows: with one team (rows of at least
+// as many blocks as the workgroup has invocations, every real model's),
+// every invocation walks the blocks of all NR rows; with more (short rows),
+// each team of WG_SIZE / teams invocations walks its own NR rows' blocks.
 void main() {
+    uint teams = pc.teams;
+    uint per_group = NR * teams;
     uint g = wg_linear();
     uint p = 0u;
-    while (p < pc.n_parts && g >= (pc.rows[p] + NR - 1u) / NR) {
-        g -= (pc.rows[p] + NR - 1u) / NR;
+    while (p < pc.n_parts && g >= (pc.rows[p] + per_group - 1u) / per_group) {
+        g -= (pc.rows[p] + per_group - 1u) / per_group;
         p++;
     }
     if (p >= pc.n_parts) {
         return;
     }
     uint m = pc.rows[p];
-    uint r0 = g * NR;
+    uint lanes = WG_SIZE / teams;
+    uint r0 = g * per_group;
+    uint team_r0 = r0 + (gl_LocalInvocationID.x / lanes) * NR;
     uint nb = pc.k / 32u;
     uint64_t row_bytes = uint64_t(nb) * QUANT_BLOCK_BYTES;
     float acc[NR][MV_MAX_TOKENS];
@@ -220,12 +269,12 @@ void main() {
             acc[r][t] = 0.0;
         }
     }
-    for (uint b = gl_LocalInvocationID.x; b < nb; b += WG_SIZE) {
+    for (uint b = gl_LocalInvocationID.x % lanes; b < nb; b += lanes) {
         uint q[NR][8];
         vec2 dm[NR];
         for (uint r = 0u; r < NR; r++) {
             // Rows past the end read row m - 1 again (never written out).
-            uint rr = min(r0 + r, m - 1u);
+            uint rr = min(team_r0 + r, m - 1u);
             block_q8(pc.w[p] + uint64_t(rr) * row_bytes, b, q[r], dm[r]);
         }
         // Each activation block read once for the NR rows.
@@ -243,6 +292,10 @@ void main() {
                 acc[r][t] += block_term(q[r], dm[r], x0, x1, xsc);
             }
         }
+    }
+    if (teams > 1u) {
+        store_team_rows(acc, pc.n, teams, p, m, r0);
+        return;
     }
     float s = workgroup_sums(acc, pc.n);
     uint i = gl_LocalInvocationID.x;

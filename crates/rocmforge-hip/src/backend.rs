@@ -376,6 +376,7 @@ fn hip_lowering(compute_units: u32) -> Lowering {
         // matvec_int.hip's MVI_NR: a wave per 4 rows.
         int_rows: 8,
         expert_int_rows: 8,
+        row_teams: false,
         compute_units,
         // Waves of 32 (RDNA, NVIDIA).
         subgroup_decode: true,

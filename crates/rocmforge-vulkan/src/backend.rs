@@ -178,6 +178,7 @@ impl GpuDevice for VulkanDevice {
             q8_packed_blocks_per_group: 64,
             int_rows: 2,
             expert_int_rows: 2,
+            row_teams: true,
             compute_units: self.gpu.props.compute_units,
             subgroup_decode: self.gpu.props.subgroup.size >= 32,
             matrix_attention: self.pipes.coopmat,

@@ -665,6 +665,58 @@ fn matmul_grids_round_ragged_shapes_up() {
 }
 
 #[test]
+fn short_rows_split_mat_vec_workgroups_into_teams() {
+    let teams = Lowering {
+        row_teams: true,
+        ..vulkan_lowering()
+    };
+    let f32_route = Lowering {
+        int_matvec: false,
+        ..teams
+    };
+    // (k, rows): the f32 mat-vec's teams (8-value units a row, up to 64
+    // a workgroup) and the integer one's (32-value blocks, int_rows each).
+    for (k, rows, f32_teams, int_teams) in [
+        (64, 100, 8, 32),
+        (192, 100, 2, 8),
+        (256, 1000, 2, 8),
+        (512, 1000, 1, 4),
+        (2048, 1000, 1, 1),
+        (4096, 1000, 1, 1),
+    ] {
+        let sink = one_matmul(QuantType::Q4_0, 1, k, rows, &f32_route);
+        let p: MatPush = sink.launches[1].push_as();
+        assert_eq!(p.teams, f32_teams, "f32 teams, k {k}");
+        let groups = rows.div_ceil(f32_teams as usize);
+        assert_eq!(seq(&sink)[1], launch("matvec_q4_0", groups), "k {k}");
+        let sink = one_matmul(QuantType::Q4_0, 1, k, rows, &teams);
+        let p: MatPush = sink.launches[1].push_as();
+        assert_eq!(p.teams, int_teams, "integer teams, k {k}");
+        let groups = rows.div_ceil(2 * int_teams as usize);
+        assert_eq!(seq(&sink)[1], launch("matvec_int_q4_0", groups), "k {k}");
+        // Without the split: one team, a row (int_rows) a workgroup.
+        let sink = one_matmul(QuantType::Q4_0, 1, k, rows, &vulkan_lowering());
+        let p: MatPush = sink.launches[1].push_as();
+        assert_eq!(p.teams, 1);
+        assert_eq!(seq(&sink)[1], launch("matvec_int_q4_0", rows.div_ceil(2)));
+    }
+    // Q, K and V of 256 values (32 units) in one launch: each part's rows
+    // in whole workgroups of 2 teams.
+    let m = dense_llama(QuantType::F32);
+    let g = m.graph(1);
+    let sink = m.record(&teams, &g, &naive_plan(&g));
+    let qkv = sink
+        .launches
+        .iter()
+        .find(|l| l.kernel == "matvec_f32" && l.push_as::<MatPush>().n_parts == 3)
+        .expect("a fused Q/K/V mat-vec");
+    let p: MatPush = qkv.push_as();
+    assert_eq!((p.k, p.teams), (N_EMBD as u32, 2));
+    let want: u32 = p.rows.iter().map(|&r| r.div_ceil(2)).sum();
+    assert_eq!(qkv.groups, want);
+}
+
+#[test]
 fn float_weights_round_as_their_type_and_f32_stays_off_matrix_cores() {
     let small = hip_lowering();
     // f32 weights: no rounding, the portable matmul, the input in place.

@@ -38,6 +38,26 @@ fn coopmat_big(matrix: MatrixTiles, tiles: usize, k: usize) -> bool {
 
 /// Whether matmuls of weight `w` over `n` tokens of `k` values run as the
 /// integer mat-vec, reading Q8-packed activations from the scratch.
+/// Invocations of a dense mat-vec workgroup (`shaders/matvec.comp`,
+/// `shaders/matvec_int.comp`).
+const MATVEC_WG: usize = 64;
+
+/// Teams a dense mat-vec workgroup is split into for rows of `per_row`
+/// work items (8-value units for `matvec_*`, 32-value blocks for
+/// `matvec_int_*`), each team on rows of its own: as many as still give
+/// every lane of a team an item (a power of two), so a short row does not
+/// leave most of a workgroup idle. Real models' rows are thousands of
+/// values, one team; the tiny test models' are 64 to 192, where one row a
+/// workgroup spent 90% of lavapipe's time on the output projection
+/// (docs/measurements.md). 1 without `Lowering::row_teams`.
+pub fn row_teams(lw: &Lowering, per_row: usize) -> u32 {
+    if !lw.row_teams {
+        return 1;
+    }
+    let lanes = per_row.next_power_of_two().min(MATVEC_WG);
+    (MATVEC_WG / lanes) as u32
+}
+
 pub fn int_route(lw: &Lowering, w: &DeviceWeight, n: usize, k: usize) -> bool {
     lw.int_matvec && n <= MATVEC_MAX_TOKENS && has_int_form(w.ty) && k.is_multiple_of(32)
 }
@@ -158,10 +178,11 @@ pub fn record_matmuls(
         n_parts: run.ops.len() as u32,
         x_scales: 0,
         residual: 0,
+        teams: 1,
+        pad: 0,
     };
     let mut names = Vec::new();
     let mut weight: Option<&DeviceWeight> = None;
-    let mut n_rows = 0;
     for (p, op) in run.ops.iter().enumerate() {
         let Op::MatMul { w, x, bias, out } = *op else {
             unreachable!("matmul groups hold matmuls only")
@@ -175,7 +196,6 @@ pub fn record_matmuls(
         push.out[p] = t(out);
         push.bias[p] = bias.map_or(0, |b| a.weights[b].address);
         push.rows[p] = u32_of(dw.rows, "rows")?;
-        n_rows += dw.rows;
         names.push(dw.name.clone());
         weight = Some(dw);
     }
@@ -199,10 +219,12 @@ pub fn record_matmuls(
             push.residual = t(r.residual);
         }
         let dot = if lw.int_dot_names { "_dot" } else { "" };
+        push.teams = row_teams(lw, push.k as usize / 32);
+        let per_group = (lw.int_rows * push.teams) as usize;
         let groups: usize = run
             .ops
             .iter()
-            .map(|op| matmul_weight(op, a).rows.div_ceil(lw.int_rows as usize))
+            .map(|op| matmul_weight(op, a).rows.div_ceil(per_group))
             .sum();
         sink.dispatch(
             &format!("matvec_int{dot}_{suffix}"),
@@ -218,7 +240,14 @@ pub fn record_matmuls(
         used = ScratchUse::Overwritten;
     }
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
-        ("matvec", n_rows)
+        push.teams = row_teams(lw, push.k as usize / 8);
+        let teams = push.teams as usize;
+        let groups = run
+            .ops
+            .iter()
+            .map(|op| matmul_weight(op, a).rows.div_ceil(teams))
+            .sum();
+        ("matvec", groups)
     } else {
         // Workgroups of a tiling by `bt` tokens x `br` rows.
         let tiles = |bt: usize, br: usize| -> usize {

@@ -357,6 +357,9 @@ pub(crate) fn vulkan_lowering() -> Lowering {
         q8_packed_blocks_per_group: 64,
         int_rows: 2,
         expert_int_rows: 2,
+        // One team a workgroup, so the grids the tests count are the
+        // rows (teams: `short_rows_split_mat_vec_workgroups_into_teams`).
+        row_teams: false,
         // No split unless a test asks for one (gpu::split).
         compute_units: 0,
         subgroup_decode: false,
@@ -372,6 +375,7 @@ pub(crate) fn hip_lowering() -> Lowering {
         q8_packed_blocks_per_group: 2,
         int_rows: 8,
         expert_int_rows: 8,
+        row_teams: false,
         compute_units: 0,
         subgroup_decode: true,
         ..vulkan_lowering()

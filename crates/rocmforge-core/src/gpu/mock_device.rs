@@ -111,6 +111,7 @@ impl MockDevice {
             q8_packed_blocks_per_group: 64,
             int_rows: 2,
             expert_int_rows: 2,
+            row_teams: true,
             compute_units: 0,
             subgroup_decode: false,
             matrix_attention: false,

@@ -100,6 +100,12 @@ pub struct Lowering {
     pub int_rows: u32,
     /// The same for the integer expert mat-vec (`matvec_id_int_*`).
     pub expert_int_rows: u32,
+    /// Rows of fewer units than a dense mat-vec workgroup has invocations
+    /// split its workgroups into teams, each on rows of its own
+    /// ([`matmul::row_teams`]; the GLSL kernels). Off, a workgroup takes
+    /// one row (`matvec_*`) or `int_rows` (`matvec_int_*`) whatever the
+    /// row's length (the HIP kernels).
+    pub row_teams: bool,
     /// The device's compute units (CUs, SMs): decode attention is split
     /// over positions until the workgroups fill them ([`split`]).
     pub compute_units: u32,

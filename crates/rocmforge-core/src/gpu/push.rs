@@ -191,12 +191,17 @@ pub struct MatPush {
     /// Rows added to the output, a fused residual add (`matvec_int` only;
     /// 0 = none).
     pub residual: u64,
+    /// Teams the mat-vec workgroups are split into, each with rows of its
+    /// own (`matvec_*`, `matvec_int_*`; 1: the whole workgroup on a row, or
+    /// on `Lowering::int_rows`; see `gpu::matmul::row_teams`).
+    pub teams: u32,
+    pub pad: u32,
 }
 // SAFETY: repr(C), ten u64, six u32 (ending at byte 104, 8-aligned), two
-// u64: 120 bytes, no padding.
+// u64, two u32: 128 bytes, no padding.
 unsafe impl Push for MatPush {
     const FIELDS: &'static [Field] =
-        fields!(MatPush: x, w, out, bias, rows, k, n, n_parts, x_scales, residual);
+        fields!(MatPush: x, w, out, bias, rows, k, n, n_parts, x_scales, residual, teams, pad);
 }
 
 #[repr(C)]
@@ -509,7 +514,7 @@ unsafe impl Push for AttnTempPush {
 // The sizes the SAFETY lines above state, and that the GLSL push blocks and
 // `kernels/push.h` repeat.
 const _: () = assert!(std::mem::size_of::<EmbedPush>() == 40);
-const _: () = assert!(std::mem::size_of::<MatPush>() == 120);
+const _: () = assert!(std::mem::size_of::<MatPush>() == 128);
 const _: () = assert!(std::mem::size_of::<NormPush>() == 88);
 const _: () = assert!(std::mem::size_of::<RopePush>() == 72);
 const _: () = assert!(std::mem::size_of::<RopeKvPush>() == 112);
