@@ -182,7 +182,8 @@ void main() {
 #else
 // The sums of a workgroup split into teams, a row each (r0 + team; rows
 // from m on are not written): every invocation's partial sums in shared
-// memory, then invocation team * n + t sums its team's lanes for token t.
+// memory, then sum team * n + t, that of the team's lanes for token t, is
+// taken by invocation (that index) % WG_SIZE.
 void store_team_rows(float acc[MV_MAX_TOKENS], uint n, uint teams, uint64_t bias,
                      uint64_t out_at, uint m, uint r0) {
     uint lanes = WG_SIZE / teams;
@@ -194,9 +195,10 @@ void store_team_rows(float acc[MV_MAX_TOKENS], uint n, uint teams, uint64_t bias
     }
     memoryBarrierShared();
     barrier();
-    if (i < teams * n) {
-        uint team = i / n;
-        uint t = i % n;
+    // Up to WG_SIZE * n sums: an invocation may take several.
+    for (uint o = i; o < teams * n; o += WG_SIZE) {
+        uint team = o / n;
+        uint t = o % n;
         uint r = r0 + team;
         if (r < m) {
             float s = 0.0;

@@ -206,8 +206,9 @@ void main() {
 #else
 // The sums of a workgroup split into teams of NR rows (r0 + team * NR + r;
 // rows from m on are not written): every invocation's partial sums in
-// shared memory, then invocation (team * NR + r) * n + t sums its team's
-// lanes for row r and token t, and adds the bias and residual.
+// shared memory, then sum (team * NR + r) * n + t, that of its team's
+// lanes for row r and token t, with the bias and residual added, is taken
+// by invocation (that index) % WG_SIZE.
 void store_team_rows(float acc[NR][MV_MAX_TOKENS], uint n, uint teams, uint p, uint m, uint r0) {
     uint lanes = WG_SIZE / teams;
     uint i = gl_LocalInvocationID.x;
@@ -220,10 +221,11 @@ void store_team_rows(float acc[NR][MV_MAX_TOKENS], uint n, uint teams, uint p, u
     }
     memoryBarrierShared();
     barrier();
-    if (i < teams * NR * n) {
-        uint team = i / (NR * n);
-        uint rt = (i / n) % NR;
-        uint t = i % n;
+    // Up to WG_SIZE * NR * n sums: an invocation may take several.
+    for (uint o = i; o < teams * NR * n; o += WG_SIZE) {
+        uint team = o / (NR * n);
+        uint rt = (o / n) % NR;
+        uint t = o % n;
         uint r = r0 + team * NR + rt;
         if (r < m) {
             float s = 0.0;

@@ -7,7 +7,8 @@
 //! API (the inputs are imports, the outputs exports), so one load and one
 //! recording serve a type. The shapes:
 //! - rows of 1, 2, 3, 5 and 9 blocks (fewer blocks than a subgroup of 8,
-//!   32 or 64 has lanes, and counts that are not multiples of them);
+//!   32 or 64 has lanes, and counts that are not multiples of them), and
+//!   of 65 blocks of 32 (more than a mat-vec workgroup has invocations);
 //! - output counts that are not multiples of the rows a workgroup computes
 //!   (7 and 37: odd, and past one 32-row tile);
 //! - 1, 3 and 9 tokens (the decode mat-vec, its multi-token form, and the
@@ -173,7 +174,12 @@ fn expert_ids(n: usize, k: usize, e: usize, rng: &mut Rng) -> Vec<f32> {
 
 fn matmul_cases(c: &mut Cases, ty: QuantType, rng: &mut Rng) {
     let b = block(ty);
-    for (i, &blocks) in [1usize, 2, 3, 5, 9].iter().enumerate() {
+    // Rows of 65 blocks of 32 too: more blocks than the integer mat-vec's
+    // workgroup has invocations, so one team of the whole workgroup takes
+    // them, as in a real model (the short ones split it into teams; 9
+    // blocks of 256, or of 32 f32 values, are one team of the f32 one).
+    let long = if b == 32 { Some(65) } else { None };
+    for (i, &blocks) in [1usize, 2, 3, 5, 9].iter().chain(&long).enumerate() {
         for &n in &[1usize, 3, 9] {
             let k = blocks * b;
             let m = if i % 2 == 0 { 7 } else { 37 };
