@@ -6,8 +6,8 @@
 // Short rows (fewer 8-value units than the workgroup has invocations, as
 // in the tiny test models): `teams` > 1 splits the workgroup into teams of
 // WG_SIZE / teams invocations, each with a row of its own, summed through
-// shared memory (core's gpu::matmul picks the split; a whole-workgroup team
-// is the path above).
+// shared memory (team_rows; core's gpu::matmul::row_teams picks the
+// split). A real model's rows are one team: the path above, unchanged.
 //
 // ROUTE (moe_router_f32, f32 weights; MoeRouterPush): a decode step's
 // router, one workgroup per expert, whose last workgroup to finish routes
@@ -75,12 +75,13 @@ layout(push_constant, std430) uniform Push {
 
 shared float part_sums[MV_MAX_TOKENS * WG_SIZE];
 
-// This invocation's share of row `row` of W (k columns) against the n
-// tokens of x: units lane, lane + lanes, ... of the row.
-void row_dots(uint64_t x_at, uint64_t row, uint k, uint n, uint lane, uint lanes,
-              out float acc[MV_MAX_TOKENS]) {
+// Row r of W (at `row`, k columns) against the n tokens of x, written to
+// out[t * m + r] with bias[r] added (bias 0: none).
+void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint64_t out_at,
+                uint m, uint r) {
     uint units = k / 8u;
     V4s x = V4s(x_at);
+    float acc[MV_MAX_TOKENS];
     for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
         acc[t] = 0.0;
     }
@@ -115,7 +116,7 @@ void row_dots(uint64_t x_at, uint64_t row, uint k, uint n, uint lane, uint lanes
         }
     }
 #else
-    for (uint u = lane; u < units; u += lanes) {
+    for (uint u = gl_LocalInvocationID.x; u < units; u += WG_SIZE) {
         vec4 lo, hi;
         dequant8(row, u / QUANT_UNITS, u % QUANT_UNITS, lo, hi);
         for (uint t = 0u; t < n; t++) {
@@ -124,12 +125,7 @@ void row_dots(uint64_t x_at, uint64_t row, uint k, uint n, uint lane, uint lanes
         }
     }
 #endif
-}
-
-// The workgroup's sums of acc (one row, r), written to out[t * m + r] with
-// bias[r] added (bias 0: none): subgroup sums, then one slot per subgroup
-// in shared memory.
-void store_row(float acc[MV_MAX_TOKENS], uint n, uint64_t bias, uint64_t out_at, uint m, uint r) {
+    // Subgroup sums, then one slot per subgroup in shared memory.
     for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
         acc[t] = subgroupAdd(acc[t]);
     }
@@ -167,10 +163,8 @@ void main() {
     if (r >= pc.n_expert) {
         return; // the whole workgroup, and none is counted
     }
-    float acc[MV_MAX_TOKENS];
-    row_dots(pc.x, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols,
-             pc.n, gl_LocalInvocationID.x, WG_SIZE, acc);
-    store_row(acc, pc.n, pc.bias, pc.logits, pc.n_expert, r);
+    matvec_row(pc.x, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols,
+               pc.n, pc.bias, pc.logits, pc.n_expert, r);
     if (!last_to_finish(pc.counter, pc.n_expert)) {
         return;
     }
@@ -180,40 +174,13 @@ void main() {
     }
 }
 #else
-// The sums of a workgroup split into teams, a row each (r0 + team; rows
-// from m on are not written): every invocation's partial sums in shared
-// memory, then sum team * n + t, that of the team's lanes for token t, is
-// taken by invocation (that index) % WG_SIZE.
-void store_team_rows(float acc[MV_MAX_TOKENS], uint n, uint teams, uint64_t bias,
-                     uint64_t out_at, uint m, uint r0) {
-    uint lanes = WG_SIZE / teams;
-    uint i = gl_LocalInvocationID.x;
-    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-        if (t < n) {
-            part_sums[t * WG_SIZE + i] = acc[t];
-        }
-    }
-    memoryBarrierShared();
-    barrier();
-    // Up to WG_SIZE * n sums: an invocation may take several.
-    for (uint o = i; o < teams * n; o += WG_SIZE) {
-        uint team = o / n;
-        uint t = o % n;
-        uint r = r0 + team;
-        if (r < m) {
-            float s = 0.0;
-            for (uint j = 0u; j < lanes; j++) {
-                s += part_sums[t * WG_SIZE + team * lanes + j];
-            }
-            if (bias != 0ul) {
-                s += F32s(bias).v[r];
-            }
-            F32s(out_at).v[t * m + r] = s;
-        }
-    }
-}
-
-void main() {
+// A workgroup split into pc.teams teams of `lanes` invocations, a row each
+// (r0 + team): each invocation sums its units lane, lane + lanes, ... of
+// its team's row, leaves its sums in shared memory, and sum team * n + t
+// (the team's lanes for token t) is taken by invocation (that index) %
+// WG_SIZE. Rows from the part's end on are read (the last row again) but
+// not written.
+void team_rows() {
     uint teams = pc.teams;
     uint g = wg_linear();
     uint p = 0u;
@@ -225,19 +192,68 @@ void main() {
         return;
     }
     uint m = pc.rows[p];
+    uint n = pc.n;
+    uint k = pc.k;
     uint lanes = WG_SIZE / teams;
-    uint team = gl_LocalInvocationID.x / lanes;
+    uint i = gl_LocalInvocationID.x;
     uint r0 = g * teams;
-    // Rows past the end read row m - 1 again (never written out).
-    uint r = min(r0 + team, m - 1u);
+    uint r = min(r0 + i / lanes, m - 1u);
+    uint64_t row = pc.w[p] + uint64_t(r) * (uint64_t(k) * QUANT_BLOCK_BYTES / QUANT_K);
+    uint units = k / 8u;
+    V4s x = V4s(pc.x);
+    float acc[MV_MAX_TOKENS];
+    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+        acc[t] = 0.0;
+    }
+    for (uint u = i % lanes; u < units; u += lanes) {
+        vec4 lo, hi;
+        dequant8(row, u / QUANT_UNITS, u % QUANT_UNITS, lo, hi);
+        for (uint t = 0u; t < n; t++) {
+            uint base = (t * k) / 4u + 2u * u;
+            acc[t] += dot(lo, x.v[base]) + dot(hi, x.v[base + 1u]);
+        }
+    }
+    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+        if (t < n) {
+            part_sums[t * WG_SIZE + i] = acc[t];
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+    // Up to WG_SIZE * n sums: an invocation may take several.
+    for (uint o = i; o < teams * n; o += WG_SIZE) {
+        uint team = o / n;
+        uint t = o % n;
+        uint rt = r0 + team;
+        if (rt < m) {
+            float s = 0.0;
+            for (uint j = 0u; j < lanes; j++) {
+                s += part_sums[t * WG_SIZE + team * lanes + j];
+            }
+            if (pc.bias[p] != 0ul) {
+                s += F32s(pc.bias[p]).v[rt];
+            }
+            F32s(pc.out_[p]).v[t * m + rt] = s;
+        }
+    }
+}
+
+void main() {
+    if (pc.teams > 1u) {
+        team_rows();
+        return;
+    }
+    uint r = wg_linear();
+    uint p = 0u;
+    while (p < pc.n_parts && r >= pc.rows[p]) {
+        r -= pc.rows[p];
+        p++;
+    }
+    if (p >= pc.n_parts) {
+        return;
+    }
     // Plain float rows may end mid-"block": size rows by elements.
     uint64_t row = pc.w[p] + uint64_t(r) * (uint64_t(pc.k) * QUANT_BLOCK_BYTES / QUANT_K);
-    float acc[MV_MAX_TOKENS];
-    row_dots(pc.x, row, pc.k, pc.n, gl_LocalInvocationID.x % lanes, lanes, acc);
-    if (teams == 1u) {
-        store_row(acc, pc.n, pc.bias[p], pc.out_[p], m, r0);
-    } else {
-        store_team_rows(acc, pc.n, teams, pc.bias[p], pc.out_[p], m, r0);
-    }
+    matvec_row(pc.x, row, pc.k, pc.n, pc.bias[p], pc.out_[p], pc.rows[p], r);
 }
 #endif

@@ -10,8 +10,9 @@
 // A workgroup computes NR consecutive rows of one part; every invocation
 // walks blocks tid, tid + WG_SIZE, ... of all NR rows, so each activation
 // block is read once per NR rows and adjacent invocations read adjacent
-// weight blocks. Rows of fewer blocks than that split the workgroup into
-// teams, NR rows each (main). Partial sums are reduced with subgroupAdd and, when the
+// weight blocks. Rows of fewer blocks than that (the tiny test models')
+// split the workgroup into teams of NR rows each (team_rows); a real
+// model's rows are one team, the path above. Partial sums are reduced with subgroupAdd and, when the
 // workgroup holds several subgroups, through shared memory: correct for any
 // subgroup size. INT_DOT uses GL_EXT_integer_dot_product (one instruction
 // for four products where the hardware has it).
@@ -67,8 +68,8 @@ layout(push_constant, std430) uniform Push {
     // Rows added to the output (a residual add fused into the projection),
     // laid out as the output; 0 = none.
     uint64_t residual;
-    // Teams a workgroup is split into, NR rows each (a power of two; see
-    // main).
+    // Teams a workgroup is split into, NR rows each (a power of two;
+    // team_rows).
     uint teams;
 } pc;
 #endif
@@ -204,14 +205,61 @@ void main() {
     }
 }
 #else
-// The sums of a workgroup split into teams of NR rows (r0 + team * NR + r;
-// rows from m on are not written): every invocation's partial sums in
-// shared memory, then sum (team * NR + r) * n + t, that of its team's
-// lanes for row r and token t, with the bias and residual added, is taken
-// by invocation (that index) % WG_SIZE.
-void store_team_rows(float acc[NR][MV_MAX_TOKENS], uint n, uint teams, uint p, uint m, uint r0) {
+// A workgroup split into pc.teams teams of `lanes` invocations, NR rows
+// each (r0 + team * NR + r): each invocation walks blocks lane, lane +
+// lanes, ... of its team's rows, leaves its sums in shared memory, and sum
+// (team * NR + r) * n + t (the team's lanes for row r and token t, with
+// the bias and residual added) is taken by invocation (that index) %
+// WG_SIZE. Rows from the part's end on are read (the last row again) but
+// not written.
+void team_rows() {
+    uint teams = pc.teams;
+    uint per_group = NR * teams;
+    uint g = wg_linear();
+    uint p = 0u;
+    while (p < pc.n_parts && g >= (pc.rows[p] + per_group - 1u) / per_group) {
+        g -= (pc.rows[p] + per_group - 1u) / per_group;
+        p++;
+    }
+    if (p >= pc.n_parts) {
+        return;
+    }
+    uint m = pc.rows[p];
+    uint n = pc.n;
     uint lanes = WG_SIZE / teams;
     uint i = gl_LocalInvocationID.x;
+    uint r0 = g * per_group;
+    uint team_r0 = r0 + (i / lanes) * NR;
+    uint nb = pc.k / 32u;
+    uint64_t row_bytes = uint64_t(nb) * QUANT_BLOCK_BYTES;
+    float acc[NR][MV_MAX_TOKENS];
+    for (uint r = 0u; r < NR; r++) {
+        for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+            acc[r][t] = 0.0;
+        }
+    }
+    U4s xq = U4s(pc.x);
+    V2s xs = V2s(pc.x_scales);
+    for (uint b = i % lanes; b < nb; b += lanes) {
+        uint q[NR][8];
+        vec2 dm[NR];
+        for (uint r = 0u; r < NR; r++) {
+            uint rr = min(team_r0 + r, m - 1u);
+            block_q8(pc.w[p] + uint64_t(rr) * row_bytes, b, q[r], dm[r]);
+        }
+        for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+            if (t >= n) {
+                break;
+            }
+            uint xb = t * nb + b;
+            uvec4 x0 = xq.v[2u * xb];
+            uvec4 x1 = xq.v[2u * xb + 1u];
+            vec2 xsc = xs.v[xb];
+            for (uint r = 0u; r < NR; r++) {
+                acc[r][t] += block_term(q[r], dm[r], x0, x1, xsc);
+            }
+        }
+    }
     for (uint r = 0u; r < NR; r++) {
         for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
             if (t < n) {
@@ -243,26 +291,22 @@ void store_team_rows(float acc[NR][MV_MAX_TOKENS], uint n, uint teams, uint p, u
     }
 }
 
-// A workgroup computes NR * teams rows: with one team (rows of at least
-// as many blocks as the workgroup has invocations, every real model's),
-// every invocation walks the blocks of all NR rows; with more (short rows),
-// each team of WG_SIZE / teams invocations walks its own NR rows' blocks.
 void main() {
-    uint teams = pc.teams;
-    uint per_group = NR * teams;
+    if (pc.teams > 1u) {
+        team_rows();
+        return;
+    }
     uint g = wg_linear();
     uint p = 0u;
-    while (p < pc.n_parts && g >= (pc.rows[p] + per_group - 1u) / per_group) {
-        g -= (pc.rows[p] + per_group - 1u) / per_group;
+    while (p < pc.n_parts && g >= (pc.rows[p] + NR - 1u) / NR) {
+        g -= (pc.rows[p] + NR - 1u) / NR;
         p++;
     }
     if (p >= pc.n_parts) {
         return;
     }
     uint m = pc.rows[p];
-    uint lanes = WG_SIZE / teams;
-    uint r0 = g * per_group;
-    uint team_r0 = r0 + (gl_LocalInvocationID.x / lanes) * NR;
+    uint r0 = g * NR;
     uint nb = pc.k / 32u;
     uint64_t row_bytes = uint64_t(nb) * QUANT_BLOCK_BYTES;
     float acc[NR][MV_MAX_TOKENS];
@@ -271,12 +315,12 @@ void main() {
             acc[r][t] = 0.0;
         }
     }
-    for (uint b = gl_LocalInvocationID.x % lanes; b < nb; b += lanes) {
+    for (uint b = gl_LocalInvocationID.x; b < nb; b += WG_SIZE) {
         uint q[NR][8];
         vec2 dm[NR];
         for (uint r = 0u; r < NR; r++) {
             // Rows past the end read row m - 1 again (never written out).
-            uint rr = min(team_r0 + r, m - 1u);
+            uint rr = min(r0 + r, m - 1u);
             block_q8(pc.w[p] + uint64_t(rr) * row_bytes, b, q[r], dm[r]);
         }
         // Each activation block read once for the NR rows.
@@ -294,10 +338,6 @@ void main() {
                 acc[r][t] += block_term(q[r], dm[r], x0, x1, xsc);
             }
         }
-    }
-    if (teams > 1u) {
-        store_team_rows(acc, pc.n, teams, p, m, r0);
-        return;
     }
     float s = workgroup_sums(acc, pc.n);
     uint i = gl_LocalInvocationID.x;
