@@ -36,8 +36,6 @@ fn coopmat_big(matrix: MatrixTiles, tiles: usize, k: usize) -> bool {
     }
 }
 
-/// Whether matmuls of weight `w` over `n` tokens of `k` values run as the
-/// integer mat-vec, reading Q8-packed activations from the scratch.
 /// Invocations of a dense mat-vec workgroup (`shaders/matvec.comp`,
 /// `shaders/matvec_int.comp`).
 const MATVEC_WG: usize = 64;
@@ -48,7 +46,7 @@ const MATVEC_WG: usize = 64;
 /// every lane of a team an item (a power of two), so a short row does not
 /// leave most of a workgroup idle. Real models' rows are thousands of
 /// values, one team; the tiny test models' are 64 to 192, where one row a
-/// workgroup spent 90% of lavapipe's time on the output projection
+/// workgroup spent 99% of lavapipe's decode time on the output projection
 /// (docs/measurements.md). 1 without `Lowering::row_teams`.
 pub fn row_teams(lw: &Lowering, per_row: usize) -> u32 {
     if !lw.row_teams {
@@ -58,6 +56,8 @@ pub fn row_teams(lw: &Lowering, per_row: usize) -> u32 {
     (MATVEC_WG / lanes) as u32
 }
 
+/// Whether matmuls of weight `w` over `n` tokens of `k` values run as the
+/// integer mat-vec, reading Q8-packed activations from the scratch.
 pub fn int_route(lw: &Lowering, w: &DeviceWeight, n: usize, k: usize) -> bool {
     lw.int_matvec && n <= MATVEC_MAX_TOKENS && has_int_form(w.ty) && k.is_multiple_of(32)
 }
@@ -200,6 +200,14 @@ pub fn record_matmuls(
         weight = Some(dw);
     }
     let w = weight.expect("at least one matmul");
+    // A mat-vec's workgroups at `per_group` rows each: every part's rows
+    // in whole workgroups.
+    let row_groups = |per_group: usize| -> usize {
+        run.ops
+            .iter()
+            .map(|op| matmul_weight(op, a).rows.div_ceil(per_group))
+            .sum()
+    };
     let suffix = weight_kernel(w)?;
     let n = push.n as usize;
     let first = run.first;
@@ -220,12 +228,7 @@ pub fn record_matmuls(
         }
         let dot = if lw.int_dot_names { "_dot" } else { "" };
         push.teams = row_teams(lw, push.k as usize / 32);
-        let per_group = (lw.int_rows * push.teams) as usize;
-        let groups: usize = run
-            .ops
-            .iter()
-            .map(|op| matmul_weight(op, a).rows.div_ceil(per_group))
-            .sum();
+        let groups = row_groups((lw.int_rows * push.teams) as usize);
         sink.dispatch(
             &format!("matvec_int{dot}_{suffix}"),
             push.bytes(),
@@ -241,13 +244,7 @@ pub fn record_matmuls(
     }
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
         push.teams = row_teams(lw, push.k as usize / 8);
-        let teams = push.teams as usize;
-        let groups = run
-            .ops
-            .iter()
-            .map(|op| matmul_weight(op, a).rows.div_ceil(teams))
-            .sum();
-        ("matvec", groups)
+        ("matvec", row_groups(push.teams as usize))
     } else {
         // Workgroups of a tiling by `bt` tokens x `br` rows.
         let tiles = |bt: usize, br: usize| -> usize {
