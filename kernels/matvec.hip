@@ -12,7 +12,8 @@
 //
 // Kernels: matvec_<ty> for every weight type, argument block MatPush
 // (x_scales and residual unused), grid: the parts' rows summed (wg_linear);
-// moe_router_f32 (below), the f32 router with the routing.
+// moe_router_f32 (below), the f32 router with the routing, and
+// moe_norm_router_f32, the same with the FFN norm in front.
 #include "mat_common.h"
 #include "moe_route.h"
 
@@ -21,6 +22,26 @@
 
 DEV float dot4_f32(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
+// Float4 i of token t's row of x (k4 float4s a row), as matvec_row reads
+// it: the rows as they are...
+struct RowsAsIs {
+    const float4* x;
+    uint32_t k4;
+    DEV_METHOD float4 operator()(uint32_t t, uint32_t i) const { return x[(uint64_t)t * k4 + i]; }
+};
+
+// ...or normalised by an RMS norm first, (x * scale_t) * w, as rmsnorm
+// writes them (moe_norm_router_f32; `scale` in shared memory).
+struct RowsNormed {
+    const float4* x;
+    const float4* w;
+    const float* scale;
+    uint32_t k4;
+    DEV_METHOD float4 operator()(uint32_t t, uint32_t i) const {
+        return x[(uint64_t)t * k4 + i] * scale[t] * w[i];
+    }
+};
+
 // Row r of W (at `row`, k columns) against the n tokens of x by a
 // workgroup of WG threads, written to out[t * m + r] with bias[r] added
 // (bias 0: none); part_sums: MV_MAX_TOKENS * WG / WAVE_SIZE floats. Each
@@ -28,9 +49,9 @@ DEV float dot4_f32(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.
 // same order for any U): the router's f32 rows take 8, a 2048-column
 // row's whole share for a wave, so its loads are in flight together and a
 // row costs one trip to memory, not one a unit.
-template <typename Q, uint32_t WG, uint32_t U = 1u>
-DEV void matvec_row(const float4* x, const uint8_t* row, uint32_t k, uint32_t n, uint64_t bias,
-                    float* out, uint32_t m, uint32_t r, float* part_sums) {
+template <typename Q, uint32_t WG, uint32_t U = 1u, typename X>
+DEV void matvec_row(X x, const uint8_t* row, uint32_t k, uint32_t n, uint64_t bias, float* out,
+                    uint32_t m, uint32_t r, float* part_sums) {
     constexpr uint32_t WAVES = WG / WAVE_SIZE;
     const uint32_t units = k / 8u;
     constexpr uint32_t UNITS = Q::K / 8u;
@@ -52,8 +73,7 @@ DEV void matvec_row(const float4* x, const uint8_t* row, uint32_t k, uint32_t n,
 #pragma unroll
             for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
                 if (t < n && u < units) { // t < n is uniform: n is an argument
-                    const float4* xt = x + (uint64_t)t * (k / 4u) + 2u * u;
-                    acc[t] += dot4_f32(w[j].lo, xt[0]) + dot4_f32(w[j].hi, xt[1]);
+                    acc[t] += dot4_f32(w[j].lo, x(t, 2u * u)) + dot4_f32(w[j].hi, x(t, 2u * u + 1u));
                 }
             }
         }
@@ -91,7 +111,7 @@ template <typename Q> DEV void matvec(const MatPush& s) {
         return;
     }
     const uint8_t* row = dev_ptr<const uint8_t>(part_u64(s.w, p)) + (uint64_t)r * row_bytes_of<Q>(s.k);
-    matvec_row<Q, MV_WG>(dev_ptr<const float4>(s.x), row, s.k, s.n, part_u64(s.bias, p),
+    matvec_row<Q, MV_WG>(RowsAsIs{dev_ptr<const float4>(s.x), s.k / 4u}, row, s.k, s.n, part_u64(s.bias, p),
                   dev_ptr<float>(part_u64(s.out, p)), part_u32(s.rows, p), r, part_sums);
 }
 
@@ -105,19 +125,70 @@ RF_WEIGHT_TYPES(MATVEC_KERNEL)
 // (last_to_finish, in the step's counter) routes every token as moe_route
 // does. Up to
 // MOE_ROUTE_WG * MOE_ROUTE_HELD experts (the lowering's limit).
+//
+// moe_norm_router_f32 (the same argument block, norm_x set): the FFN norm
+// in front of the router too. Each workgroup takes every token's scale as
+// rmsnorm does (squares rounded to f32, summed in f64, its own order),
+// reads the rows normalised (RowsNormed), and writes blocks of 32 r,
+// r + n_expert, ... of the norm's output to s.x (and Q8-packed to s.q8,
+// as rmsnorm_q8) for the experts. Its row walk loads 4 units a lane
+// before it sums them, not 8: the norm's weights for them are loaded too,
+// and 8 ran out of scalar registers (52 SGPRs spilled on gfx11).
 #define ROUTER_WG MOE_ROUTE_WG
 #define ROUTER_UNROLL 8u
-KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_router_f32(MoeRouterPush s) {
-    __shared__ float part_sums[MV_MAX_TOKENS * (ROUTER_WG / WAVE_SIZE)];
-    __shared__ uint64_t tab[32];
+static_assert(ROUTER_WG == WAVE_SIZE, "the norm's blocks: one a wave");
+
+// Every token's norm scale (to `scale`, shared memory), then this
+// workgroup's blocks of the norm's output, a wave each (lane = value).
+DEV void router_norm(const MoeRouterPush& s, uint32_t r, float* scale) {
+    const float* src = dev_ptr<const float>(s.norm_x);
+    const float* nw = dev_ptr<const float>(s.norm_w);
+    for (uint32_t t = 0u; t < s.n; t++) {
+        // The squares in f64 are exact sums for any order but the rarest.
+        const float4* row4 = dev_ptr<const float4>(s.norm_x) + (uint64_t)t * (s.cols / 4u);
+        double ss = 0.0;
+        for (uint32_t c = thread_id_x(); c < s.cols / 4u; c += ROUTER_WG) {
+            const float4 v = row4[c];
+            ss += (double)(v.x * v.x) + (double)(v.y * v.y) + (double)(v.z * v.z) + (double)(v.w * v.w);
+        }
+        // One wave: its sum is the workgroup's.
+        const float mean = (float)(wave_sum_f64(ss) / (double)s.cols);
+        if (lane_id() == 0u) {
+            scale[t] = 1.0f / dev_sqrtf(mean + s.eps);
+        }
+    }
+    block_barrier();
+    const uint32_t nb = s.cols / 32u;
+    float* out = dev_ptr<float>(s.x);
+    for (uint32_t gb = r; gb < s.n * nb; gb += s.n_expert) {
+        const uint32_t t = gb / nb;
+        const uint32_t c = (gb % nb) * 32u + lane_id();
+        const float v = src[(uint64_t)t * s.cols + c] * scale[t] * nw[c];
+        out[(uint64_t)t * s.cols + c] = v;
+        if (s.q8 != 0u) {
+            wave_store_q8_packed(v, dev_ptr<int8_t>(s.q8), dev_ptr<float2>(s.q8_scales), gb);
+        }
+    }
+}
+
+template <bool NORM>
+DEV void moe_router(const MoeRouterPush& s, float* part_sums, uint64_t* tab, float* scale) {
     const uint32_t r = wg_linear();
     if (r >= s.n_expert) {
         return; // the whole workgroup, and none is counted
     }
     const uint8_t* row = dev_ptr<const uint8_t>(s.w) + (uint64_t)r * row_bytes_of<quant::F32>(s.cols);
-    matvec_row<quant::F32, ROUTER_WG, ROUTER_UNROLL>(dev_ptr<const float4>(s.x), row, s.cols, s.n,
-                                                     s.bias, dev_ptr<float>(s.logits), s.n_expert, r,
-                                                     part_sums);
+    if (NORM) {
+        router_norm(s, r, scale);
+        matvec_row<quant::F32, ROUTER_WG, ROUTER_UNROLL / 2u>(
+            RowsNormed{dev_ptr<const float4>(s.norm_x), dev_ptr<const float4>(s.norm_w), scale,
+                       s.cols / 4u},
+            row, s.cols, s.n, s.bias, dev_ptr<float>(s.logits), s.n_expert, r, part_sums);
+    } else {
+        matvec_row<quant::F32, ROUTER_WG, ROUTER_UNROLL>(
+            RowsAsIs{dev_ptr<const float4>(s.x), s.cols / 4u}, row, s.cols, s.n, s.bias,
+            dev_ptr<float>(s.logits), s.n_expert, r, part_sums);
+    }
     if (!last_to_finish(dev_ptr<uint32_t>(s.counter), s.n_expert)) {
         return; // the whole workgroup
     }
@@ -132,6 +203,19 @@ KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_router_f32(MoeRouterPush s) {
     for (uint32_t t = 0u; t < s.n; t++) {
         ops::moe_route_held(route, t, lane_id(), tab);
     }
+}
+
+KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_router_f32(MoeRouterPush s) {
+    __shared__ float part_sums[MV_MAX_TOKENS * (ROUTER_WG / WAVE_SIZE)];
+    __shared__ uint64_t tab[32];
+    moe_router<false>(s, part_sums, tab, nullptr);
+}
+
+KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_norm_router_f32(MoeRouterPush s) {
+    __shared__ float part_sums[MV_MAX_TOKENS * (ROUTER_WG / WAVE_SIZE)];
+    __shared__ uint64_t tab[32];
+    __shared__ float scale[MV_MAX_TOKENS];
+    moe_router<true>(s, part_sums, tab, scale);
 }
 #undef ROUTER_WG
 #undef ROUTER_UNROLL

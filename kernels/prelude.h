@@ -59,6 +59,8 @@ typedef half half16 __attribute__((ext_vector_type(16)));
 // Helpers: always inlined, so pointers into __shared__ arrays keep their
 // address space (LDS instructions on AMDGPU, not flat ones).
 #define DEV static __device__ inline __attribute__((always_inline))
+// The same for member functions (which cannot be static).
+#define DEV_METHOD __device__ inline __attribute__((always_inline))
 // Kernels: unmangled names for hipModuleGetFunction / cuModuleGetFunction.
 #define KERNEL extern "C" __global__
 // The workgroup size a kernel is launched with. Required on every kernel:

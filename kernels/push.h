@@ -217,12 +217,19 @@ struct MoeRouterPush {
     uint64_t ids;
     uint64_t weights;
     uint64_t counter;
+    // The FFN norm in front (norm_x 0: none, x is the router's input):
+    // its input rows, weight, and Q8-packed output (q8 0: none); x is
+    // then the norm's output, written.
+    uint64_t norm_x;
+    uint64_t norm_w;
+    uint64_t q8;
+    uint64_t q8_scales;
     uint32_t cols;
     uint32_t n_expert;
     uint32_t n;
     uint32_t k;
     uint32_t normalize;
-    uint32_t pad;
+    float eps;
 };
 
 // attn_temp: Llama 4's attention temperature, rows of cols at pos0 + r.
@@ -474,10 +481,12 @@ RF_PUSH_AT(MoeRoutePush, n_expert, 28);
 RF_PUSH_AT(MoeRoutePush, k, 32);
 RF_PUSH_AT(MoeRoutePush, normalize, 36);
 
-static_assert(sizeof(MoeRouterPush) == 80, "MoeRouterPush size");
+static_assert(sizeof(MoeRouterPush) == 112, "MoeRouterPush size");
 RF_PUSH_AT(MoeRouterPush, counter, 48);
-RF_PUSH_AT(MoeRouterPush, cols, 56);
-RF_PUSH_AT(MoeRouterPush, pad, 76);
+RF_PUSH_AT(MoeRouterPush, norm_x, 56);
+RF_PUSH_AT(MoeRouterPush, q8_scales, 80);
+RF_PUSH_AT(MoeRouterPush, cols, 88);
+RF_PUSH_AT(MoeRouterPush, eps, 108);
 
 static_assert(sizeof(AttnTempPush) == 32, "AttnTempPush size");
 RF_PUSH_AT(AttnTempPush, step, 8);

@@ -12,7 +12,12 @@
 // ROUTE (moe_router_f32, f32 weights; MoeRouterPush): a decode step's
 // router, one workgroup per expert, whose last workgroup to finish routes
 // the logits as moe.comp's OP_ROUTE does (moe_route.glsl), so the routing
-// takes no launch of its own.
+// takes no launch of its own. With NORM (moe_norm_router_f32; pc.norm_x
+// set), the FFN norm in front of the router runs here too: each workgroup sums the squares of the
+// rows itself (f32, its own order: the plain norm's sum may differ in the
+// last bit), reads the rows as (x * scale) * w, rmsnorm.comp's values, and
+// writes blocks of 32 r, r + n_expert, ... of the norm's output (and, with
+// pc.q8, Q8-packed as rmsnorm_q8 does) for the experts.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #ifdef ROUTE
@@ -26,13 +31,19 @@
 // row's whole share for a workgroup of 32, so the loads are in flight
 // together and a row costs one trip to memory, not one a unit (the rows
 // are a few KiB: the trips, not the bytes, set the time).
+#ifdef NORM
+// With the norm's weights loaded for each unit too: 4 (as HIP's).
+#define ROUTER_UNROLL 4u
+#else
 #define ROUTER_UNROLL 8u
+#endif
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC {
     float v[];
 };
 #include "counters.glsl"
 #define LOGITS F32sC
 #include "moe_route.glsl"
+#include "q8_packed.glsl"
 #endif
 
 layout(local_size_x = WG_SIZE) in;
@@ -50,12 +61,21 @@ layout(push_constant, std430) uniform Push {
     uint64_t ids;
     uint64_t weights;
     uint64_t counter;
+    uint64_t norm_x; // 0: no norm in front
+    uint64_t norm_w;
+    uint64_t q8; // 0: the norm's output in f32 only
+    uint64_t q8_scales;
     uint cols;
     uint n_expert;
     uint n;
     uint k;
     uint normalize;
+    float eps;
 } pc;
+#ifdef NORM
+// Each token's norm scale, 1 / sqrt(mean(x^2) + eps).
+float norm_scale[MV_MAX_TOKENS];
+#endif
 #else
 layout(push_constant, std430) uniform Push {
     uint64_t x;
@@ -103,9 +123,15 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
                 vec4 xlo[ROUTER_UNROLL];
                 vec4 xhi[ROUTER_UNROLL];
                 [[unroll]] for (uint j = 0u; j < ROUTER_UNROLL; j++) {
-                    uint base = (t * k) / 4u + 2u * min(u0 + j * WG_SIZE, units - 1u);
+                    uint col = 2u * min(u0 + j * WG_SIZE, units - 1u);
+                    uint base = (t * k) / 4u + col;
                     xlo[j] = x.v[base];
                     xhi[j] = x.v[base + 1u];
+#ifdef NORM
+                    V4s nw = V4s(pc.norm_w);
+                    xlo[j] = xlo[j] * norm_scale[t] * nw.v[col];
+                    xhi[j] = xhi[j] * norm_scale[t] * nw.v[col + 1u];
+#endif
                 }
                 [[unroll]] for (uint j = 0u; j < ROUTER_UNROLL; j++) {
                     if (u0 + j * WG_SIZE < units) {
@@ -158,12 +184,61 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
 // every token (moe_route.glsl; a workgroup of 32, one subgroup on NVIDIA
 // and RDNA's wave32, as moe.comp's OP_ROUTE). Logits are written and read
 // through coherent references.
+#ifdef NORM
+// The norm in front of the router: every token's scale, then
+// this workgroup's blocks of the output (r, r + n_expert, ... over the
+// tokens' blocks in order), each by one invocation.
+void norm_rows(uint r) {
+    uint c4 = pc.cols / 4u;
+    V4s src = V4s(pc.norm_x);
+    float ss[MV_MAX_TOKENS];
+    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+        ss[t] = 0.0;
+    }
+    for (uint c = gl_LocalInvocationID.x; c < c4; c += WG_SIZE) {
+        for (uint t = 0u; t < pc.n; t++) {
+            vec4 v = src.v[t * c4 + c];
+            ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+    }
+    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+        if (t < pc.n) { // uniform
+            norm_scale[t] = 1.0 / sqrt(wg_sum(ss[t]) / float(pc.cols) + pc.eps);
+        }
+    }
+    uint nb = pc.cols / 32u;
+    V4s nw = V4s(pc.norm_w);
+    V4s o = V4s(pc.x);
+    for (uint gb = r + gl_LocalInvocationID.x * pc.n_expert; gb < pc.n * nb;
+         gb += WG_SIZE * pc.n_expert) {
+        uint t = gb / nb;
+        uint b = gb % nb;
+        vec4 v[8];
+        for (uint j = 0u; j < 8u; j++) {
+            v[j] = src.v[t * c4 + b * 8u + j] * norm_scale[t] * nw.v[b * 8u + j];
+        }
+        for (uint j = 0u; j < 8u; j++) {
+            o.v[t * c4 + b * 8u + j] = v[j];
+        }
+        if (pc.q8 != 0ul) {
+            store_q8_packed(v, pc.q8, pc.q8_scales, gb);
+        }
+    }
+}
+#endif
+
 void main() {
     uint r = wg_linear();
     if (r >= pc.n_expert) {
         return; // the whole workgroup, and none is counted
     }
-    matvec_row(pc.x, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols,
+#ifdef NORM
+    norm_rows(r);
+    uint64_t x_at = pc.norm_x;
+#else
+    uint64_t x_at = pc.x;
+#endif
+    matvec_row(x_at, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols,
                pc.n, pc.bias, pc.logits, pc.n_expert, r);
     if (!last_to_finish(pc.counter, pc.n_expert)) {
         return;

@@ -333,6 +333,17 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         "matvec.comp",
         &[("WG_SIZE", "32"), ("ROUTE", "1"), ("WEIGHT_F32", "1")],
     ),
+    // The same with the FFN norm in front.
+    (
+        "moe_norm_router_f32",
+        "matvec.comp",
+        &[
+            ("WG_SIZE", "32"),
+            ("ROUTE", "1"),
+            ("WEIGHT_F32", "1"),
+            ("NORM", "1"),
+        ],
+    ),
     ("moe_sum", "moe.comp", &[("OP_SUM", "1")]),
     ("moe_group", "moe.comp", &[("OP_GROUP", "1")]),
     ("spin", "spin.comp", &[]),

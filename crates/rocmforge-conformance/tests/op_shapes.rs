@@ -17,7 +17,8 @@
 //!   shared by a token's choices (gate, up) or one row per choice (down);
 //! - the routing top-k and the weighted sum at those counts, and the top-k
 //!   of 60, 128 and 200 experts, and a decode step's f32 router with the
-//!   routing of its logits (one launch on the GPU backends).
+//!   routing of its logits, with and without the FFN norm in front (one
+//!   launch on the GPU backends).
 //!
 //! The CPU backend is checked first, against f64 arithmetic on the
 //! dequantized weights (see [`CPU_VS_F64_SIGMA`]), then every other
@@ -312,6 +313,48 @@ fn routing_cases(c: &mut Cases, rng: &mut Rng) {
             );
         }
     }
+    // The same with the FFN norm in front, which GPU backends also run in
+    // the router's launch (each workgroup writing blocks of 32 of the
+    // norm's output): rows of 2 and 3 blocks, fewer and more blocks than
+    // experts.
+    for &(e, k, cols) in &[(8usize, 2usize, 64usize), (60, 4, 96), (3, 1, 96)] {
+        for &n in &[1usize, 3] {
+            let x = c.input(n, rng.values(n * cols));
+            let norm_w = c.f32_weight(rng.values(cols), cols);
+            let normed = c.tensor(n, cols);
+            c.op(
+                Op::RmsNorm {
+                    x,
+                    weight: norm_w,
+                    out: normed,
+                    group: cols,
+                },
+                format!("norm of {cols} before a router, {n} tokens"),
+            );
+            let w = c.weight(QuantType::F32, cols, e, 1, rng);
+            let logits = c.tensor(n, e);
+            c.op(
+                Op::MatMul {
+                    w,
+                    x: normed,
+                    bias: None,
+                    out: logits,
+                },
+                format!("router of {e} experts after a norm, {n} tokens"),
+            );
+            let (ids, weights) = (c.tensor(n, k), c.tensor(n, k));
+            c.op(
+                Op::TopKGate {
+                    logits,
+                    ids,
+                    weights,
+                    k,
+                    normalize: false,
+                },
+                format!("top-{k} of the normed router's {e} logits, {n} tokens"),
+            );
+        }
+    }
 }
 
 /// A model holding `cases`' weights (the config of a tiny generated model,
@@ -375,7 +418,7 @@ fn graph_of(cases: &Cases) -> Graph {
         tensors: cases.tensors.clone(),
         ops: cases.ops.clone(),
         logits: *cases.outputs.last().unwrap(),
-        rms_eps: 1e-6,
+        rms_eps: RMS_EPS,
         rope: RopeSpec {
             neox: false,
             n_rot: 32,
@@ -462,6 +505,9 @@ fn sigma(v: &[f32]) -> f32 {
 /// the same experts with the same weights (to f32 rounding).
 const CPU_VS_F64_SIGMA: f32 = 0.08;
 
+/// The norms' epsilon.
+const RMS_EPS: f32 = 1e-6;
+
 fn check_cpu(cases: &Cases, model: &Model, cpu: &Exchange) -> f32 {
     let input = |t: TensorId| -> &[f32] {
         &cases
@@ -484,7 +530,11 @@ fn check_cpu(cases: &Cases, model: &Model, cpu: &Exchange) -> f32 {
             | Op::MatMulId {
                 w, x, bias, out, ..
             } => {
-                let (wv, xv) = (dequant(w), input(x));
+                // The input given, or the CPU's own from the norm before.
+                let xv = (cases.inputs.iter())
+                    .find(|(i, _)| *i == x)
+                    .map_or_else(|| cpu.tensor(x), |(_, v)| &v[..]);
+                let wv = dequant(w);
                 let r = &model.weights.table[w];
                 let (k, m) = (r.cols, r.expert_rows());
                 let bias = bias.map(dequant);
@@ -559,6 +609,23 @@ fn check_cpu(cases: &Cases, model: &Model, cpu: &Exchange) -> f32 {
                             })
                             .sum();
                         v.push(s as f32);
+                    }
+                }
+                (v, out)
+            }
+            Op::RmsNorm {
+                x,
+                weight,
+                out,
+                group,
+            } => {
+                let (xv, wv) = (input(x), dequant(weight));
+                let mut v = Vec::new();
+                for row in xv.chunks(group) {
+                    let ss: f64 = row.iter().map(|&a| f64::from(a) * f64::from(a)).sum();
+                    let scale = 1.0 / (ss / group as f64 + f64::from(RMS_EPS)).sqrt();
+                    for (&a, &w) in row.iter().zip(&wv) {
+                        v.push((f64::from(a) * scale * f64::from(w)) as f32);
                     }
                 }
                 (v, out)

@@ -392,6 +392,14 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 96,
         max_lds: 320,
     },
+    // The same with the FFN norm in front (4 units a lane at a time, and
+    // the norm's weights for them: 88 VGPRs on gfx1100) and each token's
+    // scale in shared memory.
+    Budget {
+        kernel: "moe_norm_router_f32",
+        max_vgprs: 96,
+        max_lds: 352,
+    },
     Budget {
         kernel: "moe_sum",
         max_vgprs: 32,

@@ -21,7 +21,7 @@ use std::ops::Range;
 use crate::backend::BackendError;
 use crate::graph::fusion::{
     group_starting_at, matmul_groups, next_matmul_reads, norm_pair_at, norm_rope_store_at,
-    residual_add_after, rope_store_at, sum_norm_after, NormRopeStore, RopeStore,
+    norm_router_at, residual_add_after, rope_store_at, sum_norm_after, NormRopeStore, RopeStore,
 };
 use crate::graph::split::GraphPart;
 use crate::graph::{Graph, Op, TensorId};
@@ -481,6 +481,27 @@ pub fn record_graph(
                 let d = graph.tensor(x);
                 let w = &a.weights[weight];
                 let q8 = norm_q8(i, out, group == d.cols, w.address);
+                // A decode step's FFN norm runs in the router's launch
+                // (rows of whole Q8 blocks, read as vec4 on Vulkan).
+                let router = fuse
+                    && fits(i + 3)
+                    && d.cols.is_multiple_of(32)
+                    && w.address.is_multiple_of(16)
+                    && norm_router_at(graph, plan, i);
+                if router {
+                    if let Some(mut push) = fused_router(graph, plan, i + 1, a, &t)? {
+                        push.norm_x = t(x);
+                        push.norm_w = w.address;
+                        (push.q8, push.q8_scales) = if q8 { q8_at(out) } else { (0, 0) };
+                        push.eps = graph.rms_eps;
+                        let router = matmul_weight(&graph.ops[i + 1], a);
+                        let what = label(i, format!("RmsNorm+Router+TopKGate {}", router.name));
+                        sink.dispatch("moe_norm_router_f32", push.bytes(), push.n_expert, what)?;
+                        scratch = q8.then_some((out, ScratchForm::Q8Packed));
+                        i += 3;
+                        continue;
+                    }
+                }
                 let kernel = if q8 { "rmsnorm_q8" } else { "rmsnorm" };
                 let n_groups = u32_of(d.rows * d.cols / group, "norm groups")?;
                 let (q8, q8_scales) = if q8 { q8_at(out) } else { (0, 0) };

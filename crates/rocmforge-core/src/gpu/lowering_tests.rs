@@ -948,13 +948,12 @@ fn moe_small_step(
             ),
             launch("attention_staged_q8", n * N_HEAD),
             launch(mv, N_EMBD / 2),
-            // The router is f32 (it reads the norm's f32 output and leaves
-            // the scratch alone), so the norm writes the experts' Q8 input
-            // when they take the integer route.
-            launch(if int { "rmsnorm_q8" } else { "rmsnorm" }, n),
-            // The router routes its own logits: a workgroup per expert,
-            // the last to finish routing.
-            launch("moe_router_f32", N_EXPERT),
+            // The FFN norm, the f32 router and the routing in one launch:
+            // a workgroup per expert, each normalising the rows it reads
+            // and writing its share of the norm's output (Q8-packed too
+            // when the experts take the integer route), the last to
+            // finish routing.
+            launch("moe_norm_router_f32", N_EXPERT),
         ]);
         if int {
             // Two rows of one pair a workgroup, the input Q8-packed by the
@@ -1064,9 +1063,18 @@ fn the_planned_step_ends_each_moe_layer_in_one_launch() {
             );
             assert!(p.residual != 0 && p.sum != 0 && p.q8 != 0, "n={n}");
         }
-        // Each layer's attention norm but the first is fused away.
+        // Each layer's attention norm but the first is fused away, and
+        // every FFN norm runs in its router's launch.
         let norms = kernels.iter().filter(|k| **k == "rmsnorm_q8").count();
-        assert_eq!(norms, 1 + N_LAYER + last_apart, "n={n}: {kernels:?}");
+        assert_eq!(norms, 1 + last_apart, "n={n}: {kernels:?}");
+        let routers: Vec<MoeRouterPush> = sink
+            .launches
+            .iter()
+            .filter(|l| l.kernel == "moe_norm_router_f32")
+            .map(|l| l.push_as())
+            .collect();
+        assert_eq!(routers.len(), N_LAYER, "n={n}");
+        assert!(routers.iter().all(|r| r.norm_x != 0 && r.q8 != 0), "n={n}");
         // A decode step under the real plan fuses all that the plan
         // without reuse does: the Q and K norms in one launch too (the
         // planner keeps Q alive through the K norm).
@@ -1120,29 +1128,45 @@ fn moe_push_blocks_address_the_experts() {
         panic!("a MoE block")
     };
 
-    let l = &sink.launches[6..12];
-    // The norm writes the experts' Q8 input as well as its f32 output (the
-    // router's input): the router and the routing leave the scratch alone.
-    assert_eq!(l[0].kernel, "rmsnorm_q8");
-    let norm: NormPush = l[0].push_as();
-    assert_eq!((norm.out, norm.q8), (t(h), s));
-    // The f32 router routes its own logits, counting its workgroups in the
-    // step's first counter.
-    assert_eq!((l[1].kernel.as_str(), l[1].groups), ("moe_router_f32", 8));
-    let r: MoeRouterPush = l[1].push_as();
+    let Op::RmsNorm {
+        x: ffn_in,
+        weight: ffn_norm,
+        ..
+    } = g.ops[13]
+    else {
+        panic!("{:?}", g.ops[13])
+    };
+    // The f32 router runs the FFN norm in front of it and routes its own
+    // logits, counting its workgroups in the step's first counter. It
+    // writes the norm's f32 output (its own input) and the experts' Q8
+    // input; the routing leaves the scratch alone.
+    let l = &sink.launches[6..11];
+    assert_eq!(
+        (l[0].kernel.as_str(), l[0].groups),
+        ("moe_norm_router_f32", 8)
+    );
+    let r: MoeRouterPush = l[0].push_as();
     assert_eq!(
         (r.x, r.w, r.bias, r.logits, r.ids, r.weights),
         (t(h), m.address(router), 0, t(logits), t(ids), t(weights))
+    );
+    assert_eq!(
+        (r.norm_x, r.norm_w, r.q8, r.eps),
+        (t(ffn_in), m.address(ffn_norm), s, g.rms_eps)
     );
     assert_eq!(
         (r.cols, r.n_expert, r.n, r.k, r.normalize),
         (256, 8, 7, 2, 1)
     );
     assert_eq!(r.counter, STEP_BASE + plan.step_inputs.counters_at() as u64);
-    // Without counters in the step: the mat-vec, then the routing.
+    // Without counters in the step: the norm, the mat-vec, then the
+    // routing.
     let mut uncounted = plan.clone();
     uncounted.step_inputs.counters = 0;
     let apart = m.record(&vulkan_lowering(), &g, &uncounted);
+    assert_eq!(apart.launches[6].kernel, "rmsnorm_q8");
+    let norm: NormPush = apart.launches[6].push_as();
+    assert_eq!((norm.out, norm.q8), (t(h), s));
     let r: MatPush = apart.launches[7].push_as();
     assert_eq!(
         (r.x, r.w[0], r.out[0]),
@@ -1158,7 +1182,7 @@ fn moe_push_blocks_address_the_experts() {
         (route.n_rows, route.n_expert, route.k, route.normalize),
         (7, 8, 2, 1)
     );
-    let l = &sink.launches[5..12];
+    let l = &sink.launches[4..11];
     // Q8_0 rows of 256 values: 8 blocks of 34 bytes; an expert of gate is
     // 512 such rows, of down 256 rows of 512 values. Gate and up share a
     // launch (up as the second stack).

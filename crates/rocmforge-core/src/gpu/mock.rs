@@ -245,7 +245,7 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("residual", p.residual),
                 ]
             }
-            "moe_router_f32" => {
+            "moe_router_f32" | "moe_norm_router_f32" => {
                 let p: MoeRouterPush = l.push_as();
                 vec![
                     ("x", p.x),
@@ -255,6 +255,10 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                     ("ids", p.ids),
                     ("weights", p.weights),
                     ("counter", p.counter),
+                    ("norm_x", p.norm_x),
+                    ("norm_w", p.norm_w),
+                    ("q8", p.q8),
+                    ("q8_scales", p.q8_scales),
                 ]
             }
             "moe_group" => {
@@ -308,6 +312,14 @@ pub(crate) fn scratch_writes(l: &Launch) -> Vec<(u64, u64)> {
         "moe_sum_rmsnorm_q8" => {
             let p: MoeSumNormPush = l.push_as();
             q8(p.q8, p.q8_scales, u64::from(p.cols) * u64::from(p.n_rows))
+        }
+        // With the FFN norm in front, where the experts read it as Q8.
+        "moe_norm_router_f32" => {
+            let p: MoeRouterPush = l.push_as();
+            if p.q8 == 0 {
+                return vec![];
+            }
+            q8(p.q8, p.q8_scales, u64::from(p.cols) * u64::from(p.n))
         }
         // The decode kernels that merge their own runs write what the
         // combine would.

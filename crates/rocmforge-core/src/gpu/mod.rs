@@ -195,7 +195,7 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         // One wave (RDNA wave32, an NVIDIA warp) per token.
         "moe_route" => 32,
         // The router's rows, then the routing by moe_route's one wave.
-        "moe_router_f32" => 32,
+        "moe_router_f32" | "moe_norm_router_f32" => 32,
         "moe_sum" | "moe_group" => 256,
         "spin" => 1,
         _ => return None,

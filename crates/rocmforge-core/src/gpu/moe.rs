@@ -68,7 +68,8 @@ const GROUP_ROWS: usize = 64;
 /// in the step's first counter) in place of `matvec_f32` and `moe_route`.
 /// `None` where the pattern does not hold, the step has no counters, or
 /// the shape is one the kernel does not take; the caller checks that
-/// fusion is on and both ops are its to record.
+/// fusion is on and both ops are its to record. The push has no norm in
+/// front: the caller of an RMS norm before the router sets its fields.
 pub(super) fn fused_router(
     graph: &Graph,
     plan: &ArenaPlan,
@@ -111,12 +112,16 @@ pub(super) fn fused_router(
         ids: t(ids),
         weights: t(weights),
         counter: a.step + plan.step_inputs.counters_at() as u64,
+        norm_x: 0,
+        norm_w: 0,
+        q8: 0,
+        q8_scales: 0,
         cols: u32_of(cols, "columns")?,
         n_expert: u32_of(experts, "experts")?,
         n: u32_of(rows, "tokens")?,
         k: u32_of(k, "experts per token")?,
         normalize: u32::from(normalize),
-        pad: 0,
+        eps: 0.0,
     }))
 }
 

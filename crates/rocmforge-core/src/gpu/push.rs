@@ -151,7 +151,7 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
         "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
         | "quantize_bf16" => QuantizePush::FIELDS,
         "moe_route" => MoeRoutePush::FIELDS,
-        "moe_router_f32" => MoeRouterPush::FIELDS,
+        "moe_router_f32" | "moe_norm_router_f32" => MoeRouterPush::FIELDS,
         "moe_sum" => MoeSumPush::FIELDS,
         "moe_sum_rmsnorm" | "moe_sum_rmsnorm_q8" => MoeSumNormPush::FIELDS,
         "moe_group" => MoeGroupPush::FIELDS,
@@ -525,7 +525,7 @@ const _: () = assert!(std::mem::size_of::<EltwisePush>() == 40);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
 const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);
 const _: () = assert!(std::mem::size_of::<AttnTempPush>() == 32);
-const _: () = assert!(std::mem::size_of::<MoeRouterPush>() == 80);
+const _: () = assert!(std::mem::size_of::<MoeRouterPush>() == 112);
 
 #[repr(C)]
 pub struct MoeRoutePush {
@@ -546,10 +546,15 @@ unsafe impl Push for MoeRoutePush {
 /// `moe_router_f32`: a decode step's router mat-vec of f32 weights
 /// (`matvec_f32`'s arithmetic, one workgroup per expert) whose last
 /// workgroup to finish routes the logits as `moe_route` does, so the
-/// routing needs no launch of its own.
+/// routing needs no launch of its own. With `norm_x` set it also runs the
+/// RMS norm in front of the router (the FFN norm): every workgroup
+/// normalises the rows it reads itself, and writes its share of the
+/// norm's output (blocks of 32 values `r`, `r + n_expert`, ...) to `x` and,
+/// where `q8` is set, Q8-packed for the experts' integer mat-vec.
 #[repr(C)]
 pub struct MoeRouterPush {
-    /// The tokens' f32 inputs, `n` rows of `cols`.
+    /// The tokens' f32 inputs, `n` rows of `cols` (with `norm_x`: the
+    /// norm's output, written).
     pub x: u64,
     /// The router, `n_expert` rows of `cols` f32.
     pub w: u64,
@@ -564,6 +569,12 @@ pub struct MoeRouterPush {
     /// every step, [`crate::plan::StepInputLayout`]): the workgroups count
     /// themselves there, and the last puts it back to zero.
     pub counter: u64,
+    /// The norm's input rows (0: no norm), its weight (`cols` f32), and
+    /// where its output goes Q8-packed (0: not at all).
+    pub norm_x: u64,
+    pub norm_w: u64,
+    pub q8: u64,
+    pub q8_scales: u64,
     pub cols: u32,
     pub n_expert: u32,
     /// Tokens, at most `MATVEC_MAX_TOKENS`.
@@ -571,9 +582,11 @@ pub struct MoeRouterPush {
     /// Experts per token.
     pub k: u32,
     pub normalize: u32,
-    pub pad: u32,
+    /// The norm's epsilon.
+    pub eps: f32,
 }
-// SAFETY: repr(C), seven u64 then six u32: 80 bytes, no padding.
+// SAFETY: repr(C), eleven u64 then six 4-byte fields: 112 bytes, no
+// padding.
 unsafe impl Push for MoeRouterPush {
     const FIELDS: &'static [Field] = fields!(
         MoeRouterPush: x,
@@ -583,12 +596,16 @@ unsafe impl Push for MoeRouterPush {
         ids,
         weights,
         counter,
+        norm_x,
+        norm_w,
+        q8,
+        q8_scales,
         cols,
         n_expert,
         n,
         k,
         normalize,
-        pad
+        eps
     );
 }
 

@@ -107,9 +107,10 @@ pub fn residual_add_after(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<R
 /// kernel reading op `i`'s inputs throughout, if op `i` starts one: a
 /// matmul or expert sum and the residual add after it
 /// ([`residual_add_after`]), and for an expert sum also the norm of that
-/// add's output ([`sum_norm_after`]); or two RMS norms of one group size,
+/// add's output ([`sum_norm_after`]); two RMS norms of one group size,
 /// the second not reading the first (Qwen3's Q and K norms,
-/// [`norm_pair_at`]). The arena planner keeps the inputs of every op of
+/// [`norm_pair_at`]); or an RMS norm, the router matmul of its output and
+/// the routing ([`norm_router_at`]). The arena planner keeps the inputs of every op of
 /// such a run alive to its end, so the run's outputs never land on them
 /// and the fusion always fits.
 pub fn fusion_end(graph: &Graph, i: usize) -> Option<usize> {
@@ -119,7 +120,10 @@ pub fn fusion_end(graph: &Graph, i: usize) -> Option<usize> {
         Op::RmsNorm { out, group, .. } => {
             let pair = matches!(graph.ops.get(i + 1),
                 Some(&Op::RmsNorm { x, group: g, .. }) if g == group && x != out);
-            return pair.then_some(i + 1);
+            if pair {
+                return Some(i + 1);
+            }
+            return routed_after(graph, i + 1, out).then_some(i + 2);
         }
         _ => return None,
     };
@@ -160,6 +164,41 @@ pub fn sum_norm_after<'g>(
             .iter()
             .all(|&t| apart(graph, plan, out, t)))
     .then_some((add, norm))
+}
+
+/// Whether op `i` is a matmul of `t` and op `i + 1` routes its logits.
+fn routed_after(graph: &Graph, i: usize, t: TensorId) -> bool {
+    match graph.ops.get(i..i + 2) {
+        Some(&[Op::MatMul { x, out, .. }, Op::TopKGate { logits, .. }]) => x == t && logits == out,
+        _ => false,
+    }
+}
+
+/// Whether RMS norm `i` may run inside the launch of the router after it
+/// (a decode step's FFN norm, each of the router's workgroups normalising
+/// the rows itself): the norm takes whole rows, op `i + 1` is a matmul of
+/// its output and op `i + 2` the routing of that matmul's logits, and
+/// nothing the three write shares a byte with the norm's input (read
+/// throughout), nor the router's or the routing's outputs with the norm's.
+pub fn norm_router_at(graph: &Graph, plan: &ArenaPlan, i: usize) -> bool {
+    let Some(&Op::RmsNorm { x, out, group, .. }) = graph.ops.get(i) else {
+        return false;
+    };
+    if group != graph.tensor(x).cols || !routed_after(graph, i + 1, out) {
+        return false;
+    }
+    let Op::TopKGate {
+        logits,
+        ids,
+        weights,
+        ..
+    } = graph.ops[i + 2]
+    else {
+        return false;
+    };
+    [out, logits, ids, weights]
+        .iter()
+        .all(|&w| apart(graph, plan, w, x) && (w == out || apart(graph, plan, w, out)))
 }
 
 /// The arena bytes `t` occupies.
