@@ -52,11 +52,25 @@
 // AVX2 vec_dot of K's type with Q8_0 (integer sums of 4 values per lane, one
 // fma per block and lane, the lanes summed as hsum does; Q4_0 takes its
 // unsigned nibbles on two chains of alternate blocks, with 8 * d * sum(q)
-// subtracted at the end); V dequantized and accumulated in f32 (one fma a
-// value, a plain multiply to rescale).
+// subtracted at the end); V dequantized (d * q, as ggml's to_float) and
+// accumulated in f32. Where the CPU walks positions in order (a new maximum
+// rescales the output), a chunk of WG_SIZE positions is taken at once, as
+// SPLIT does: the chunk's maximum, each position's weight e^(s - m)
+// computed once by the invocation that scored it, the output rescaled once
+// per chunk and one fma chain over the chunk per dimension. Both sum in
+// f32, so they differ by f32 rounding only; the in-order walk's exp and
+// branch per position and invocation were nearly all of lavapipe's prefill
+// over a quantized cache (about 3 s a 512-token step at 4k positions).
+//
+// Only narrow subgroups (below 32 lanes: lavapipe) run this shader; wide
+// ones take attention_decode, attention_rows or attention_cm (gpu::lower).
+// lavapipe loads memory lane by lane, a loop per load whatever its width,
+// so the whole-chunk paths (F32_TILES, the quantized cache's) read Q, the
+// weights and the reductions' slots as vec4s and cache rows in the widest
+// units their alignment allows; loads, not arithmetic, set their cost.
 #version 460
 #extension GL_GOOGLE_include_directive : require
-#if defined(SPLIT) || defined(F32_TILES)
+#ifdef SPLIT
 #define NEEDS_REDUCE
 #endif
 #include "common.glsl"
@@ -83,6 +97,67 @@ layout(local_size_x = WG_SIZE) in;
 
 shared float qs[MAX_HEAD_DIM];
 shared float scores[WG_SIZE];
+#if defined(F32_TILES) || defined(KV_QUANTIZED)
+// Whole-chunk paths (F32_TILES, the quantized cache's): Q (f32, or the
+// Q8_0 quants) and the chunk's weights as vec4s, and the workgroup
+// reductions' slots. lavapipe reads shared memory lane by lane, a loop
+// per load whatever its width, so these paths read 4 values a load.
+shared vec4 qv[MAX_HEAD_DIM / 4];
+shared vec4 wv[WG_SIZE / 4];
+shared vec4 red4[WG_SIZE / 4];
+
+// The workgroup's maximum of `v`, returned to every invocation (as
+// common.glsl's wg_max). Call from uniform control flow.
+float chunk_max(float v) {
+    v = subgroupMax(v);
+    if (gl_NumSubgroups == 1u) {
+        return v;
+    }
+    if (subgroupElect()) {
+        red4[gl_SubgroupID / 4u][gl_SubgroupID % 4u] = v;
+    }
+    memoryBarrierShared();
+    barrier();
+    float s = -1.0 / 0.0;
+    for (uint j = 0u; 4u * j < gl_NumSubgroups; j++) {
+        vec4 r = red4[j];
+        for (uint c = 0u; c < 4u; c++) {
+            if (4u * j + c < gl_NumSubgroups) {
+                s = max(s, r[c]);
+            }
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+    return s;
+}
+
+// The workgroup's sum of `v`, returned to every invocation: the subgroups'
+// sums added in order, as common.glsl's wg_sum.
+float chunk_sum(float v) {
+    v = subgroupAdd(v);
+    if (gl_NumSubgroups == 1u) {
+        return v;
+    }
+    if (subgroupElect()) {
+        red4[gl_SubgroupID / 4u][gl_SubgroupID % 4u] = v;
+    }
+    memoryBarrierShared();
+    barrier();
+    float s = 0.0;
+    for (uint j = 0u; 4u * j < gl_NumSubgroups; j++) {
+        vec4 r = red4[j];
+        for (uint c = 0u; c < 4u; c++) {
+            if (4u * j + c < gl_NumSubgroups) {
+                s += r[c];
+            }
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+    return s;
+}
+#endif
 #ifdef STAGE_KV
 // A chunk's K and V rows (pairs of halves), row stride hd / 2 + 1 words so
 // that invocations reading different rows hit different banks. 28 KiB in
@@ -123,11 +198,26 @@ float dot_kv(uint blk, uint hd) {
         uint bw = (blk + b) * KV_BLOCK_WORDS;
         float dk = kv_scale(c, bw);
         float d = dk * q_d[b];
+#ifdef KV_Q4_0
+        // Quads i and i + 4 are the low and high nibbles of the same two
+        // words: each word read once (lavapipe loads lane by lane).
+        vec4 kq[8];
+        for (uint i = 0u; i < 4u; i++) {
+            uint w = uint(c.v[bw + 1u + 2u * i]) | (uint(c.v[bw + 2u + 2u * i]) << 16);
+            kq[i] = vec4(float(w & 15u), float((w >> 8u) & 15u), float((w >> 16u) & 15u), float((w >> 24u) & 15u));
+            kq[i + 4u] = vec4(float((w >> 4u) & 15u), float((w >> 12u) & 15u), float((w >> 20u) & 15u),
+                              float(w >> 28u));
+        }
+#endif
         for (uint i = 0u; i < 8u; i++) {
+#ifdef KV_Q4_0
+            vec4 k = kq[i];
+#else
             vec4 k = kv_quants4(c, bw, i);
-            uint at = b * 32u + 4u * i;
+#endif
+            vec4 qq = qv[b * 8u + i];
             // Integers of at most 4 * 128 * 127: exact in f32.
-            float s = k.x * qs[at] + k.y * qs[at + 1u] + k.z * qs[at + 2u] + k.w * qs[at + 3u];
+            float s = k.x * qq.x + k.y * qq.y + k.z * qq.z + k.w * qq.w;
 #ifdef KV_Q4_0
             if ((b & 1u) != 0u) {
                 odd[i] = fma(d, s, odd[i]);
@@ -158,29 +248,6 @@ float dot_kv(uint blk, uint hd) {
     return sum;
 }
 
-// One position of the in-order walk over a quantized V: score `s`, V head
-// starting at block `blk`; f32 accumulators, as the CPU.
-void walk_kv(float s, uint blk, uint hd, inout float m, inout float l, inout float acc[ATT_DIMS]) {
-    U16s c = U16s(pc.v_cache);
-    float ms = 1.0;
-    float vs = 1.0;
-    bool rescale = s > m;
-    if (rescale) {
-        ms = isinf(m) ? 0.0 : exp(m - s);
-        m = s;
-    } else {
-        vs = exp(s - m);
-    }
-    for (uint i = 0u; i < ATT_DIMS; i++) {
-        uint d = gl_LocalInvocationID.x + i * WG_SIZE;
-        if (d < hd) {
-            float a = rescale ? acc[i] * ms : acc[i];
-            float x = kv_value(c, (blk + d / 32u) * KV_BLOCK_WORDS, d % 32u);
-            acc[i] = fma(x, vs, a);
-        }
-    }
-    l = rescale ? fma(l, ms, vs) : l + vs;
-}
 #endif
 
 // q . k for the K row starting at word `kw` (pairs of halves), in ggml's
@@ -211,17 +278,56 @@ float dot_ggml(uint kw, uint hd) {
     return s;
 }
 
+#ifdef F32_TILES
 // q . k for the K row starting at word `kw`, one fused multiply-add per
-// dimension in order (ggml's tiled path).
+// dimension in order (ggml's tiled path); Q from qv, 4 values a read (its
+// last vec4 half padding where hd is 2 past a multiple of 4).
 float dot_seq(uint kw, uint hd) {
     float s = 0.0;
-    for (uint d = 0u; d < hd; d += 2u) {
-        vec2 k = unpackHalf2x16(K_WORD(kw, d / 2u));
-        s = fma(k.x, qs[d], s);
-        s = fma(k.y, qs[d + 1u], s);
+    uint nq = hd / 4u;
+    for (uint j = 0u; j < nq; j++) {
+        vec4 qq = qv[j];
+        vec2 k0 = unpackHalf2x16(K_WORD(kw, 2u * j));
+        vec2 k1 = unpackHalf2x16(K_WORD(kw, 2u * j + 1u));
+        s = fma(k0.x, qq.x, s);
+        s = fma(k0.y, qq.y, s);
+        s = fma(k1.x, qq.z, s);
+        s = fma(k1.y, qq.w, s);
+    }
+    if (hd % 4u != 0u) {
+        vec2 k = unpackHalf2x16(K_WORD(kw, 2u * nq));
+        vec2 qq = qv[nq].xy;
+        s = fma(k.x, qq.x, s);
+        s = fma(k.y, qq.y, s);
     }
     return s;
 }
+
+// dot_seq for a K row starting at 16-byte unit `kq` (hd a multiple of 8):
+// 8 values a load, the same chain.
+float dot_seq8(uint kq, uint hd) {
+    U4s kc = U4s(pc.k_cache);
+    float s = 0.0;
+    for (uint j = 0u; j < hd / 8u; j++) {
+        uvec4 kk = kc.v[kq + j];
+        vec4 q0 = qv[2u * j];
+        vec4 q1 = qv[2u * j + 1u];
+        vec2 k = unpackHalf2x16(kk.x);
+        s = fma(k.x, q0.x, s);
+        s = fma(k.y, q0.y, s);
+        k = unpackHalf2x16(kk.y);
+        s = fma(k.x, q0.z, s);
+        s = fma(k.y, q0.w, s);
+        k = unpackHalf2x16(kk.z);
+        s = fma(k.x, q1.x, s);
+        s = fma(k.y, q1.y, s);
+        k = unpackHalf2x16(kk.w);
+        s = fma(k.x, q1.z, s);
+        s = fma(k.y, q1.w, s);
+    }
+    return s;
+}
+#endif
 
 // One position of the in-order walk: score `s`, V row at word `vw`; updates
 // the running max `m`, sum `l` and this invocation's f16 accumulators.
@@ -289,22 +395,35 @@ void main() {
         float d = div_rn(amax, 127.0);
         float id = amax != 0.0 ? div_rn(127.0, amax) : 0.0;
         float sum = 0.0;
-        for (uint j = 0u; j < 32u; j++) {
-            float v = roundEven(q.v[tid * 32u + j] * id);
-            qs[tid * 32u + j] = v;
-            sum += v;
+        for (uint j = 0u; j < 32u; j += 4u) {
+            vec4 v = vec4(roundEven(q.v[tid * 32u + j] * id), roundEven(q.v[tid * 32u + j + 1u] * id),
+                          roundEven(q.v[tid * 32u + j + 2u] * id), roundEven(q.v[tid * 32u + j + 3u] * id));
+            qv[tid * 8u + j / 4u] = v;
+            sum += v.x;
+            sum += v.y;
+            sum += v.z;
+            sum += v.w;
         }
         q_d[tid] = round_f16(d);
         q_ds[tid] = round_f16(d) * sum;
     }
 #else
-    for (uint d = tid; d < hd; d += WG_SIZE) {
 #ifdef F32_TILES
-        qs[d] = q.v[d];
-#else
-        qs[d] = round_f16(q.v[d]);
-#endif
+    for (uint j = tid; 4u * j < hd; j += WG_SIZE) {
+        uint d = 4u * j;
+        // hd is even: a vec4 holds 4 values or 2 and padding.
+        vec4 v = vec4(q.v[d], q.v[d + 1u], 0.0, 0.0);
+        if (d + 2u < hd) {
+            v.z = q.v[d + 2u];
+            v.w = q.v[d + 3u];
+        }
+        qv[j] = v;
     }
+#else
+    for (uint d = tid; d < hd; d += WG_SIZE) {
+        qs[d] = round_f16(q.v[d]);
+    }
+#endif
 #endif
     memoryBarrierShared();
     barrier();
@@ -399,52 +518,180 @@ void main() {
         barrier();
     }
 #elif defined(F32_TILES)
+    // lavapipe loads lane by lane, a loop per load whatever its width, so
+    // loads rather than arithmetic set this path's cost: where rows are
+    // 16-byte units (`wide`: hd and kv_dim multiples of 8, the cache
+    // 16-byte aligned) K and V are read 8 values a load, invocation
+    // tid < hd / 8 owning dimensions 8 tid .. 8 tid + 7; else 2 a load,
+    // invocation tid owning the pairs tid + j * WG_SIZE. Each dimension is
+    // its own chain either way.
+    bool wide = hd % 8u == 0u && pc.kv_dim % 8u == 0u && ((pc.k_cache | pc.v_cache) & 15ul) == 0ul;
+    uint row_quads = pc.kv_dim / 8u;
+    uint head_quad = kvh * hd / 8u;
+    vec4 acc8[2];
+    acc8[0] = vec4(0.0);
+    acc8[1] = vec4(0.0);
+    vec2 acc2[ATT_DIMS / 2];
+    for (uint j = 0u; j < ATT_DIMS / 2u; j++) {
+        acc2[j] = vec2(0.0);
+    }
     for (uint base = first - first % WG_SIZE; base < n_kv; base += WG_SIZE) {
         uint p = base + tid;
         bool seen = p >= first && p < n_kv;
-        float s = seen ? dot_seq((p % pc.ring) * row_words + head_word, hd) * pc.scale : -1.0 / 0.0;
-        float m_new = max(m, wg_max(s));
+        float s = -1.0 / 0.0;
+        if (seen) {
+            uint r = p % pc.ring;
+            s = (wide ? dot_seq8(r * row_quads + head_quad, hd) : dot_seq(r * row_words + head_word, hd)) * pc.scale;
+        }
+        float m_new = max(m, chunk_max(s));
         float w = seen ? exp(s - m_new) : 0.0;
-        scores[tid] = w;
+        wv[tid / 4u][tid % 4u] = w;
         float alpha = exp(m - m_new); // 0 while m = -inf
-        l = l * alpha + wg_sum(w);
+        l = l * alpha + chunk_sum(w);
         m = m_new;
         memoryBarrierShared();
         barrier();
-        for (uint i = 0u; i < ATT_DIMS; i++) {
-            uint d = tid + i * WG_SIZE;
-            if (d < hd) {
-                float a = acc[i] * alpha;
-                for (uint pp = 0u; pp < WG_SIZE; pp++) {
-                    uint at = ((base + pp) % pc.ring) * row_words + head_word;
-                    if (scores[pp] != 0.0) {
-                        vec2 vv = unpackHalf2x16(V_WORD(at, d / 2u));
-                        a = fma(scores[pp], (d & 1u) != 0u ? vv.y : vv.x, a);
+        // The ring's row of base + pp is stepped rather than taken modulo
+        // per position: lavapipe divides lane by lane.
+        if (wide) {
+            if (tid < hd / 8u) {
+                U4s vc = U4s(pc.v_cache);
+                vec4 a0 = acc8[0] * alpha;
+                vec4 a1 = acc8[1] * alpha;
+                uint row = base % pc.ring;
+                for (uint p4 = 0u; p4 < WG_SIZE / 4u; p4++) {
+                    vec4 w4 = wv[p4];
+                    for (uint c = 0u; c < 4u; c++) {
+                        if (w4[c] != 0.0) {
+                            uvec4 vv = vc.v[row * row_quads + head_quad + tid];
+                            a0 = fma(vec4(w4[c]), vec4(unpackHalf2x16(vv.x), unpackHalf2x16(vv.y)), a0);
+                            a1 = fma(vec4(w4[c]), vec4(unpackHalf2x16(vv.z), unpackHalf2x16(vv.w)), a1);
+                        }
+                        row = row + 1u == pc.ring ? 0u : row + 1u;
                     }
                 }
-                acc[i] = a;
+                acc8[0] = a0;
+                acc8[1] = a1;
+            }
+        } else {
+            for (uint j = 0u; j < ATT_DIMS / 2u; j++) {
+                uint pr = tid + j * WG_SIZE;
+                if (2u * pr < hd) {
+                    vec2 a = acc2[j] * alpha;
+                    uint row = base % pc.ring;
+                    for (uint p4 = 0u; p4 < WG_SIZE / 4u; p4++) {
+                        vec4 w4 = wv[p4];
+                        for (uint c = 0u; c < 4u; c++) {
+                            if (w4[c] != 0.0) {
+                                vec2 vv = unpackHalf2x16(V_WORD(row * row_words + head_word, pr));
+                                a = fma(vec2(w4[c]), vv, a);
+                            }
+                            row = row + 1u == pc.ring ? 0u : row + 1u;
+                        }
+                    }
+                    acc2[j] = a;
+                }
             }
         }
         memoryBarrierShared();
         barrier();
     }
+    // Back to the layout of the other paths (dimension tid + i * WG_SIZE
+    // in acc[i]) through qs, which this path does not otherwise use.
+    if (wide) {
+        if (tid < hd / 8u) {
+            for (uint e = 0u; e < 4u; e++) {
+                qs[8u * tid + e] = acc8[0][e];
+                qs[8u * tid + 4u + e] = acc8[1][e];
+            }
+        }
+    } else {
+        for (uint j = 0u; j < ATT_DIMS / 2u; j++) {
+            uint pr = tid + j * WG_SIZE;
+            if (2u * pr < hd) {
+                qs[2u * pr] = acc2[j].x;
+                qs[2u * pr + 1u] = acc2[j].y;
+            }
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+    for (uint i = 0u; i < ATT_DIMS; i++) {
+        uint d = tid + i * WG_SIZE;
+        if (d < hd) {
+            acc[i] = qs[d];
+        }
+    }
 #elif defined(KV_QUANTIZED)
     // Rows of kv_dim / 32 blocks; this head starts kvh * hd / 32 blocks in.
     uint row_blocks = pc.kv_dim / 32u;
     uint head_block = kvh * hd / 32u;
+    // Invocation `tid` < hd / 4 owns head dimensions 4 tid .. 4 tid + 3:
+    // values 4i .. 4i + 3 of one block, read with the block's scale in
+    // three 16-bit loads (lavapipe loads lane by lane, so loads rather
+    // than arithmetic set this loop's cost).
+    U16s vcache = U16s(pc.v_cache);
+    bool owner = tid < hd / 4u;
+    uint vblk = head_block + tid / 8u;
+    uint vquad = tid % 8u;
+    vec4 acc4 = vec4(0.0);
     for (uint base = first; base < n_kv; base += WG_SIZE) {
+        // The chunk at once (see the top): every position of it is scored
+        // (a chunk is never empty, so m_new is finite).
         uint p = base + tid;
-        if (p < n_kv) {
-            scores[tid] = dot_kv((p % pc.ring) * row_blocks + head_block, hd) * pc.scale;
+        bool seen = p < n_kv;
+        float s = seen ? dot_kv((p % pc.ring) * row_blocks + head_block, hd) * pc.scale : -1.0 / 0.0;
+        float m_new = max(m, chunk_max(s));
+        float w = seen ? exp(s - m_new) : 0.0;
+        wv[tid / 4u][tid % 4u] = w;
+        float alpha = exp(m - m_new); // 0 while m = -inf
+        l = l * alpha + chunk_sum(w);
+        m = m_new;
+        memoryBarrierShared();
+        barrier();
+        if (owner) {
+            uint cnt = min(uint(WG_SIZE), n_kv - base);
+            vec4 a = acc4 * alpha;
+            // The ring's row of base + pp, stepped rather than taken
+            // modulo per position: lavapipe divides lane by lane.
+            uint row = base % pc.ring;
+            for (uint p4 = 0u; 4u * p4 < cnt; p4++) {
+                vec4 w4 = wv[p4];
+                for (uint c = 0u; c < 4u; c++) {
+                    // Positions past n_kv are never read (their rows may
+                    // hold anything).
+                    if (4u * p4 + c < cnt) {
+                        uint bw = (row * row_blocks + vblk) * KV_BLOCK_WORDS;
+                        vec4 k = kv_quants4(vcache, bw, vquad);
+#ifdef KV_Q4_0
+                        k -= 8.0;
+#endif
+                        // d * q, as ggml's to_float (and kv_value) round it.
+                        a = fma(k * kv_scale(vcache, bw), vec4(w4[c]), a);
+                    }
+                    row = row + 1u == pc.ring ? 0u : row + 1u;
+                }
+            }
+            acc4 = a;
         }
         memoryBarrierShared();
         barrier();
-        uint cnt = min(uint(WG_SIZE), n_kv - base);
-        for (uint pp = 0u; pp < cnt; pp++) {
-            walk_kv(scores[pp], ((base + pp) % pc.ring) * row_blocks + head_block, hd, m, l, acc);
+    }
+    // Back to the layout of the other paths (dimension tid + i * WG_SIZE
+    // in acc[i]) through qs, which this path does not otherwise use.
+    if (owner) {
+        qs[4u * tid] = acc4.x;
+        qs[4u * tid + 1u] = acc4.y;
+        qs[4u * tid + 2u] = acc4.z;
+        qs[4u * tid + 3u] = acc4.w;
+    }
+    memoryBarrierShared();
+    barrier();
+    for (uint i = 0u; i < ATT_DIMS; i++) {
+        uint d = tid + i * WG_SIZE;
+        if (d < hd) {
+            acc[i] = qs[d];
         }
-        memoryBarrierShared();
-        barrier();
     }
 #else
     for (uint base = first; base < n_kv; base += WG_SIZE) {

@@ -205,6 +205,35 @@ void main() {
     }
 }
 #else
+#ifdef WEIGHT_Q8_0
+// block_q8 in 4-byte loads, for team_rows: eight aligned words from the
+// block's address rounded down to 4 bytes, the quants shifted out of them,
+// and the last quant word (past those eight) as two halves: 10 loads where
+// block_q8 makes 17, and lavapipe loads lane by lane (the tiny models'
+// output projection, hundreds of thousands of rows of 2 blocks, was most
+// of its decode step). The rounded-down address starts at most 2 bytes
+// before the block, inside the buffer (whose start is 4-byte aligned).
+void team_block(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
+    uint64_t a = row + uint64_t(ib) * QUANT_BLOCK_BYTES;
+    bool aligned = (uint(a) & 2u) == 0u;
+    U32s w = U32s(aligned ? a : a - 2ul);
+    uint x[8];
+    for (uint i = 0u; i < 8u; i++) {
+        x[i] = w.v[i];
+    }
+    U16s h = U16s(a);
+    // Aligned: x[0] = d | q bytes 0, 1 << 16, quant word i straddles x[i]
+    // and x[i + 1]; else x[0]'s high half is d and x[i + 1] quant word i.
+    dm = vec2(unpackHalf2x16(aligned ? x[0] : x[0] >> 16).x, 0.0);
+    for (uint i = 0u; i < 7u; i++) {
+        q[i] = aligned ? (x[i] >> 16) | (x[i + 1u] << 16) : x[i + 1u];
+    }
+    q[7] = uint(h.v[15]) | (uint(h.v[16]) << 16);
+}
+#else
+#define team_block block_q8
+#endif
+
 // A workgroup split into pc.teams teams of `lanes` invocations, NR rows
 // each (r0 + team * NR + r): each invocation walks blocks lane, lane +
 // lanes, ... of its team's rows, leaves its sums in shared memory, and sum
@@ -245,7 +274,7 @@ void team_rows() {
         vec2 dm[NR];
         for (uint r = 0u; r < NR; r++) {
             uint rr = min(team_r0 + r, m - 1u);
-            block_q8(pc.w[p] + uint64_t(rr) * row_bytes, b, q[r], dm[r]);
+            team_block(pc.w[p] + uint64_t(rr) * row_bytes, b, q[r], dm[r]);
         }
         for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
             if (t >= n) {
