@@ -13,11 +13,15 @@
 // router, one workgroup per expert, whose last workgroup to finish routes
 // the logits as moe.comp's OP_ROUTE does (moe_route.glsl), so the routing
 // takes no launch of its own. With NORM (moe_norm_router_f32; pc.norm_x
-// set), the FFN norm in front of the router runs here too: each workgroup sums the squares of the
-// rows itself (f32, its own order: the plain norm's sum may differ in the
-// last bit), reads the rows as (x * scale) * w, rmsnorm.comp's values, and
-// writes blocks of 32 r, r + n_expert, ... of the norm's output (and, with
-// pc.q8, Q8-packed as rmsnorm_q8 does) for the experts.
+// set), the FFN norm in front of the router runs here too, in the same
+// pass over the rows: each invocation sums the squares of the values it
+// reads (f32, its own order: the plain norm's sum may differ in the last
+// bit) beside the dot of the router's row with x * w, and the workgroup's
+// sums are scaled by the token's 1 / sqrt(mean(x^2) + eps) at the end (the
+// CPU scales x before the dot: the two differ at f32 rounding). Then the
+// workgroup writes blocks of 32 r, r + n_expert, ... of the norm's output,
+// (x * scale) * w as rmsnorm.comp writes them (and, with pc.q8, Q8-packed
+// as rmsnorm_q8 does) for the experts.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #ifdef ROUTE
@@ -31,12 +35,7 @@
 // row's whole share for a workgroup of 32, so the loads are in flight
 // together and a row costs one trip to memory, not one a unit (the rows
 // are a few KiB: the trips, not the bytes, set the time).
-#ifdef NORM
-// With the norm's weights loaded for each unit too: 4 (as HIP's).
-#define ROUTER_UNROLL 4u
-#else
 #define ROUTER_UNROLL 8u
-#endif
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC {
     float v[];
 };
@@ -106,6 +105,12 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
         acc[t] = 0.0;
     }
 #ifdef ROUTE
+#ifdef NORM
+    float ss[MV_MAX_TOKENS];
+    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+        ss[t] = 0.0;
+    }
+#endif
     // The router's f32 rows: ROUTER_UNROLL units an invocation loaded
     // before they are summed (the same sums in the same order).
     for (uint u0 = gl_LocalInvocationID.x; u0 < units; u0 += WG_SIZE * ROUTER_UNROLL) {
@@ -127,20 +132,31 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
                     uint base = (t * k) / 4u + col;
                     xlo[j] = x.v[base];
                     xhi[j] = x.v[base + 1u];
-#ifdef NORM
-                    V4s nw = V4s(pc.norm_w);
-                    xlo[j] = xlo[j] * norm_scale[t] * nw.v[col];
-                    xhi[j] = xhi[j] * norm_scale[t] * nw.v[col + 1u];
-#endif
                 }
                 [[unroll]] for (uint j = 0u; j < ROUTER_UNROLL; j++) {
                     if (u0 + j * WG_SIZE < units) {
+#ifdef NORM
+                        uint col = 2u * (u0 + j * WG_SIZE);
+                        V4s nw = V4s(pc.norm_w);
+                        ss[t] += dot(xlo[j], xlo[j]) + dot(xhi[j], xhi[j]);
+                        acc[t] += dot(lo[j], xlo[j] * nw.v[col]) + dot(hi[j], xhi[j] * nw.v[col + 1u]);
+#else
                         acc[t] += dot(lo[j], xlo[j]) + dot(hi[j], xhi[j]);
+#endif
                     }
                 }
             }
         }
     }
+#ifdef NORM
+    // Each token's scale, and the sums scaled by it.
+    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
+        if (t < n) { // uniform
+            norm_scale[t] = 1.0 / sqrt(wg_sum(ss[t]) / float(k) + pc.eps);
+            acc[t] *= norm_scale[t];
+        }
+    }
+#endif
 #else
     for (uint u = gl_LocalInvocationID.x; u < units; u += WG_SIZE) {
         vec4 lo, hi;
@@ -185,27 +201,12 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
 // and RDNA's wave32, as moe.comp's OP_ROUTE). Logits are written and read
 // through coherent references.
 #ifdef NORM
-// The norm in front of the router: every token's scale, then
-// this workgroup's blocks of the output (r, r + n_expert, ... over the
-// tokens' blocks in order), each by one invocation.
+// This workgroup's blocks of the norm's output (r, r + n_expert, ... over
+// the tokens' blocks in order), each by one invocation, at the scales
+// matvec_row took.
 void norm_rows(uint r) {
     uint c4 = pc.cols / 4u;
     V4s src = V4s(pc.norm_x);
-    float ss[MV_MAX_TOKENS];
-    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-        ss[t] = 0.0;
-    }
-    for (uint c = gl_LocalInvocationID.x; c < c4; c += WG_SIZE) {
-        for (uint t = 0u; t < pc.n; t++) {
-            vec4 v = src.v[t * c4 + c];
-            ss[t] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-    }
-    for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-        if (t < pc.n) { // uniform
-            norm_scale[t] = 1.0 / sqrt(wg_sum(ss[t]) / float(pc.cols) + pc.eps);
-        }
-    }
     uint nb = pc.cols / 32u;
     V4s nw = V4s(pc.norm_w);
     V4s o = V4s(pc.x);
@@ -233,13 +234,15 @@ void main() {
         return; // the whole workgroup, and none is counted
     }
 #ifdef NORM
-    norm_rows(r);
     uint64_t x_at = pc.norm_x;
 #else
     uint64_t x_at = pc.x;
 #endif
     matvec_row(x_at, pc.w + uint64_t(r) * (uint64_t(pc.cols) * QUANT_BLOCK_BYTES / QUANT_K), pc.cols,
                pc.n, pc.bias, pc.logits, pc.n_expert, r);
+#ifdef NORM
+    norm_rows(r);
+#endif
     if (!last_to_finish(pc.counter, pc.n_expert)) {
         return;
     }
