@@ -317,10 +317,10 @@ void team_rows() {
 }
 
 void main() {
-    if (pc.teams > 1u) {
-        team_rows();
-        return;
-    }
+#ifdef TEAMS
+    team_rows();
+    return;
+#endif
     uint r = wg_linear();
     uint p = 0u;
     while (p < pc.n_parts && r >= pc.rows[p]) {

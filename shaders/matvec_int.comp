@@ -321,10 +321,10 @@ void team_rows() {
 }
 
 void main() {
-    if (pc.teams > 1u) {
-        team_rows();
-        return;
-    }
+#ifdef TEAMS
+    team_rows();
+    return;
+#endif
     uint g = wg_linear();
     uint p = 0u;
     while (p < pc.n_parts && g >= (pc.rows[p] + NR - 1u) / NR) {

@@ -57,6 +57,14 @@ type Defines = &'static [(&'static str, &'static str)];
 const WEIGHT_KERNELS: &[(&str, &str, Defines)] = &[
     ("embed", "embed.comp", &[("WG_SIZE", "64")]),
     ("matvec", "matvec.comp", &[("WG_SIZE", "64")]),
+    // Short rows: the workgroup split into teams (MatPush.teams). Its own
+    // variant: the split path in the one-team kernel, even untaken, cost
+    // Qwen3-30B-A3B's decode 8% on the H200 (docs/measurements.md).
+    (
+        "matvec_teams",
+        "matvec.comp",
+        &[("WG_SIZE", "64"), ("TEAMS", "1")],
+    ),
     ("matvec_id", "matvec_id.comp", &[("WG_SIZE", "64")]),
     ("matmul", "matmul.comp", &[]),
     // Matrix-core prefill (used only where the device has
@@ -104,6 +112,22 @@ const INT_KERNELS: &[(&str, &str, Defines)] = &[
         "matvec_int_dot",
         "matvec_int.comp",
         &[("WG_SIZE", "64"), ("NR", "2"), ("INT_DOT", "1")],
+    ),
+    // Short rows in teams, as `matvec_teams`.
+    (
+        "matvec_int_teams",
+        "matvec_int.comp",
+        &[("WG_SIZE", "64"), ("NR", "2"), ("TEAMS", "1")],
+    ),
+    (
+        "matvec_int_dot_teams",
+        "matvec_int.comp",
+        &[
+            ("WG_SIZE", "64"),
+            ("NR", "2"),
+            ("INT_DOT", "1"),
+            ("TEAMS", "1"),
+        ],
     ),
     // The expert mat-vec in the same arithmetic (one pair's NR rows per
     // workgroup).

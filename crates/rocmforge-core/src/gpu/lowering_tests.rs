@@ -687,13 +687,20 @@ fn short_rows_split_mat_vec_workgroups_into_teams() {
         let sink = one_matmul(QuantType::Q4_0, 1, k, rows, &f32_route);
         let p: MatPush = sink.launches[1].push_as();
         assert_eq!(p.teams, f32_teams, "f32 teams, k {k}");
+        // A split workgroup is a kernel variant of its own.
+        let variant = |name: &str, teams: u32| match teams {
+            1 => format!("{name}_q4_0"),
+            _ => format!("{name}_teams_q4_0"),
+        };
         let groups = rows.div_ceil(f32_teams as usize);
-        assert_eq!(seq(&sink)[1], launch("matvec_q4_0", groups), "k {k}");
+        let want = launch(variant("matvec", f32_teams), groups);
+        assert_eq!(seq(&sink)[1], want, "k {k}");
         let sink = one_matmul(QuantType::Q4_0, 1, k, rows, &teams);
         let p: MatPush = sink.launches[1].push_as();
         assert_eq!(p.teams, int_teams, "integer teams, k {k}");
         let groups = rows.div_ceil(2 * int_teams as usize);
-        assert_eq!(seq(&sink)[1], launch("matvec_int_q4_0", groups), "k {k}");
+        let want = launch(variant("matvec_int", int_teams), groups);
+        assert_eq!(seq(&sink)[1], want, "k {k}");
         // Without the split: one team, a row (int_rows) a workgroup.
         let sink = one_matmul(QuantType::Q4_0, 1, k, rows, &vulkan_lowering());
         let p: MatPush = sink.launches[1].push_as();
@@ -708,7 +715,7 @@ fn short_rows_split_mat_vec_workgroups_into_teams() {
     let qkv = sink
         .launches
         .iter()
-        .find(|l| l.kernel == "matvec_f32" && l.push_as::<MatPush>().n_parts == 3)
+        .find(|l| l.kernel == "matvec_teams_f32" && l.push_as::<MatPush>().n_parts == 3)
         .expect("a fused Q/K/V mat-vec");
     let p: MatPush = qkv.push_as();
     assert_eq!((p.k, p.teams), (N_EMBD as u32, 2));

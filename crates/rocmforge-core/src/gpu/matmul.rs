@@ -56,6 +56,16 @@ pub fn row_teams(lw: &Lowering, per_row: usize) -> u32 {
     (MATVEC_WG / lanes) as u32
 }
 
+/// The name part of a mat-vec split into `teams`: a variant of its own
+/// (`_teams`), so the one-team kernel holds none of the split's code.
+fn teams_variant(teams: u32) -> &'static str {
+    if teams > 1 {
+        "_teams"
+    } else {
+        ""
+    }
+}
+
 /// Whether matmuls of weight `w` over `n` tokens of `k` values run as the
 /// integer mat-vec, reading Q8-packed activations from the scratch.
 pub fn int_route(lw: &Lowering, w: &DeviceWeight, n: usize, k: usize) -> bool {
@@ -229,8 +239,9 @@ pub fn record_matmuls(
         let dot = if lw.int_dot_names { "_dot" } else { "" };
         push.teams = row_teams(lw, push.k as usize / 32);
         let groups = row_groups((lw.int_rows * push.teams) as usize);
+        let teams = teams_variant(push.teams);
         sink.dispatch(
-            &format!("matvec_int{dot}_{suffix}"),
+            &format!("matvec_int{dot}{teams}_{suffix}"),
             push.bytes(),
             u32_of(groups, "matmul workgroups")?,
             what,
@@ -244,7 +255,12 @@ pub fn record_matmuls(
     }
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
         push.teams = row_teams(lw, push.k as usize / 8);
-        ("matvec", row_groups(push.teams as usize))
+        let kernel = if push.teams > 1 {
+            "matvec_teams"
+        } else {
+            "matvec"
+        };
+        (kernel, row_groups(push.teams as usize))
     } else {
         // Workgroups of a tiling by `bt` tokens x `br` rows.
         let tiles = |bt: usize, br: usize| -> usize {
