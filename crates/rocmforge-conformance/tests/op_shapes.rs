@@ -287,30 +287,9 @@ fn routing_cases(c: &mut Cases, rng: &mut Rng) {
     for &(e, k) in &[(8usize, 2usize), (60, 4), (128, 8)] {
         for &n in &[1usize, 3] {
             let cols = 64;
-            let w = c.weight(QuantType::F32, cols, e, 1, rng);
             let bias = (n == 3).then(|| c.f32_weight(rng.values(e), e));
             let x = c.input(n, rng.values(n * cols));
-            let logits = c.tensor(n, e);
-            c.op(
-                Op::MatMul {
-                    w,
-                    x,
-                    bias,
-                    out: logits,
-                },
-                format!("router of {e} experts, {n} tokens"),
-            );
-            let (ids, weights) = (c.tensor(n, k), c.tensor(n, k));
-            c.op(
-                Op::TopKGate {
-                    logits,
-                    ids,
-                    weights,
-                    k,
-                    normalize: true,
-                },
-                format!("top-{k} of the router's {e} logits, {n} tokens"),
-            );
+            router_case(c, rng, x, (e, k), bias, true, "");
         }
     }
     // The same with the FFN norm in front, which GPU backends also run in
@@ -331,30 +310,45 @@ fn routing_cases(c: &mut Cases, rng: &mut Rng) {
                 },
                 format!("norm of {cols} before a router, {n} tokens"),
             );
-            let w = c.weight(QuantType::F32, cols, e, 1, rng);
-            let logits = c.tensor(n, e);
-            c.op(
-                Op::MatMul {
-                    w,
-                    x: normed,
-                    bias: None,
-                    out: logits,
-                },
-                format!("router of {e} experts after a norm, {n} tokens"),
-            );
-            let (ids, weights) = (c.tensor(n, k), c.tensor(n, k));
-            c.op(
-                Op::TopKGate {
-                    logits,
-                    ids,
-                    weights,
-                    k,
-                    normalize: false,
-                },
-                format!("top-{k} of the normed router's {e} logits, {n} tokens"),
-            );
+            router_case(c, rng, normed, (e, k), None, false, " after a norm");
         }
     }
+}
+
+/// An f32 router of `e` experts over `x` and the top-`k` routing of its
+/// logits.
+fn router_case(
+    c: &mut Cases,
+    rng: &mut Rng,
+    x: TensorId,
+    (e, k): (usize, usize),
+    bias: Option<usize>,
+    normalize: bool,
+    after: &str,
+) {
+    let (n, cols) = (c.tensors[x].rows, c.tensors[x].cols);
+    let w = c.weight(QuantType::F32, cols, e, 1, rng);
+    let logits = c.tensor(n, e);
+    c.op(
+        Op::MatMul {
+            w,
+            x,
+            bias,
+            out: logits,
+        },
+        format!("router of {e} experts{after}, {n} tokens"),
+    );
+    let (ids, weights) = (c.tensor(n, k), c.tensor(n, k));
+    c.op(
+        Op::TopKGate {
+            logits,
+            ids,
+            weights,
+            k,
+            normalize,
+        },
+        format!("top-{k} of the router's {e} logits{after}, {n} tokens"),
+    );
 }
 
 /// A model holding `cases`' weights (the config of a tiny generated model,
