@@ -4,10 +4,11 @@
 // dispatch: the workgroup index picks the part.
 //
 // Short rows (fewer 8-value units than the workgroup has invocations, as
-// in the tiny test models): `teams` > 1 splits the workgroup into teams of
-// WG_SIZE / teams invocations, each with a row of its own, summed through
-// shared memory (team_rows; core's gpu::matmul::row_teams picks the
-// split). A real model's rows are one team: the path above, unchanged.
+// in the tiny test models): the TEAMS variant (matvec_teams_*) splits the
+// workgroup into `teams` teams of WG_SIZE / teams invocations, each with a
+// row of its own, summed through shared memory (team_rows; core's
+// gpu::matmul::row_teams picks the split). A real model's rows are one
+// team: the kernel without TEAMS, which holds none of the split's code.
 //
 // ROUTE (moe_router_f32, f32 weights; MoeRouterPush): a decode step's
 // router, one workgroup per expert, whose last workgroup to finish routes
@@ -42,7 +43,9 @@ layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32
 #include "counters.glsl"
 #define LOGITS F32sC
 #include "moe_route.glsl"
+#ifdef NORM
 #include "q8_packed.glsl"
+#endif
 #endif
 
 layout(local_size_x = WG_SIZE) in;

@@ -11,8 +11,9 @@
 // walks blocks tid, tid + WG_SIZE, ... of all NR rows, so each activation
 // block is read once per NR rows and adjacent invocations read adjacent
 // weight blocks. Rows of fewer blocks than that (the tiny test models')
-// split the workgroup into teams of NR rows each (team_rows); a real
-// model's rows are one team, the path above. Partial sums are reduced with subgroupAdd and, when the
+// split the workgroup into teams of NR rows each (team_rows, the TEAMS
+// variant); a real model's rows are one team, the kernel without TEAMS.
+// Partial sums are reduced with subgroupAdd and, when the
 // workgroup holds several subgroups, through shared memory: correct for any
 // subgroup size. INT_DOT uses GL_EXT_integer_dot_product (one instruction
 // for four products where the hardware has it).

@@ -483,12 +483,12 @@ pub fn record_graph(
                 let q8 = norm_q8(i, out, group == d.cols, w.address);
                 // A decode step's FFN norm runs in the router's launch
                 // (rows of whole Q8 blocks, read as vec4 on Vulkan).
-                let router = fuse
+                let in_router = fuse
                     && fits(i + 3)
                     && d.cols.is_multiple_of(32)
                     && w.address.is_multiple_of(16)
                     && norm_router_at(graph, plan, i);
-                if router {
+                if in_router {
                     if let Some(mut push) = fused_router(graph, plan, i + 1, a, &t)? {
                         push.norm_x = t(x);
                         push.norm_w = w.address;

@@ -255,12 +255,7 @@ pub fn record_matmuls(
     }
     let (kernel, groups) = if n <= MATVEC_MAX_TOKENS {
         push.teams = row_teams(lw, push.k as usize / 8);
-        let kernel = if push.teams > 1 {
-            "matvec_teams"
-        } else {
-            "matvec"
-        };
-        (kernel, row_groups(push.teams as usize))
+        ("matvec", row_groups(push.teams as usize))
     } else {
         // Workgroups of a tiling by `bt` tokens x `br` rows.
         let tiles = |bt: usize, br: usize| -> usize {
@@ -290,8 +285,10 @@ pub fn record_matmuls(
             ("matmul", tiles(32, 64))
         }
     };
+    // A split mat-vec's variant (`teams` stays 1 off the mat-vec).
+    let teams = teams_variant(push.teams);
     sink.dispatch(
-        &format!("{kernel}_{suffix}"),
+        &format!("{kernel}{teams}_{suffix}"),
         push.bytes(),
         u32_of(groups, "matmul workgroups")?,
         what,
