@@ -29,6 +29,8 @@
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
+// The weight types' integer forms (block_q8), with their tables.
+#define QUANT_INT 1
 #include "quant.glsl"
 #ifdef INT_DOT
 #extension GL_EXT_integer_dot_product : require
@@ -107,6 +109,31 @@ float block_term(uint q[8], vec2 dm, uvec4 x0, uvec4 x1, vec2 s) {
 #endif
 }
 
+#ifdef QUANT_Q8_PAIRED
+// A block's activation words in the order block_q8 leaves a paired type's
+// weight words (quant/mxfp4.glsl): word 2i holds elements 4i, 4i + 1,
+// 4i + 16, 4i + 17 and word 2i + 1 elements 4i + 2, 4i + 3, 4i + 18,
+// 4i + 19. Once per block, for all NR rows.
+void pair_activations(inout uvec4 x0, inout uvec4 x1) {
+    uvec4 a = (x0 & 0xFFFFu) | (x1 << 16);
+    uvec4 c = (x0 >> 16) | (x1 & 0xFFFF0000u);
+    x0 = uvec4(a.x, c.x, a.y, c.y);
+    x1 = uvec4(a.z, c.z, a.w, c.w);
+}
+#else
+void pair_activations(inout uvec4 x0, inout uvec4 x1) {}
+#endif
+
+// Tables a type's block_q8 reads from shared memory, filled by the whole
+// workgroup before any row (from uniform control flow).
+void init_tables() {
+#ifdef QUANT_TABLES
+    quant_tables_init();
+    memoryBarrierShared();
+    barrier();
+#endif
+}
+
 // The workgroup's sums of acc[r][t] (r < NR, t < n): invocation i < NR * n
 // returns sum (i / n, i % n). Subgroup sums, then one slot per subgroup in
 // shared memory (only the n sums in use: n is uniform, so these branches
@@ -156,6 +183,7 @@ float workgroup_sums(float acc[NR][MV_MAX_TOKENS], uint n) {
 
 #ifdef MAT_ID
 void main() {
+    init_tables();
     uint groups = (pc.rows + NR - 1u) / NR;
     uint g = wg_linear();
     uint per_stack = pc.n_pairs * groups;
@@ -186,6 +214,7 @@ void main() {
         uint xb = xb0 + b;
         uvec4 x0 = xq.v[2u * xb];
         uvec4 x1 = xq.v[2u * xb + 1u];
+        pair_activations(x0, x1);
         vec2 xsc = xs.v[xb];
         for (uint r = 0u; r < NR; r++) {
             uint q[8];
@@ -206,34 +235,6 @@ void main() {
     }
 }
 #else
-#ifdef WEIGHT_Q8_0
-// block_q8 in 4-byte loads, for team_rows: eight aligned words from the
-// block's address rounded down to 4 bytes, the quants shifted out of them,
-// and the last quant word (past those eight) as two halves: 10 loads where
-// block_q8 makes 17, and lavapipe loads lane by lane (the tiny models'
-// output projection, hundreds of thousands of rows of 2 blocks, was most
-// of its decode step). The rounded-down address starts at most 2 bytes
-// before the block, inside the buffer (whose start is 4-byte aligned).
-void team_block(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
-    uint64_t a = row + uint64_t(ib) * QUANT_BLOCK_BYTES;
-    bool aligned = (uint(a) & 2u) == 0u;
-    U32s w = U32s(aligned ? a : a - 2ul);
-    uint x[8];
-    for (uint i = 0u; i < 8u; i++) {
-        x[i] = w.v[i];
-    }
-    U16s h = U16s(a);
-    // Aligned: x[0] = d | q bytes 0, 1 << 16, quant word i straddles x[i]
-    // and x[i + 1]; else x[0]'s high half is d and x[i + 1] quant word i.
-    dm = vec2(unpackHalf2x16(aligned ? x[0] : x[0] >> 16).x, 0.0);
-    for (uint i = 0u; i < 7u; i++) {
-        q[i] = aligned ? (x[i] >> 16) | (x[i + 1u] << 16) : x[i + 1u];
-    }
-    q[7] = uint(h.v[15]) | (uint(h.v[16]) << 16);
-}
-#else
-#define team_block block_q8
-#endif
 
 // A workgroup split into pc.teams teams of `lanes` invocations, NR rows
 // each (r0 + team * NR + r): each invocation walks blocks lane, lane +
@@ -275,7 +276,7 @@ void team_rows() {
         vec2 dm[NR];
         for (uint r = 0u; r < NR; r++) {
             uint rr = min(team_r0 + r, m - 1u);
-            team_block(pc.w[p] + uint64_t(rr) * row_bytes, b, q[r], dm[r]);
+            block_q8(pc.w[p] + uint64_t(rr) * row_bytes, b, q[r], dm[r]);
         }
         for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
             if (t >= n) {
@@ -284,6 +285,7 @@ void team_rows() {
             uint xb = t * nb + b;
             uvec4 x0 = xq.v[2u * xb];
             uvec4 x1 = xq.v[2u * xb + 1u];
+            pair_activations(x0, x1);
             vec2 xsc = xs.v[xb];
             for (uint r = 0u; r < NR; r++) {
                 acc[r][t] += block_term(q[r], dm[r], x0, x1, xsc);
@@ -322,6 +324,7 @@ void team_rows() {
 }
 
 void main() {
+    init_tables();
 #ifdef TEAMS
     team_rows();
     return;
@@ -363,6 +366,7 @@ void main() {
             uint xb = t * nb + b;
             uvec4 x0 = xq.v[2u * xb];
             uvec4 x1 = xq.v[2u * xb + 1u];
+            pair_activations(x0, x1);
             vec2 xsc = xs.v[xb];
             for (uint r = 0u; r < NR; r++) {
                 acc[r][t] += block_term(q[r], dm[r], x0, x1, xsc);

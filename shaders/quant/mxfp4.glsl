@@ -65,15 +65,14 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
 }
 
 // Integer form for the decode mat-vec over Q8_0 activations (matvec_int.comp):
-// the 32 doubled levels as signed bytes, word i = elements 4i..4i+3; the
-// half scale in dm.x, so (dm.x * d_x) * sum(q_w * q_x) is ggml's per-block
-// product.
+// the 32 doubled levels as signed bytes, in the paired word order below;
+// the half scale in dm.x, so (dm.x * d_x) * sum(q_w * q_x) is ggml's
+// per-block product.
 #define QUANT_Q8_BLOCK 1
 // The doubled levels of the four nibbles in bytes 0..3 of x (each 0..15)
-// as signed bytes, by arithmetic on all four bytes at once: a lookup per
-// byte (vector select, shift, mask, merge) made the gpt-oss expert mat-vec
-// ALU-bound, 3.5x slower than the HIP kernel's byte permutes on the same
-// GPU. |level| is m = q & 7 below 4, else (4 + 2 b0) << b1 = m + b0 +
+// as signed bytes, by arithmetic on all four bytes at once (it fills the
+// table below; a lookup per byte by vector select, shift, mask and merge
+// had made the expert mat-vec 3.5x slower than HIP's byte permutes). |level| is m = q & 7 below 4, else (4 + 2 b0) << b1 = m + b0 +
 // 2 b1 + 2 b0 b1 (b0, b1 the low bits of m); bit 3 negates it, where the
 // level is not 0 (so no negation carries out of its byte).
 uint mxfp4_bytes4(uint x) {
@@ -86,6 +85,29 @@ uint mxfp4_bytes4(uint x) {
     uint neg = (x >> 3) & (b0 | b1 | hi);
     return (mag ^ ((neg << 8) - neg)) + neg;
 }
+#ifdef QUANT_INT
+// ALU-bound as arithmetic: mxfp4_bytes4 on every quant word made the
+// gpt-oss-20b expert mat-vec 27% of a Vulkan decode step more than the
+// same kernel with a plain nibble mask (H200). So the levels come from a
+// table in shared memory instead, one lookup per byte (two quants):
+// mxfp4_pairs[b] holds the level of b's low nibble in byte 0 and of its
+// high nibble in byte 2. Two lookups, the second shifted up a byte, make
+// a word of four levels in the order [lo(b0), lo(b1), hi(b0), hi(b1)],
+// without assembling the low and high levels apart: block_q8 leaves the
+// weight words in that "paired" order (QUANT_Q8_PAIRED), and the kernel
+// puts each activation block in the same order once for all its rows
+// (matvec_int.comp's pair_activations). The products are the same
+// integers, so the sums are too.
+#define QUANT_Q8_PAIRED 1
+#define QUANT_TABLES 1
+shared uint mxfp4_pairs[256];
+
+void quant_tables_init() {
+    for (uint b = gl_LocalInvocationID.x; b < 256u; b += WG_SIZE) {
+        mxfp4_pairs[b] = (mxfp4_bytes4(b & 0x0Fu) & 0xFFu) | ((mxfp4_bytes4(b >> 4) & 0xFFu) << 16);
+    }
+}
+
 void block_q8(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
     // The block's 17 bytes lie in the 5 aligned words from its start's
     // word: the scale at bit sh of the first, the quants from bit sh + 8.
@@ -97,11 +119,13 @@ void block_q8(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
         words[i] = w.v[i];
     }
     dm = vec2(mxfp4_scale((words[0] >> sh) & 0xFFu), 0.0);
-    // Quant word i: bits sh + 8 .. of words i, i + 1 (a funnel shift).
+    // Quant word i: bits sh + 8 .. of words i, i + 1 (a funnel shift);
+    // its bytes are elements 4i..4i+3 (low nibbles) and 4i+16.. (high).
     uint s = sh + 8u;
     for (uint i = 0u; i < 4u; i++) {
         uint qw = s == 32u ? words[i + 1u] : (words[i] >> s) | (words[i + 1u] << (32u - s));
-        q[i] = mxfp4_bytes4(qw & 0x0F0F0F0Fu);
-        q[i + 4u] = mxfp4_bytes4((qw >> 4) & 0x0F0F0F0Fu);
+        q[2u * i] = mxfp4_pairs[qw & 0xFFu] | (mxfp4_pairs[(qw >> 8) & 0xFFu] << 8);
+        q[2u * i + 1u] = mxfp4_pairs[(qw >> 16) & 0xFFu] | (mxfp4_pairs[qw >> 24] << 8);
     }
 }
+#endif

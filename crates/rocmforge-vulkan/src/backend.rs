@@ -177,7 +177,8 @@ impl GpuDevice for VulkanDevice {
             matrix_prefetch: !self.opts.no_prefetch,
             q8_packed_blocks_per_group: 64,
             int_rows: 2,
-            expert_int_rows: 2,
+            // build.rs's matvec_id_int* variants: 32 invocations x 4 rows.
+            expert_int_rows: 4,
             row_teams: true,
             compute_units: self.gpu.props.compute_units,
             subgroup_decode: self.gpu.props.subgroup.size >= 32,
