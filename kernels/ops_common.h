@@ -97,9 +97,6 @@ template <uint32_t WG> DEV float block_sum_f32(float v, float* part) {
     return r;
 }
 
-// SwiGLU's value silu(g) * u = g / (1 + e^-g) * u, in the CPU's order
-// (ggml's form: -0, not NaN, for very negative g); e^x as libm's expf.
-// Shared by swiglu (ops_eltwise.hip) and swiglu_q8 (ops_quantize.hip).
 // moe_sum's value i of a token: the sum over j < k of x[j * stride + i] *
 // w[j], in order of j, each product rounded (kernels build with
 // -ffp-contract=off), as the CPU's.
@@ -111,6 +108,18 @@ DEV float moe_weighted(const float* x, const float* w, uint32_t k, uint64_t stri
     return acc;
 }
 
+// SwiGLU's value silu(g) * u = g / (1 + e^-g) * u, in the CPU's order
+// (ggml's form: -0, not NaN, for very negative g); e^x as libm's expf.
+// Shared by swiglu (ops_eltwise.hip) and swiglu_q8 (ops_quantize.hip).
 DEV float swiglu_value(float g, float u) { return g / (1.0f + libm_expf(-g)) * u; }
+
+// gpt-oss's clamped SwiGLU: x = min(g, limit), y = clamp(u, -limit, limit),
+// x / (1 + e^(alpha * -x)) * (y + 1). Shared by swiglu_oai
+// (ops_eltwise.hip) and swiglu_oai_q8 (ops_quantize.hip).
+DEV float swiglu_oai_value(float g, float u, float alpha, float limit) {
+    float x = __builtin_fminf(g, limit);
+    float y = __builtin_fminf(__builtin_fmaxf(u, -limit), limit);
+    return x / (1.0f + libm_expf(alpha * -x)) * (y + 1.0f);
+}
 
 } // namespace ops

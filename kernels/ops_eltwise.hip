@@ -52,9 +52,7 @@ template <Elt OP> DEV void eltwise_run(const EltwisePush& p) {
     } else if (OP == Elt::Scale) {
         r = a * p.factor;
     } else if (OP == Elt::SwigluOai) {
-        float x = __builtin_fminf(a, p.limit);
-        float y = __builtin_fminf(__builtin_fmaxf(dev_ptr<const float>(p.b)[i], -p.limit), p.limit);
-        r = x / (1.0f + libm_expf(p.factor * -x)) * (y + 1.0f);
+        r = swiglu_oai_value(a, dev_ptr<const float>(p.b)[i], p.factor, p.limit);
     } else if (OP == Elt::SigmoidGate) {
         float g = dev_ptr<const float>(p.b)[i / p.cols];
         r = a * (g / (1.0f + libm_expf(-g)) / g);

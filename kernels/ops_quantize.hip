@@ -16,6 +16,8 @@
 //   swiglu_q8           the same for silu(x) * up (x the gate), which is
 //                       also written as f32 to act: SwiGLU and the rounding
 //                       of its output in one pass;
+//   swiglu_oai_q8       the same for gpt-oss's clamped SwiGLU (alpha and
+//                       limit in the push);
 //   quantize_f16        BLOCK 8, every value rounded to f16 (nearest even);
 //   quantize_bf16       BLOCK 8, to bf16 (nearest even; inf / NaN kept).
 //
@@ -34,7 +36,7 @@
 
 namespace ops {
 
-enum class Act { Q8_0, Q8_K, Q8Packed, SwigluQ8, F16, BF16 };
+enum class Act { Q8_0, Q8_K, Q8Packed, SwigluQ8, SwigluOaiQ8, F16, BF16 };
 
 // Largest |v| over the wave, ties to the lowest index, and the signed value
 // there (Q8_K's "first value of largest magnitude"). idx is the value's
@@ -88,7 +90,7 @@ template <Act A> DEV void quantize_run(const QuantizePush& p) {
     // (the HIP backend lowers with Lowering::q8_packed_blocks_per_group =
     // 2). Walking 32 blocks per wave made a 7B decode's SwiGLU+Q8 take
     // ~33 us per layer on the H100.
-    constexpr bool PACKED = A == Act::Q8Packed || A == Act::SwigluQ8;
+    constexpr bool PACKED = A == Act::Q8Packed || A == Act::SwigluQ8 || A == Act::SwigluOaiQ8;
     constexpr uint32_t PER_WAVE = PACKED ? 1u : QUANTIZE_OPS_WG / 2u; // blocks per wave
     uint32_t first = wg_linear() * (2u * PER_WAVE) + wave_id() * PER_WAVE;
     const float* x = dev_ptr<const float>(p.x);
@@ -139,9 +141,10 @@ template <Act A> DEV void quantize_run(const QuantizePush& p) {
             }
         } else {
             float v = xb[lane];
-            if (A == Act::SwigluQ8) {
+            if (A == Act::SwigluQ8 || A == Act::SwigluOaiQ8) {
                 uint64_t i = (uint64_t)b * BLOCK + lane;
-                v = swiglu_value(v, dev_ptr<const float>(p.up)[i]);
+                float u = dev_ptr<const float>(p.up)[i];
+                v = A == Act::SwigluQ8 ? swiglu_value(v, u) : swiglu_oai_value(v, u, p.alpha, p.limit);
                 dev_ptr<float>(p.act)[i] = v;
             }
             wave_store_q8_packed(v, dev_ptr<int8_t>(p.out), dev_ptr<float2>(p.scales), b);
@@ -159,6 +162,7 @@ QUANTIZE_OPS_KERNEL(quantize_q8_0, Q8_0)
 QUANTIZE_OPS_KERNEL(quantize_q8_k, Q8_K)
 QUANTIZE_OPS_KERNEL(quantize_q8_packed, Q8Packed)
 QUANTIZE_OPS_KERNEL(swiglu_q8, SwigluQ8)
+QUANTIZE_OPS_KERNEL(swiglu_oai_q8, SwigluOaiQ8)
 QUANTIZE_OPS_KERNEL(quantize_f16, F16)
 QUANTIZE_OPS_KERNEL(quantize_bf16, BF16)
 #undef QUANTIZE_OPS_KERNEL

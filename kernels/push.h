@@ -329,10 +329,13 @@ struct QuantizePush {
     uint32_t pad;
     // Where quantize_q8_packed writes the per-block (d, s).
     uint64_t scales;
-    // swiglu_q8 only: the up projection (x is the gate) and where the f32
-    // SwiGLU output goes.
+    // swiglu_q8 and swiglu_oai_q8 only: the up projection (x is the gate)
+    // and where the f32 SwiGLU output goes.
     uint64_t up;
     uint64_t act;
+    // swiglu_oai_q8 only: gpt-oss's alpha and limit.
+    float alpha;
+    float limit;
 };
 
 #define RF_PUSH_AT(T, f, off) static_assert(__builtin_offsetof(T, f) == (off), #T "." #f " offset")
@@ -551,7 +554,7 @@ static_assert(sizeof(SpinPush) == 16, "SpinPush size");
 RF_PUSH_AT(SpinPush, flag, 0);
 RF_PUSH_AT(SpinPush, bound, 8);
 
-static_assert(sizeof(QuantizePush) == 48, "QuantizePush size");
+static_assert(sizeof(QuantizePush) == 56, "QuantizePush size");
 RF_PUSH_AT(QuantizePush, x, 0);
 RF_PUSH_AT(QuantizePush, out, 8);
 RF_PUSH_AT(QuantizePush, n, 16);
@@ -559,6 +562,8 @@ RF_PUSH_AT(QuantizePush, pad, 20);
 RF_PUSH_AT(QuantizePush, scales, 24);
 RF_PUSH_AT(QuantizePush, up, 32);
 RF_PUSH_AT(QuantizePush, act, 40);
+RF_PUSH_AT(QuantizePush, alpha, 48);
+RF_PUSH_AT(QuantizePush, limit, 52);
 
 #undef RF_PUSH_AT
 

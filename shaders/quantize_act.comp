@@ -12,7 +12,9 @@
 // (matvec_int.comp), into the layout of q8_packed.glsl: quants at `out`,
 // (d, s) per block at `scales`. With SWIGLU it first computes the values as
 // silu(gate) * up (gate at `x`, up at `up`), writes them as f32 to `act` and
-// quantizes them: the SwiGLU op and the rounding of its output in one pass.
+// quantizes them: the SwiGLU op and the rounding of its output in one pass;
+// with SWIGLU_OAI, gpt-oss's clamped SwiGLU (pc.alpha, pc.limit) as
+// eltwise.comp's OP_SWIGLU_OAI computes it.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -26,8 +28,10 @@ layout(push_constant, std430) uniform Push {
     uint n; // values (rows * k; k is a multiple of the block size)
     uint pad;
     uint64_t scales; // ACT_Q8_PACKED only
-    uint64_t up;     // SWIGLU only
+    uint64_t up;     // SWIGLU / SWIGLU_OAI only
     uint64_t act;
+    float alpha; // SWIGLU_OAI only
+    float limit;
 } pc;
 
 #if defined(ACT_Q8_0) || defined(ACT_Q8_PACKED)
@@ -61,13 +65,20 @@ void main() {
     // The block as eight vec4 loads issued together (rows are 16-aligned).
     V4s xv = V4s(pc.x + uint64_t(b) * BLOCK * 4u);
     vec4 v[8];
-#ifdef SWIGLU
+#if defined(SWIGLU) || defined(SWIGLU_OAI)
     V4s uv = V4s(pc.up + uint64_t(b) * BLOCK * 4u);
     V4s av = V4s(pc.act + uint64_t(b) * BLOCK * 4u);
     for (uint w = 0u; w < 8u; w++) {
-        // As eltwise.comp's OP_SWIGLU, component by component.
         vec4 g = xv.v[w];
+#ifdef SWIGLU
+        // As eltwise.comp's OP_SWIGLU, component by component.
         v[w] = g / (1.0 + exp(-g)) * uv.v[w];
+#else
+        // As eltwise.comp's OP_SWIGLU_OAI, component by component.
+        vec4 x = min(g, pc.limit);
+        vec4 y = clamp(uv.v[w], -pc.limit, pc.limit);
+        v[w] = x / (1.0 + exp(pc.alpha * -x)) * (y + 1.0);
+#endif
         av.v[w] = v[w];
     }
 #else

@@ -345,6 +345,11 @@ const KERNELS: &[(&str, &str, Defines)] = &[
         "quantize_act.comp",
         &[("ACT_Q8_PACKED", "1"), ("SWIGLU", "1")],
     ),
+    (
+        "swiglu_oai_q8",
+        "quantize_act.comp",
+        &[("ACT_Q8_PACKED", "1"), ("SWIGLU_OAI", "1")],
+    ),
     ("quantize_f16", "quantize_act.comp", &[("ACT_F16", "1")]),
     ("quantize_bf16", "quantize_act.comp", &[("ACT_BF16", "1")]),
     (

@@ -162,6 +162,11 @@ const BUDGETS: &[Budget] = &[
         max_lds: 0,
     },
     Budget {
+        kernel: "swiglu_oai_q8",
+        max_vgprs: 32,
+        max_lds: 0,
+    },
+    Budget {
         kernel: "quantize_f16",
         max_vgprs: 32,
         max_lds: 0,

@@ -769,6 +769,8 @@ pub fn record_graph(
                         scales,
                         up: t(up),
                         act: t(out),
+                        alpha: 0.0,
+                        limit: 0.0,
                     };
                     let groups = (n / 32).div_ceil(lw.q8_packed_blocks_per_group);
                     sink.dispatch("swiglu_q8", push.bytes(), groups, label(i, "SwiGlu".into()))?;
@@ -792,14 +794,36 @@ pub fn record_graph(
                 alpha,
                 limit,
             } => {
-                let params = EltParams {
-                    factor: alpha,
-                    limit,
-                    cols: 0,
-                };
                 let what = label(i, "SwiGluOai".into());
-                let (tensors, shape) = ((t(gate), t(up), t(out)), graph.tensor(out));
-                eltwise_with(sink, "swiglu_oai", tensors, params, shape, what)?;
+                if feeds_int_matvec(i, out) {
+                    // As SwiGlu's: the rounding of the output in the pass
+                    // (gpt-oss's expert input).
+                    let d = graph.tensor(out);
+                    let n = u32_of(d.rows * d.cols, "elements")?;
+                    let (quants, scales) = q8_at(out);
+                    let push = QuantizePush {
+                        x: t(gate),
+                        out: quants,
+                        n,
+                        pad: 0,
+                        scales,
+                        up: t(up),
+                        act: t(out),
+                        alpha,
+                        limit,
+                    };
+                    let groups = (n / 32).div_ceil(lw.q8_packed_blocks_per_group);
+                    sink.dispatch("swiglu_oai_q8", push.bytes(), groups, what)?;
+                    scratch = Some((out, ScratchForm::Q8Packed));
+                } else {
+                    let params = EltParams {
+                        factor: alpha,
+                        limit,
+                        cols: 0,
+                    };
+                    let (tensors, shape) = ((t(gate), t(up), t(out)), graph.tensor(out));
+                    eltwise_with(sink, "swiglu_oai", tensors, params, shape, what)?;
+                }
             }
             Op::SigmoidGate { x, gate, out } => {
                 let shape = graph.tensor(out);

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::backend::BackendError;
 use crate::graph::{Graph, Op, TensorDesc, TensorId};
+use crate::model::moe::{ExpertActivation, OAI_ALPHA, OAI_LIMIT};
 use crate::plan::{ArenaPlan, KvLayout, KvType, KvTypes};
 use crate::quant::QuantType;
 
@@ -1954,4 +1955,37 @@ fn a_128k_context_lowers_without_overflow() {
             assert_eq!(layer, N_LAYER, "{ty} {n}");
         }
     }
+}
+
+/// gpt-oss's clamped SwiGLU in front of an integer down projection writes
+/// its Q8 packing in the same pass (`swiglu_oai_q8`), with the op's alpha
+/// and limit, as SwiGLU does (`swiglu_q8`).
+#[test]
+fn the_clamped_swiglu_rounds_its_output_for_the_experts() {
+    let act = ExpertActivation::SwiGluOai {
+        alpha: OAI_ALPHA,
+        limit: OAI_LIMIT,
+    };
+    let m = qwen3_moe_with(QuantType::Q4_0, QuantType::Q8_0, act);
+    let g = m.graph(1);
+    let plan = naive_plan(&g);
+    let sink = m.record(&vulkan_lowering(), &g, &plan);
+    let kernels: Vec<&str> = sink.launches.iter().map(|l| l.kernel.as_str()).collect();
+    assert!(!kernels.contains(&"swiglu_oai"), "{kernels:?}");
+    let fused: Vec<_> = sink
+        .launches
+        .iter()
+        .filter(|l| l.kernel == "swiglu_oai_q8")
+        .collect();
+    assert_eq!(fused.len(), N_LAYER, "{kernels:?}");
+    let p: QuantizePush = fused[0].push_as();
+    assert_eq!(
+        (p.alpha, p.limit, p.n),
+        (OAI_ALPHA, OAI_LIMIT, (N_EXPERT_USED * N_FF_EXP) as u32)
+    );
+    assert_eq!(p.out, scratch_base(&plan));
+    // The down mat-vec right after it reads that packing: no rounding pass
+    // of its own.
+    let at = kernels.iter().position(|&k| k == "swiglu_oai_q8").unwrap();
+    assert!(kernels[at + 1].starts_with("matvec_id_int"), "{kernels:?}");
 }

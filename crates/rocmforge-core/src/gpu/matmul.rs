@@ -123,6 +123,8 @@ pub(super) fn round_activations(
         scales: 0,
         up: 0,
         act: 0,
+        alpha: 0.0,
+        limit: 0.0,
     };
     // One invocation per block of 32 (256 for Q8_K, 8 for floats).
     let block = match q {
@@ -322,6 +324,8 @@ pub(super) fn quantize_q8_packed(
         scales,
         up: 0,
         act: 0,
+        alpha: 0.0,
+        limit: 0.0,
     };
     let groups = (values / 32).div_ceil(lw.q8_packed_blocks_per_group);
     sink.dispatch("quantize_q8_packed", quant.bytes(), groups, label)?;

@@ -218,7 +218,7 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
                 vec![("a", p.a), ("b", p.b), ("out", p.out)]
             }
             "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8"
-            | "quantize_f16" | "quantize_bf16" => {
+            | "swiglu_oai_q8" | "quantize_f16" | "quantize_bf16" => {
                 let p: QuantizePush = l.push_as();
                 vec![
                     ("x", p.x),
@@ -297,7 +297,7 @@ pub(crate) fn scratch_writes(l: &Launch) -> Vec<(u64, u64)> {
             let p: QuantizePush = l.push_as();
             vec![(p.out, p.out + 4 * u64::from(p.n))]
         }
-        "quantize_q8_packed" | "swiglu_q8" => {
+        "quantize_q8_packed" | "swiglu_q8" | "swiglu_oai_q8" => {
             let p: QuantizePush = l.push_as();
             q8(p.out, p.scales, p.n.into())
         }
@@ -498,12 +498,21 @@ pub(crate) fn dense_llama(ty: QuantType) -> TinyModel {
 /// matrices of type `ty`, an f32 router, and expert stacks of type
 /// `experts`.
 pub(crate) fn qwen3_moe(ty: QuantType, experts: QuantType) -> TinyModel {
+    qwen3_moe_with(ty, experts, ExpertActivation::SwiGlu)
+}
+
+/// [`qwen3_moe`] with the experts' `activation` (gpt-oss's clamped SwiGLU).
+pub(crate) fn qwen3_moe_with(
+    ty: QuantType,
+    experts: QuantType,
+    activation: ExpertActivation,
+) -> TinyModel {
     let moe = MoeConfig {
         n_expert: N_EXPERT,
         n_expert_used: N_EXPERT_USED,
         n_ff_exp: N_FF_EXP,
         normalize_weights: true,
-        activation: ExpertActivation::SwiGlu,
+        activation,
         n_ff_shared: None,
     };
     tiny(config(Arch::Qwen3Moe, Some(moe)), ty, Some(experts))

@@ -191,8 +191,8 @@ pub fn workgroup_size(kernel: &str) -> Option<u32> {
         "attention_combine" | "attention_combine_q8" => 128,
         "add" | "swiglu" | "swiglu_oai" | "sigmoid_gate" | "geglu" | "scale" | "copy"
         | "attn_temp" => 256,
-        "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
-        | "quantize_bf16" => 64,
+        "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8"
+        | "swiglu_oai_q8" | "quantize_f16" | "quantize_bf16" => 64,
         // One wave (RDNA wave32, an NVIDIA warp) per token.
         "moe_route" => 32,
         // The router's rows, then the routing by moe_route's one wave.

@@ -148,8 +148,8 @@ pub fn fields_of(kernel: &str) -> Option<&'static [Field]> {
             EltwisePush::FIELDS
         }
         "attn_temp" => AttnTempPush::FIELDS,
-        "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8" | "quantize_f16"
-        | "quantize_bf16" => QuantizePush::FIELDS,
+        "quantize_q8_0" | "quantize_q8_k" | "quantize_q8_packed" | "swiglu_q8"
+        | "swiglu_oai_q8" | "quantize_f16" | "quantize_bf16" => QuantizePush::FIELDS,
         "moe_route" => MoeRoutePush::FIELDS,
         "moe_router_f32" | "moe_norm_router_f32" => MoeRouterPush::FIELDS,
         "moe_sum" => MoeSumPush::FIELDS,
@@ -485,14 +485,19 @@ pub struct QuantizePush {
     pub pad: u32,
     /// Where `quantize_q8_packed` writes the per-block (d, s).
     pub scales: u64,
-    /// `swiglu_q8` only: the up projection (`x` is the gate) and where the
-    /// f32 SwiGLU output goes.
+    /// `swiglu_q8` and `swiglu_oai_q8` only: the up projection (`x` is the
+    /// gate) and where the f32 SwiGLU output goes.
     pub up: u64,
     pub act: u64,
+    /// `swiglu_oai_q8` only: gpt-oss's alpha and limit (`Op::SwiGluOai`).
+    pub alpha: f32,
+    pub limit: f32,
 }
-// SAFETY: repr(C), two u64, two u32, three u64: 48 bytes, no padding.
+// SAFETY: repr(C), two u64, two u32, three u64, two f32: 56 bytes, no
+// padding.
 unsafe impl Push for QuantizePush {
-    const FIELDS: &'static [Field] = fields!(QuantizePush: x, out, n, pad, scales, up, act);
+    const FIELDS: &'static [Field] =
+        fields!(QuantizePush: x, out, n, pad, scales, up, act, alpha, limit);
 }
 
 /// `attn_temp`: Llama 4's attention temperature on `n` values in rows of
@@ -523,7 +528,7 @@ const _: () = assert!(std::mem::size_of::<StoreKvPush>() == 56);
 const _: () = assert!(std::mem::size_of::<AttentionPush>() == 120);
 const _: () = assert!(std::mem::size_of::<EltwisePush>() == 40);
 const _: () = assert!(std::mem::size_of::<SpinPush>() == 16);
-const _: () = assert!(std::mem::size_of::<QuantizePush>() == 48);
+const _: () = assert!(std::mem::size_of::<QuantizePush>() == 56);
 const _: () = assert!(std::mem::size_of::<AttnTempPush>() == 32);
 const _: () = assert!(std::mem::size_of::<MoeRouterPush>() == 112);
 
