@@ -271,6 +271,31 @@ pub fn record_graph(
         let d = graph.tensor(id);
         q8_packed_at(a.scratch, (d.rows * d.cols) as u32)
     };
+    // A SwiGLU (`kernel`: swiglu_q8, or gpt-oss's swiglu_oai_q8 with its
+    // alpha and limit) that writes its output and the output's Q8 packing
+    // for the integer mat-vec after it in one pass.
+    let swiglu_q8 = |sink: &mut dyn KernelSink,
+                     kernel: &str,
+                     (gate, up, out): (TensorId, TensorId, TensorId),
+                     (alpha, limit): (f32, f32),
+                     what: String| {
+        let d = graph.tensor(out);
+        let n = u32_of(d.rows * d.cols, "elements")?;
+        let (quants, scales) = q8_at(out);
+        let push = QuantizePush {
+            x: t(gate),
+            out: quants,
+            n,
+            pad: 0,
+            scales,
+            up: t(up),
+            act: t(out),
+            alpha,
+            limit,
+        };
+        let groups = (n / 32).div_ceil(lw.q8_packed_blocks_per_group);
+        sink.dispatch(kernel, push.bytes(), groups, what)
+    };
     // Whether op i's output `out` is read next by an integer mat-vec (dense
     // or expert), so op i may write it Q8-packed for it: by the op after
     // it, or by the expert mat-vec after a router that leaves the scratch
@@ -757,23 +782,8 @@ pub fn record_graph(
             }
             Op::SwiGlu { gate, up, out } => {
                 if feeds_int_matvec(i, out) {
-                    // SwiGLU and the Q8 rounding of its output in one pass.
-                    let d = graph.tensor(out);
-                    let n = u32_of(d.rows * d.cols, "elements")?;
-                    let (quants, scales) = q8_at(out);
-                    let push = QuantizePush {
-                        x: t(gate),
-                        out: quants,
-                        n,
-                        pad: 0,
-                        scales,
-                        up: t(up),
-                        act: t(out),
-                        alpha: 0.0,
-                        limit: 0.0,
-                    };
-                    let groups = (n / 32).div_ceil(lw.q8_packed_blocks_per_group);
-                    sink.dispatch("swiglu_q8", push.bytes(), groups, label(i, "SwiGlu".into()))?;
+                    let what = label(i, "SwiGlu".into());
+                    swiglu_q8(sink, "swiglu_q8", (gate, up, out), (0.0, 0.0), what)?;
                     scratch = Some((out, ScratchForm::Q8Packed));
                 } else {
                     eltwise(
@@ -796,24 +806,7 @@ pub fn record_graph(
             } => {
                 let what = label(i, "SwiGluOai".into());
                 if feeds_int_matvec(i, out) {
-                    // As SwiGlu's: the rounding of the output in the pass
-                    // (gpt-oss's expert input).
-                    let d = graph.tensor(out);
-                    let n = u32_of(d.rows * d.cols, "elements")?;
-                    let (quants, scales) = q8_at(out);
-                    let push = QuantizePush {
-                        x: t(gate),
-                        out: quants,
-                        n,
-                        pad: 0,
-                        scales,
-                        up: t(up),
-                        act: t(out),
-                        alpha,
-                        limit,
-                    };
-                    let groups = (n / 32).div_ceil(lw.q8_packed_blocks_per_group);
-                    sink.dispatch("swiglu_oai_q8", push.bytes(), groups, what)?;
+                    swiglu_q8(sink, "swiglu_oai_q8", (gate, up, out), (alpha, limit), what)?;
                     scratch = Some((out, ScratchForm::Q8Packed));
                 } else {
                     let params = EltParams {
