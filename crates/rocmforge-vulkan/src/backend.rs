@@ -43,6 +43,11 @@ pub fn open(opts: VulkanOptions, gpu: GpuOptions) -> Result<VulkanBackend, Backe
 }
 
 /// A recorded part.
+/// Rows a workgroup of the integer expert mat-vec computes: build.rs's
+/// `matvec_id_int*` variants are 32 invocations x 4 rows
+/// (`gpu::expert_int_workgroup`).
+pub(crate) const EXPERT_INT_ROWS: u32 = 4;
+
 pub struct VulkanPart {
     cb: vk::CommandBuffer,
     /// Dispatches per breadcrumb (see `commands::Crumbs`).
@@ -177,8 +182,7 @@ impl GpuDevice for VulkanDevice {
             matrix_prefetch: !self.opts.no_prefetch,
             q8_packed_blocks_per_group: 64,
             int_rows: 2,
-            // build.rs's matvec_id_int* variants: 32 invocations x 4 rows.
-            expert_int_rows: 4,
+            expert_int_rows: EXPERT_INT_ROWS,
             row_teams: true,
             compute_units: self.gpu.props.compute_units,
             subgroup_decode: self.gpu.props.subgroup.size >= 32,

@@ -162,8 +162,18 @@ pub fn grid(groups: u32, max_x: u32) -> (u32, u32) {
     (x, groups.div_ceil(x.max(1)))
 }
 
+/// Invocations of a workgroup of the integer expert mat-vec
+/// (`matvec_id_int_*`) that computes `rows` rows (`Lowering::expert_int_rows`):
+/// 32 per 4 rows. HIP's 8 rows take 64 ([`workgroup_size`]'s entry, which
+/// HIP launches with); the GLSL variant's 4 rows take 32.
+pub fn expert_int_workgroup(rows: u32) -> u32 {
+    rows.div_ceil(4) * 32
+}
+
 /// Invocations per workgroup of each kernel family (the GLSL
-/// `local_size_x` of the variant; HIP kernels launch with the same).
+/// `local_size_x` of the variant; HIP kernels launch with the same). The
+/// one exception is the GLSL integer expert mat-vec: see
+/// [`expert_int_workgroup`].
 pub fn workgroup_size(kernel: &str) -> Option<u32> {
     let family = |prefix: &str| kernel.starts_with(prefix);
     Some(match kernel {
