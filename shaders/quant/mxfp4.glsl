@@ -72,8 +72,9 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
 // The doubled levels of the four nibbles in bytes 0..3 of x (each 0..15)
 // as signed bytes, by arithmetic on all four bytes at once (it fills the
 // table below; a lookup per byte by vector select, shift, mask and merge
-// had made the expert mat-vec 3.5x slower than HIP's byte permutes). |level| is m = q & 7 below 4, else (4 + 2 b0) << b1 = m + b0 +
-// 2 b1 + 2 b0 b1 (b0, b1 the low bits of m); bit 3 negates it, where the
+// had made the expert mat-vec 3.5x slower than HIP's byte permutes).
+// |level| is m = q & 7 below 4, else (4 + 2 b0) << b1 = m + b0 + 2 b1 +
+// 2 b0 b1 (b0, b1 the low bits of m); bit 3 negates it, where the
 // level is not 0 (so no negation carries out of its byte).
 uint mxfp4_bytes4(uint x) {
     uint m = x & 0x07070707u;

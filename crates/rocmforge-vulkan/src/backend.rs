@@ -42,12 +42,12 @@ pub fn open(opts: VulkanOptions, gpu: GpuOptions) -> Result<VulkanBackend, Backe
     Ok(GpuBackend::new(VulkanDevice::open(opts)?, gpu))
 }
 
-/// A recorded part.
 /// Rows a workgroup of the integer expert mat-vec computes: build.rs's
 /// `matvec_id_int*` variants are 32 invocations x 4 rows
 /// (`gpu::expert_int_workgroup`).
 pub(crate) const EXPERT_INT_ROWS: u32 = 4;
 
+/// A recorded part.
 pub struct VulkanPart {
     cb: vk::CommandBuffer,
     /// Dispatches per breadcrumb (see `commands::Crumbs`).
