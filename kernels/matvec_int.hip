@@ -28,16 +28,7 @@
 // ceil(rows / MVI_NR), MVI_NR rows of one pair a workgroup; twice that
 // with a second stack (up_w: up beside gate), whose half of the grid
 // computes it.
-//
-// matvec_id_int_swiglu_<ty> and matvec_id_int_swiglu_oai_<ty> (the
-// shader's GLU and GLU_OAI): gate and up with the SwiGLU after them. The
-// pair's 2 * ceil(rows / MVI_NR) workgroups count themselves in
-// counters[p] (last_to_finish); the last computes the pair's SwiGLU
-// (ops::swiglu_value or ops::swiglu_oai_value, as swiglu_q8 and
-// swiglu_oai_q8), writes it to act and Q8-packs it at q8, a wave per
-// block (wave_store_q8_packed).
 #include "mat_common.h"
-#include "ops_common.h"
 
 #define MVI_WG 64u
 #define MVI_WAVES (MVI_WG / WAVE_SIZE)
@@ -147,30 +138,7 @@ template <typename Q> DEV void matvec_int(const MatPush& s) {
     }
 }
 
-// The SwiGLU folded into gate and up's launch, if any.
-enum class Glu { None, SwiGlu, SwiGluOai };
-
-// Pair p's SwiGLU of gate's and up's outputs (s.rows values each, in
-// blocks of 32): written as f32 to s.act and Q8-packed at s.q8, whose
-// scales follow at q8_packed_layout's offset for all n_pairs * rows
-// values. Lane i of a wave holds value i of the wave's block.
-template <Glu G> DEV void glu_tail(const MatIdPush& s, uint32_t p) {
-    const uint32_t nb = s.rows / 32u;
-    const uint64_t n = (uint64_t)s.n_pairs * s.rows;
-    float2* scales = dev_ptr<float2>(s.q8 + (n + 255u) / 256u * 256u);
-    const float* gate = dev_ptr<const float>(s.out);
-    const float* up = dev_ptr<const float>(s.up_out);
-    for (uint32_t j = wave_id(); j < nb; j += MVI_WAVES) {
-        const uint32_t b = p * nb + j;
-        const uint64_t i = (uint64_t)b * 32u + lane_id();
-        float v = G == Glu::SwiGlu ? ops::swiglu_value(gate[i], up[i])
-                                   : ops::swiglu_oai_value(gate[i], up[i], s.alpha, s.limit);
-        dev_ptr<float>(s.act)[i] = v;
-        wave_store_q8_packed(v, dev_ptr<int8_t>(s.q8), scales, b);
-    }
-}
-
-template <typename Q, Glu G = Glu::None> DEV void matvec_id_int(const MatIdPush& s) {
+template <typename Q> DEV void matvec_id_int(const MatIdPush& s) {
     const uint32_t groups = (s.rows + MVI_NR - 1u) / MVI_NR;
     uint32_t g = wg_linear();
     const uint32_t per_stack = s.n_pairs * groups;
@@ -226,21 +194,10 @@ template <typename Q, Glu G = Glu::None> DEV void matvec_id_int(const MatIdPush&
         }
         dev_ptr<float>(out)[(uint64_t)p * s.rows + row] = mine;
     }
-    if constexpr (G != Glu::None) {
-        if (last_to_finish(dev_ptr<uint32_t>(s.counters) + p, 2u * groups)) {
-            glu_tail<G>(s, p);
-        }
-    }
 }
 
 #define MATVEC_INT_KERNEL(ty, Q)                                                                    \
     KERNEL LAUNCH_BOUNDS(MVI_WG) void matvec_int_##ty(MatPush s) { matvec_int<Q>(s); }            \
-    KERNEL LAUNCH_BOUNDS(MVI_WG) void matvec_id_int_##ty(MatIdPush s) { matvec_id_int<Q>(s); }  \
-    KERNEL LAUNCH_BOUNDS(MVI_WG) void matvec_id_int_swiglu_##ty(MatIdPush s) {                    \
-        matvec_id_int<Q, Glu::SwiGlu>(s);                                                          \
-    }                                                                                              \
-    KERNEL LAUNCH_BOUNDS(MVI_WG) void matvec_id_int_swiglu_oai_##ty(MatIdPush s) {                \
-        matvec_id_int<Q, Glu::SwiGluOai>(s);                                                       \
-    }
+    KERNEL LAUNCH_BOUNDS(MVI_WG) void matvec_id_int_##ty(MatIdPush s) { matvec_id_int<Q>(s); }
 RF_INT_WEIGHT_TYPES(MATVEC_INT_KERNEL)
 #undef MATVEC_INT_KERNEL

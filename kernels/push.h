@@ -259,14 +259,6 @@ struct MatIdPush {
     uint64_t up_w;
     uint64_t up_out;
     uint64_t up_bias;
-    // matvec_id_int_swiglu*_*: the step's counters (one per pair), where the
-    // SwiGLU's f32 output goes, and its Q8 packing (scales at q8 plus
-    // q8_packed_layout's offset); gpt-oss's alpha and limit.
-    uint64_t counters;
-    uint64_t act;
-    uint64_t q8;
-    float alpha;
-    float limit;
 };
 
 // moe_group: the pairs of ids sorted by expert into a table of `slots`
@@ -503,12 +495,7 @@ static_assert(sizeof(AttnTempPush) == 32, "AttnTempPush size");
 RF_PUSH_AT(AttnTempPush, step, 8);
 RF_PUSH_AT(AttnTempPush, floor, 28);
 
-static_assert(sizeof(MatIdPush) == 128, "MatIdPush size");
-RF_PUSH_AT(MatIdPush, counters, 96);
-RF_PUSH_AT(MatIdPush, act, 104);
-RF_PUSH_AT(MatIdPush, q8, 112);
-RF_PUSH_AT(MatIdPush, alpha, 120);
-RF_PUSH_AT(MatIdPush, limit, 124);
+static_assert(sizeof(MatIdPush) == 96, "MatIdPush size");
 RF_PUSH_AT(MatIdPush, up_w, 72);
 RF_PUSH_AT(MatIdPush, up_bias, 88);
 RF_PUSH_AT(MatIdPush, x, 0);

@@ -25,14 +25,6 @@
 // rows of one pair. With up_w set, a second stack of the same shape read
 // with the same input and ids (up beside gate): the grid doubles and its
 // second half computes it.
-//
-// GLU (matvec_id_int*_swiglu*, gate and up; GLU_OAI for gpt-oss's clamped
-// form): the SwiGLU after them in the same launch. A pair's 2 * groups
-// workgroups (gate's and up's) count themselves in the pair's counter
-// (counters.glsl); the last to finish computes the pair's SwiGLU from
-// both outputs (swiglu.glsl), writes it to `act` and Q8-packs it at `q8`
-// (q8_packed.glsl), as quantize_act.comp's swiglu_q8 does. Outputs are
-// written and read through coherent references.
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -42,21 +34,6 @@
 #include "quant.glsl"
 #ifdef INT_DOT
 #extension GL_EXT_integer_dot_product : require
-#endif
-
-#ifdef GLU
-#include "counters.glsl"
-#include "q8_packed.glsl"
-#include "swiglu.glsl"
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC {
-    float v[];
-};
-layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer V4sC {
-    vec4 v[];
-};
-#define OUT_F32 F32sC
-#else
-#define OUT_F32 F32s
 #endif
 
 layout(local_size_x = WG_SIZE) in;
@@ -79,13 +56,6 @@ layout(push_constant, std430) uniform Push {
     uint64_t up_w; // 0: none
     uint64_t up_out;
     uint64_t up_bias;
-#ifdef GLU
-    uint64_t counters;
-    uint64_t act;
-    uint64_t q8;
-    float alpha; // GLU_OAI only
-    float limit;
-#endif
 } pc;
 #else
 layout(push_constant, std430) uniform Push {
@@ -212,34 +182,6 @@ float workgroup_sums(float acc[NR][MV_MAX_TOKENS], uint n) {
 }
 
 #ifdef MAT_ID
-#ifdef GLU
-// Pair p's SwiGLU of gate's and up's outputs (rows values each, in blocks
-// of 32): written as f32 to act and Q8-packed at q8, whose scales follow
-// at q8_packed_layout's offset for all n_pairs * rows values.
-void glu_tail(uint p) {
-    uint nb = pc.rows / 32u;
-    uint n = pc.n_pairs * pc.rows;
-    uint64_t scales = pc.q8 + uint64_t((n + 255u) / 256u * 256u);
-    for (uint j = gl_LocalInvocationID.x; j < nb; j += WG_SIZE) {
-        uint b = p * nb + j;
-        uint64_t at = uint64_t(b) * 128ul;
-        V4sC g = V4sC(pc.out_ + at);
-        V4sC u = V4sC(pc.up_out + at);
-        V4s a = V4s(pc.act + at);
-        vec4 v[8];
-        for (uint w = 0u; w < 8u; w++) {
-#ifdef GLU_OAI
-            v[w] = swiglu_oai4(g.v[w], u.v[w], pc.alpha, pc.limit);
-#else
-            v[w] = swiglu4(g.v[w], u.v[w]);
-#endif
-            a.v[w] = v[w];
-        }
-        store_q8_packed(v, pc.q8, scales, b);
-    }
-}
-#endif
-
 void main() {
     init_tables();
     uint groups = (pc.rows + NR - 1u) / NR;
@@ -289,13 +231,8 @@ void main() {
         if (bias != 0ul) {
             s += F32s(bias).v[e * pc.rows + r];
         }
-        OUT_F32(out_).v[p * pc.rows + r] = s;
+        F32s(out_).v[p * pc.rows + r] = s;
     }
-#ifdef GLU
-    if (last_to_finish(pc.counters + 4ul * uint64_t(p), 2u * groups)) {
-        glu_tail(p);
-    }
-#endif
 }
 #else
 

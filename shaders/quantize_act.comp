@@ -19,7 +19,6 @@
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "q8_packed.glsl"
-#include "swiglu.glsl"
 
 layout(local_size_x = 64) in;
 
@@ -70,10 +69,15 @@ void main() {
     V4s uv = V4s(pc.up + uint64_t(b) * BLOCK * 4u);
     V4s av = V4s(pc.act + uint64_t(b) * BLOCK * 4u);
     for (uint w = 0u; w < 8u; w++) {
+        vec4 g = xv.v[w];
 #ifdef SWIGLU
-        v[w] = swiglu4(xv.v[w], uv.v[w]);
+        // As eltwise.comp's OP_SWIGLU, component by component.
+        v[w] = g / (1.0 + exp(-g)) * uv.v[w];
 #else
-        v[w] = swiglu_oai4(xv.v[w], uv.v[w], pc.alpha, pc.limit);
+        // As eltwise.comp's OP_SWIGLU_OAI, component by component.
+        vec4 x = min(g, pc.limit);
+        vec4 y = clamp(uv.v[w], -pc.limit, pc.limit);
+        v[w] = x / (1.0 + exp(pc.alpha * -x)) * (y + 1.0);
 #endif
         av.v[w] = v[w];
     }

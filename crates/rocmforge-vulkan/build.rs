@@ -149,54 +149,6 @@ const INT_KERNELS: &[(&str, &str, Defines)] = &[
             ("INT_DOT", "1"),
         ],
     ),
-    // Gate and up with the SwiGLU after them (GLU; GLU_OAI: gpt-oss's):
-    // each pair's last workgroup to finish computes it. Variants of their
-    // own, as the team split: the tail's code stays out of the down
-    // projection's kernel.
-    (
-        "matvec_id_int_swiglu",
-        "matvec_int.comp",
-        &[
-            ("WG_SIZE", "32"),
-            ("NR", "4"),
-            ("MAT_ID", "1"),
-            ("GLU", "1"),
-        ],
-    ),
-    (
-        "matvec_id_int_swiglu_oai",
-        "matvec_int.comp",
-        &[
-            ("WG_SIZE", "32"),
-            ("NR", "4"),
-            ("MAT_ID", "1"),
-            ("GLU", "1"),
-            ("GLU_OAI", "1"),
-        ],
-    ),
-    (
-        "matvec_id_int_dot_swiglu",
-        "matvec_int.comp",
-        &[
-            ("WG_SIZE", "32"),
-            ("NR", "4"),
-            ("MAT_ID", "1"),
-            ("INT_DOT", "1"),
-            ("GLU", "1"),
-        ],
-    ),
-    (
-        "matvec_id_int_dot_swiglu_oai",
-        "matvec_int.comp",
-        &[
-            ("WG_SIZE", "32"),
-            ("NR", "4"),
-            ("MAT_ID", "1"),
-            ("INT_DOT", "1"),
-            ("GLU", "1"),
-            ("GLU_OAI", "1"),
-        ],
-    ),
 ];
 
 /// Kernels independent of the weight type: (variant name, file, defines).

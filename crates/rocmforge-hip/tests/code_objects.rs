@@ -437,34 +437,6 @@ const BUDGETS: &[Budget] = &[
         max_vgprs: 144,
         max_lds: 0,
     },
-    // Gate and up with the SwiGLU after them: the same, and the word
-    // last_to_finish shares with the workgroup (the tail reuses the
-    // mat-vec's registers).
-    Budget {
-        kernel: "matvec_id_int_swiglu_",
-        max_vgprs: 96,
-        max_lds: 4,
-    },
-    Budget {
-        kernel: "matvec_id_int_swiglu_q5_0",
-        max_vgprs: 176,
-        max_lds: 4,
-    },
-    Budget {
-        kernel: "matvec_id_int_swiglu_oai_q5_0",
-        max_vgprs: 176,
-        max_lds: 4,
-    },
-    Budget {
-        kernel: "matvec_id_int_swiglu_q5_1",
-        max_vgprs: 144,
-        max_lds: 4,
-    },
-    Budget {
-        kernel: "matvec_id_int_swiglu_oai_q5_1",
-        max_vgprs: 144,
-        max_lds: 4,
-    },
     // Test-only spinner: one invocation, as the GLSL one.
     Budget {
         kernel: "spin",
@@ -506,8 +478,6 @@ fn expected_kernels() -> Vec<String> {
         if has_int_form(ty) {
             names.push(format!("matvec_int_{suffix}"));
             names.push(format!("matvec_id_int_{suffix}"));
-            names.push(format!("matvec_id_int_swiglu_{suffix}"));
-            names.push(format!("matvec_id_int_swiglu_oai_{suffix}"));
         }
     }
     names.extend(

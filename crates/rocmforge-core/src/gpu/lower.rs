@@ -20,9 +20,8 @@ use std::ops::Range;
 
 use crate::backend::BackendError;
 use crate::graph::fusion::{
-    experts_glu_at, group_starting_at, matmul_groups, next_matmul_reads, norm_pair_at,
-    norm_rope_store_at, norm_router_at, residual_add_after, rope_store_at, sum_norm_after,
-    NormRopeStore, RopeStore,
+    group_starting_at, matmul_groups, next_matmul_reads, norm_pair_at, norm_rope_store_at,
+    norm_router_at, residual_add_after, rope_store_at, sum_norm_after, NormRopeStore, RopeStore,
 };
 use crate::graph::split::GraphPart;
 use crate::graph::{Graph, Op, TensorId};
@@ -33,8 +32,8 @@ use super::matmul::{
     int_route, leaves_scratch, matmul_weight, q8_packed_at, record_matmuls, MatmulRun, ScratchUse,
 };
 use super::moe::{
-    fused_router, int_expert_route, record_moe_op, record_moe_sum, table_offset, GluTail,
-    GroupTable, ScratchState,
+    fused_router, int_expert_route, record_moe_op, record_moe_sum, table_offset, GroupTable,
+    ScratchState,
 };
 use super::push::*;
 use super::split::{attention_splits, partials_bytes, MAX_SPLIT_TOKENS, SPLIT_MIN_POSITIONS};
@@ -45,10 +44,6 @@ use super::{groups_for, weight_suffix, KernelSink, Lowering};
 pub enum ScratchForm {
     /// Q8-packed (`q8_packed_layout`), as the integer mat-vecs read it.
     Q8Packed,
-    /// The same from this byte of the scratch on: written by a launch
-    /// whose other workgroups still read the Q8 packing at the scratch's
-    /// start (the SwiGLU after gate and up, [`super::moe`]).
-    Q8PackedAt(usize),
     /// Rounded by this activation kernel, as the f32 mat-vecs read it.
     Rounded(&'static str),
 }
@@ -479,18 +474,7 @@ pub fn record_graph(
                     table: (table_at, &mut table),
                 };
                 let next = graph.ops.get(i + 1).filter(|_| fuse && fits(i + 2));
-                // The SwiGLU after gate and up, its output read as Q8 by
-                // the down projection, in their launch (counting per pair
-                // in the step's counters).
-                let glu = experts_glu_at(graph, plan, i)
-                    .filter(|g| fuse && fits(i + 3) && feeds_int_matvec(i + 2, g.out))
-                    .map(|glu| GluTail {
-                        glu,
-                        counters: a.step + plan.step_inputs.counters_at() as u64,
-                        n_counters: plan.step_inputs.counters,
-                    });
-                let ops = (op, next, glu);
-                let done = record_moe_op(sink, lw, graph, ops, a, &t, state, what)?;
+                let done = record_moe_op(sink, lw, graph, (op, next), a, &t, state, what)?;
                 i += done;
                 continue;
             }

@@ -966,15 +966,14 @@ fn moe_small_step(
         if int {
             // Two rows of one pair a workgroup, the input Q8-packed by the
             // norm (64 blocks a workgroup where packed alone).
+            let packed_as = |k: &str, values: usize| launch(k, (values / 32).div_ceil(64));
+            let id = format!("matvec_id_int_{xs}");
             want.extend([
-                // Gate and up in one launch (the grid twice one stack's),
-                // each pair's last workgroup to finish computing its
-                // SwiGLU and down's Q8 packing of it.
-                launch(
-                    format!("matvec_id_int_swiglu_{xs}"),
-                    2 * pairs * N_FF_EXP.div_ceil(2),
-                ),
-                launch(format!("matvec_id_int_{xs}"), pairs * N_EMBD.div_ceil(2)),
+                // Gate and up in one launch: the grid twice one stack's.
+                launch(&id, 2 * pairs * N_FF_EXP.div_ceil(2)),
+                // SwiGLU and down's Q8 packing in one pass.
+                packed_as("swiglu_q8", pairs * N_FF_EXP),
+                launch(&id, pairs * N_EMBD.div_ceil(2)),
             ]);
         } else {
             // One workgroup per (choice, row); up reuses gate's rounding.
@@ -1191,16 +1190,13 @@ fn moe_push_blocks_address_the_experts() {
         (route.n_rows, route.n_expert, route.k, route.normalize),
         (7, 8, 2, 1)
     );
-    let l = &sink.launches[4..10];
-    // The SwiGLU's Q8 packing goes after the experts' input's (7 tokens of
-    // 256 values), which gate and up's other workgroups may still read.
-    let glu_q8 = s + q8_packed_layout(7 * 256).1.next_multiple_of(256) as u64;
+    let l = &sink.launches[4..11];
     // Q8_0 rows of 256 values: 8 blocks of 34 bytes; an expert of gate is
     // 512 such rows, of down 256 rows of 512 values. Gate and up share a
     // launch (up as the second stack).
     for (launch, w, x, out, rows, k, x_div) in [
         (&l[3], gate_exps, s, gate, 512, 256, 2),
-        (&l[4], down_exps, glu_q8, down, 256, 512, 1),
+        (&l[5], down_exps, s, down, 256, 512, 1),
     ] {
         let p: MatIdPush = launch.push_as();
         assert_eq!((p.x, p.w, p.ids, p.out), (x, m.address(w), t(ids), t(out)));
@@ -1215,31 +1211,11 @@ fn moe_push_blocks_address_the_experts() {
         (gate_up.up_w, gate_up.up_out, gate_up.up_bias),
         (m.address(up_exps), t(up), 0)
     );
-    let down_push: MatIdPush = l[4].push_as();
+    let down_push: MatIdPush = l[5].push_as();
     assert_eq!((down_push.up_w, down_push.up_out), (0, 0));
-    assert_eq!(down_push.x_scales, glu_q8 + 14 * 512);
-    // Gate and up's launch computes the SwiGLU and its Q8 packing for down
-    // (each pair's last workgroup, counting in the step's counters).
-    assert_eq!(l[3].kernel, "matvec_id_int_swiglu_q8_0");
-    assert_eq!(
-        (gate_up.counters, gate_up.act, gate_up.q8),
-        (
-            STEP_BASE + plan.step_inputs.counters_at() as u64,
-            t(act),
-            glu_q8
-        )
-    );
-    assert_eq!((gate_up.alpha, gate_up.limit), (0.0, 0.0));
-    assert_eq!(down_push.q8, 0);
-    // Without counters for every pair, SwiGLU writes its output and its Q8
-    // packing in a pass of its own.
-    let mut few = plan.clone();
-    few.step_inputs.counters = 13;
-    let apart_glu = m.record(&vulkan_lowering(), &g, &few);
-    let l2 = &apart_glu.launches[4..11];
-    assert_eq!(l2[3].kernel, "matvec_id_int_q8_0");
-    assert_eq!(l2[4].kernel, "swiglu_q8");
-    let sw: QuantizePush = l2[4].push_as();
+    // SwiGLU writes its output and its Q8 packing for down in one pass.
+    assert_eq!(l[4].kernel, "swiglu_q8");
+    let sw: QuantizePush = l[4].push_as();
     assert_eq!(
         (sw.x, sw.up, sw.act, sw.out, sw.n),
         (t(gate), t(up), t(act), s, 14 * 512)
@@ -1260,8 +1236,8 @@ fn moe_push_blocks_address_the_experts() {
     };
     assert_eq!(normed, added);
     let residual = if a == sum { b } else { a };
-    assert_eq!(l[5].kernel, "moe_sum_rmsnorm_q8");
-    let sum_push: MoeSumNormPush = l[5].push_as();
+    assert_eq!(l[6].kernel, "moe_sum_rmsnorm_q8");
+    let sum_push: MoeSumNormPush = l[6].push_as();
     assert_eq!(
         (
             sum_push.x,
@@ -1283,7 +1259,7 @@ fn moe_push_blocks_address_the_experts() {
         )
     );
     assert_eq!((sum_push.n_rows, sum_push.cols, sum_push.k), (7, 256, 2));
-    assert_eq!(l[5].groups, 7);
+    assert_eq!(l[6].groups, 7);
     // Qwen normalises Q and K per head and rotates halves (NeoX): the
     // norms, RoPE and the KV store in one launch, K's heads after Q's,
     // then V's values.
@@ -1530,14 +1506,7 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
                 let p: MatIdPush = l.push_as();
                 assert_eq!(Some((p.x, p.x_scales)), q8, "{}", context(l));
                 let n = (p.n_pairs / p.x_div * p.k) as usize;
-                assert_eq!(p.x_scales, p.x + n.next_multiple_of(256) as u64);
-                // With the SwiGLU after it: its packing, past the input's.
-                if p.q8 != 0 {
-                    assert!(p.q8 >= p.x_scales + (n / 32 * 8) as u64, "{}", context(l));
-                    let n = (p.n_pairs * p.rows) as usize;
-                    let scales = p.q8 + n.next_multiple_of(256) as u64;
-                    (q8, rounded) = (Some((p.q8, scales)), None);
-                }
+                assert_eq!(p.x_scales, s + n.next_multiple_of(256) as u64);
             }
             k if k.starts_with("matvec_id") => {
                 let p: MatIdPush = l.push_as();
@@ -1988,11 +1957,9 @@ fn a_128k_context_lowers_without_overflow() {
     }
 }
 
-/// gpt-oss's clamped SwiGLU in front of an integer down projection is
-/// computed, with its Q8 packing, by gate and up's launch
-/// (`matvec_id_int_swiglu_oai_*`, with the op's alpha and limit), as
-/// SwiGLU is; where the step has no counters, in a pass of its own that
-/// writes the packing too (`swiglu_oai_q8`, as `swiglu_q8`).
+/// gpt-oss's clamped SwiGLU in front of an integer down projection writes
+/// its Q8 packing in the same pass (`swiglu_oai_q8`), with the op's alpha
+/// and limit, as SwiGLU does (`swiglu_q8`).
 #[test]
 fn the_clamped_swiglu_rounds_its_output_for_the_experts() {
     let act = ExpertActivation::SwiGluOai {
@@ -2003,26 +1970,6 @@ fn the_clamped_swiglu_rounds_its_output_for_the_experts() {
     let g = m.graph(1);
     let plan = naive_plan(&g);
     let sink = m.record(&vulkan_lowering(), &g, &plan);
-    let kernels: Vec<&str> = sink.launches.iter().map(|l| l.kernel.as_str()).collect();
-    assert!(
-        !kernels.iter().any(|k| k.starts_with("swiglu")),
-        "{kernels:?}"
-    );
-    let folded: Vec<_> = sink
-        .launches
-        .iter()
-        .filter(|l| l.kernel == "matvec_id_int_swiglu_oai_q8_0")
-        .collect();
-    assert_eq!(folded.len(), N_LAYER, "{kernels:?}");
-    let p: MatIdPush = folded[0].push_as();
-    assert_eq!((p.alpha, p.limit), (OAI_ALPHA, OAI_LIMIT));
-    let at = kernels.iter().position(|&k| k == folded[0].kernel).unwrap();
-    let down: MatIdPush = sink.launches[at + 1].push_as();
-    assert_eq!(down.x, p.q8);
-
-    let mut uncounted = plan.clone();
-    uncounted.step_inputs.counters = 0;
-    let sink = m.record(&vulkan_lowering(), &g, &uncounted);
     let kernels: Vec<&str> = sink.launches.iter().map(|l| l.kernel.as_str()).collect();
     assert!(!kernels.contains(&"swiglu_oai"), "{kernels:?}");
     let fused: Vec<_> = sink
@@ -2036,7 +1983,7 @@ fn the_clamped_swiglu_rounds_its_output_for_the_experts() {
         (p.alpha, p.limit, p.n),
         (OAI_ALPHA, OAI_LIMIT, (N_EXPERT_USED * N_FF_EXP) as u32)
     );
-    assert_eq!(p.out, scratch_base(&uncounted));
+    assert_eq!(p.out, scratch_base(&plan));
     // The down mat-vec right after it reads that packing: no rounding pass
     // of its own.
     let at = kernels.iter().position(|&k| k == "swiglu_oai_q8").unwrap();

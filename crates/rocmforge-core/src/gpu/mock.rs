@@ -115,10 +115,6 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
             ("ids", p.ids),
             ("out", p.out),
             ("bias", p.bias),
-            ("up_out", p.up_out),
-            ("counters", p.counters),
-            ("act", p.act),
-            ("q8", p.q8),
         ]
     } else if family("matmul_id_") {
         let p: MatGroupPush = l.push_as();
@@ -338,15 +334,6 @@ pub(crate) fn scratch_writes(l: &Launch) -> Vec<(u64, u64)> {
             }
             let n = u64::from(p.n_tokens) * u64::from(p.n_head) * u64::from(p.head_dim);
             q8(p.q8, p.q8_scales, n)
-        }
-        // Gate and up with the SwiGLU after them: its Q8 packing.
-        k if k.starts_with("matvec_id_int") => {
-            let p: MatIdPush = l.push_as();
-            if p.q8 == 0 {
-                return vec![];
-            }
-            let n = u64::from(p.n_pairs) * u64::from(p.rows);
-            q8(p.q8, p.q8 + n.next_multiple_of(256), n)
         }
         // The grouping table: the slots, then the sorted pairs.
         "moe_group" => {

@@ -28,7 +28,7 @@
 //! gate, up and down matmuls of a layer share one.
 
 use crate::backend::BackendError;
-use crate::graph::fusion::{ExpertsGlu, ResidualAdd};
+use crate::graph::fusion::ResidualAdd;
 use crate::graph::{Graph, Op, TensorId};
 use crate::plan::ArenaPlan;
 
@@ -199,27 +199,16 @@ pub struct ScratchState<'s> {
     pub table: (u64, &'s mut GroupTable),
 }
 
-/// The SwiGLU after gate and up that the lowering lets their launch
-/// compute ([`crate::graph::fusion::experts_glu_at`], its output read next
-/// by an integer expert mat-vec, fusion on and the three ops the caller's
-/// to record), and the step's counters: their address and how many.
-#[derive(Clone, Copy, Debug)]
-pub struct GluTail {
-    pub glu: ExpertsGlu,
-    pub counters: u64,
-    pub n_counters: usize,
-}
-
 /// Records `op` if it is a mixture-of-experts op; returns how many ops it
 /// recorded: 0 if it was none, 2 if `next` (the op after it, where the
 /// lowering may fuse it) was recorded in the same dispatch (an up expert
-/// mat-vec beside its gate), 3 if `glu`'s SwiGLU after them was too.
+/// mat-vec beside its gate).
 #[allow(clippy::too_many_arguments)] // the lowering's state, as record_matmuls takes it
 pub fn record_moe_op(
     sink: &mut dyn KernelSink,
     lw: &Lowering,
     graph: &Graph,
-    (op, next, glu): (&Op, Option<&Op>, Option<GluTail>),
+    (op, next): (&Op, Option<&Op>),
     a: &GraphAddresses,
     t: &dyn Fn(TensorId) -> u64,
     state: ScratchState,
@@ -280,11 +269,6 @@ pub fn record_moe_op(
                 up_w: 0,
                 up_out: 0,
                 up_bias: 0,
-                counters: 0,
-                act: 0,
-                q8: 0,
-                alpha: 0.0,
-                limit: 0.0,
             };
             let values = u32_of(xd.rows * xd.cols, "activations")?;
             if grouped(lw, graph, ids, dw.experts) {
@@ -298,9 +282,6 @@ pub fn record_moe_op(
                 let held = Some((x, ScratchForm::Q8Packed));
                 (push.x, push.x_scales) = if *scratch == held {
                     q8_packed_at(a.scratch, values)
-                } else if let Some((_, ScratchForm::Q8PackedAt(at))) = scratch.filter(|s| s.0 == x)
-                {
-                    q8_packed_at(a.scratch + at as u64, values)
                 } else {
                     *scratch = held;
                     let rounding = format!("{label} (rounding {} activations)", dw.ty);
@@ -324,32 +305,10 @@ pub fn record_moe_op(
                 let dot = if lw.int_dot_names { "_dot" } else { "" };
                 let groups = parts * n_pairs * rows.div_ceil(lw.expert_int_rows as usize);
                 let groups = u32_of(groups, "expert mat-vec workgroups")?;
-                let mut what = format!("{label} ({names} {})", dw.ty);
-                // The SwiGLU after gate and up as the launch's closing
-                // work, its Q8 packing after the input's in the scratch.
-                let tail = glu.filter(|_| up.is_some()).and_then(|g| {
-                    let at = glu_q8_at(graph, values as usize, n_pairs * rows)?;
-                    (g.n_counters >= n_pairs && rows.is_multiple_of(32)).then_some((g, at))
-                });
-                let glu_name = match tail {
-                    Some((g, at)) => {
-                        push.counters = g.counters;
-                        push.act = t(g.glu.out);
-                        push.q8 = a.scratch + at as u64;
-                        (push.alpha, push.limit) = g.glu.oai.unwrap_or((0.0, 0.0));
-                        *scratch = Some((g.glu.out, ScratchForm::Q8PackedAt(at)));
-                        what = format!("{what} + SwiGlu");
-                        if g.glu.oai.is_some() {
-                            "_swiglu_oai"
-                        } else {
-                            "_swiglu"
-                        }
-                    }
-                    None => "",
-                };
-                let name = format!("matvec_id_int{dot}{glu_name}_{suffix}");
+                let what = format!("{label} ({names} {})", dw.ty);
+                let name = format!("matvec_id_int{dot}_{suffix}");
                 sink.dispatch(&name, push.bytes(), groups, what)?;
-                return Ok(parts + usize::from(tail.is_some()));
+                return Ok(parts);
             }
             push.x = rounded_input(sink, dw, (x, push.x), values, a.scratch, scratch, &label)?;
             let groups = u32_of(n_pairs * rows, "expert mat-vec workgroups")?;
@@ -359,16 +318,6 @@ pub fn record_moe_op(
         _ => return Ok(0),
     }
     Ok(1)
-}
-
-/// Where in the scratch the SwiGLU folded into gate and up's launch puts
-/// the Q8 packing of its `n` values: after the packing of the launch's
-/// `input` values, which its other workgroups may still be reading, and
-/// below the grouping table ([`table_offset`]); None where that does not
-/// fit.
-fn glu_q8_at(graph: &Graph, input: usize, n: usize) -> Option<usize> {
-    let at = q8_packed_layout(input).1.next_multiple_of(256);
-    (at + q8_packed_layout(n).1 <= table_offset(graph)).then_some(at)
 }
 
 /// Whether two expert stacks have one shape and type (one kernel and grid

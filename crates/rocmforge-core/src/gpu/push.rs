@@ -642,22 +642,8 @@ pub struct MatIdPush {
     pub up_w: u64,
     pub up_out: u64,
     pub up_bias: u64,
-    /// `matvec_id_int*_swiglu*_*` (gate and up with the SwiGLU after them
-    /// folded in): the step's counters, one per pair, where the pair's
-    /// workgroups count themselves so that the last to finish computes
-    /// the pair's SwiGLU; 0 for the other kernels.
-    pub counters: u64,
-    /// Where those write the SwiGLU's f32 output (laid out as `out`).
-    pub act: u64,
-    /// Where they write it Q8-packed (`q8_packed_layout` of `n_pairs *
-    /// rows` values: the scales follow at `q8` plus that layout's offset).
-    pub q8: u64,
-    /// gpt-oss's clamped SwiGLU (`_swiglu_oai`): its alpha and limit.
-    pub alpha: f32,
-    pub limit: f32,
 }
-// SAFETY: repr(C), five u64, four u32, eight u64, two f32: 128 bytes, no
-// padding.
+// SAFETY: repr(C), five u64, four u32, five u64: 96 bytes, no padding.
 unsafe impl Push for MatIdPush {
     const FIELDS: &'static [Field] = fields!(
         MatIdPush: x,
@@ -673,12 +659,7 @@ unsafe impl Push for MatIdPush {
         x_scales,
         up_w,
         up_out,
-        up_bias,
-        counters,
-        act,
-        q8,
-        alpha,
-        limit
+        up_bias
     );
 }
 

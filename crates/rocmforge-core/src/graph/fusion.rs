@@ -201,57 +201,6 @@ pub fn norm_router_at(graph: &Graph, plan: &ArenaPlan, i: usize) -> bool {
         .all(|&w| apart(graph, plan, w, x) && (w == out || apart(graph, plan, w, out)))
 }
 
-/// A SwiGLU that may run as the closing work of the launch of the two
-/// expert matmuls before it ([`experts_glu_at`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ExpertsGlu {
-    /// The SwiGLU's output.
-    pub out: TensorId,
-    /// gpt-oss's clamped form: (alpha, limit); None for plain SwiGLU.
-    pub oai: Option<(f32, f32)>,
-}
-
-/// The SwiGLU after expert matmuls `i` and `i + 1`, if a backend may
-/// compute it in their launch (each (token, choice) pair's SwiGLU by the
-/// last of the pair's workgroups to finish): ops `i` and `i + 1` are gate
-/// and up, expert matmuls of one input routed by one `ids`, op `i + 2` is
-/// a SwiGLU (plain or gpt-oss's) of their outputs in that order, and its
-/// output shares no byte with theirs or with `ids` (read by workgroups
-/// still running while a pair's SwiGLU is written).
-pub fn experts_glu_at(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<ExpertsGlu> {
-    let Some(
-        &[Op::MatMulId {
-            x, ids, out: g_out, ..
-        }, Op::MatMulId {
-            x: x2,
-            ids: ids2,
-            out: u_out,
-            ..
-        }, ref glu],
-    ) = graph.ops.get(i..i + 3)
-    else {
-        return None;
-    };
-    let (gate, up, out, oai) = match *glu {
-        Op::SwiGlu { gate, up, out } => (gate, up, out, None),
-        Op::SwiGluOai {
-            gate,
-            up,
-            out,
-            alpha,
-            limit,
-        } => (gate, up, out, Some((alpha, limit))),
-        _ => return None,
-    };
-    (x == x2
-        && ids == ids2
-        && (gate, up) == (g_out, u_out)
-        && [g_out, u_out, ids]
-            .iter()
-            .all(|&t| apart(graph, plan, out, t)))
-    .then_some(ExpertsGlu { out, oai })
-}
-
 /// The arena bytes `t` occupies.
 fn span(graph: &Graph, plan: &ArenaPlan, t: TensorId) -> (usize, usize) {
     let start = plan.offsets[t];
