@@ -170,9 +170,12 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
         }
     }
 #endif
-    // Subgroup sums, then one slot per subgroup in shared memory.
+    // Subgroup sums of the n tokens in use (n is uniform), then one slot
+    // per subgroup in shared memory.
     for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-        acc[t] = subgroupAdd(acc[t]);
+        if (t < n) {
+            acc[t] = subgroupAdd(acc[t]);
+        }
     }
     if (subgroupElect()) {
         for (uint t = 0u; t < n; t++) {

@@ -18,6 +18,22 @@ pub struct Commands {
     fence: vk::Fence,
 }
 
+/// How long a submit's wait polls its fence before it blocks:
+/// `ROCMFORGE_VULKAN_SPIN` (milliseconds; 0 blocks at once), else
+/// [`SPIN`].
+fn spin_time() -> Duration {
+    static SPIN_TIME: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN_TIME.get_or_init(|| {
+        std::env::var("ROCMFORGE_VULKAN_SPIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(SPIN, Duration::from_millis)
+    })
+}
+
+/// How long a wait polls by default, as the HIP backend's.
+const SPIN: Duration = Duration::from_millis(20);
+
 /// Why a bounded wait ended without the work done.
 pub enum WaitError {
     Timeout(Duration),
@@ -85,7 +101,26 @@ impl Commands {
         unsafe { device.queue_submit(queue, &[submit], self.fence) }
             .check("vkQueueSubmit")
             .map_err(WaitError::Vk)?;
-        let ns = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        // Polled first: a decode step is a few milliseconds, and a
+        // blocking wait may sleep past its end (ROCMFORGE_VULKAN_SPIN=0:
+        // the blocking wait alone, for measurement).
+        let spin = spin_time().min(timeout);
+        loop {
+            // SAFETY: the fence belongs to this device.
+            match unsafe { device.get_fence_status(self.fence) } {
+                Ok(false) if start.elapsed() < spin => std::thread::yield_now(),
+                Ok(_) => break,
+                Err(result) => {
+                    return Err(WaitError::Vk(VkError {
+                        call: "vkGetFenceStatus",
+                        result,
+                        bytes: 0,
+                    }))
+                }
+            }
+        }
+        let left = timeout.saturating_sub(start.elapsed());
+        let ns = u64::try_from(left.as_nanos()).unwrap_or(u64::MAX);
         // SAFETY: the fence belongs to this device.
         match unsafe { device.wait_for_fences(&[self.fence], true, ns) } {
             Ok(()) => {}
