@@ -455,6 +455,25 @@ fn bad_requests_get_openai_errors_and_the_server_stays_up() {
             400,
             Some("messages"),
         ),
+        // The prompt plus a max_tokens near 2^64 must not wrap around.
+        (
+            "max_tokens of 2^64 - 1",
+            chat_body("x", json!({"max_tokens": u64::MAX})).to_string(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "max_tokens of 2^64 - 5",
+            chat_body("x", json!({"max_tokens": u64::MAX - 4})).to_string(),
+            400,
+            Some("messages"),
+        ),
+        (
+            "max_tokens 0",
+            chat_body("x", json!({"max_tokens": 0})).to_string(),
+            400,
+            Some("max_tokens"),
+        ),
     ];
     for (what, body, status, param) in &cases {
         let (got, text) = post(&s, chat, body);
@@ -486,6 +505,12 @@ fn bad_requests_get_openai_errors_and_the_server_stays_up() {
         &chat_body("x", json!({"max_tokens": 100000, "stream": true})).to_string(),
     );
     assert_error(got, &text, 400);
+    let wrapped = json!({"prompt": "hi", "max_tokens": u64::MAX}).to_string();
+    let (got, text) = post(&s, "/v1/completions", &wrapped);
+    assert_eq!(
+        assert_error(got, &text, 400)["code"],
+        "context_length_exceeded"
+    );
     let (got, text) = post(&s, "/v1/completions", r#"{"prompt": ["a", "b"]}"#);
     assert_error(got, &text, 400);
     let (got, text) = post(&s, "/v1/completions", r#"{"prompt": 5}"#);
@@ -512,8 +537,30 @@ fn bad_requests_get_openai_errors_and_the_server_stays_up() {
     // (404, 405) never reached a generation endpoint.
     assert_eq!(
         metric(&s, "rocmforge_requests_failed_total"),
-        cases.len() as u64 + 6
+        cases.len() as u64 + 7
     );
+}
+
+/// The context bounds the prompt and the reply together: without
+/// max_tokens a reply stops when both fill it, not a token past it.
+#[test]
+fn the_context_bounds_prompt_and_reply_together() {
+    let s = Server::start(&["-c", "64"]);
+    let reply = post_json(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "The", "temperature": 0}),
+    );
+    let total = reply["usage"]["total_tokens"].as_u64().unwrap();
+    assert!(total <= 64, "{reply}");
+    if reply["choices"][0]["finish_reason"] == "length" {
+        assert_eq!(total, 64, "{reply}");
+    }
+    // And a max_tokens of exactly the room left is accepted.
+    let prompt = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+    let body = json!({"prompt": "The", "temperature": 0, "max_tokens": 64 - prompt});
+    let exact = post_json(&s, "/v1/completions", &body);
+    assert_eq!(exact["usage"]["total_tokens"], reply["usage"]["total_tokens"]);
 }
 
 #[test]

@@ -430,6 +430,12 @@ fn generation(
         };
         ApiError::invalid(e.to_string(), Some(param))
     })?;
+    if s.max_tokens == Some(0) {
+        return Err(ApiError::invalid(
+            "max_tokens must be at least 1",
+            Some("max_tokens"),
+        ));
+    }
     let max_tokens = s
         .max_tokens
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));

@@ -181,7 +181,9 @@ impl Worker {
             )));
         }
         if let Some(n) = max_tokens {
-            if prompt.len() + n > n_ctx {
+            // Room left, not the sum: a client's max_tokens may be near
+            // usize::MAX.
+            if n > n_ctx - prompt.len() {
                 return Err(ApiError::context_overflow(format!(
                     "The prompt ({} tokens) plus max_tokens ({n}) exceeds this server's context of {n_ctx} tokens",
                     prompt.len()
@@ -243,7 +245,10 @@ impl Worker {
             if step.stopped {
                 break FinishReason::Stop;
             }
-            if self.session.n_past() >= self.session.n_ctx() {
+            // The prompt and the reply fill the context at most, as a
+            // max_tokens of the room left allows: no token is sampled past
+            // it.
+            if self.session.n_past() + 1 >= self.session.n_ctx() {
                 break FinishReason::Length;
             }
             logits.copy_from_slice(self.session.eval(&[id]).map_err(|e| e.to_string())?);
