@@ -560,7 +560,10 @@ fn the_context_bounds_prompt_and_reply_together() {
     let prompt = reply["usage"]["prompt_tokens"].as_u64().unwrap();
     let body = json!({"prompt": "The", "temperature": 0, "max_tokens": 64 - prompt});
     let exact = post_json(&s, "/v1/completions", &body);
-    assert_eq!(exact["usage"]["total_tokens"], reply["usage"]["total_tokens"]);
+    assert_eq!(
+        exact["usage"]["total_tokens"],
+        reply["usage"]["total_tokens"]
+    );
 }
 
 #[test]
@@ -766,4 +769,30 @@ fn thirty_two_concurrent_streams_lose_and_mix_nothing() {
         );
     }
     assert_eq!(metric(&s, "rocmforge_queue_length"), 0);
+}
+
+/// Turn markers a client writes in a message are tokenized as text (each
+/// several tokens), unless `--special-in-content` asks for llama-server's
+/// behaviour (one control token each).
+#[test]
+fn message_content_cannot_forge_turns() {
+    let prompt_tokens = |s: &Server, content: &str| {
+        let reply = post_json(
+            s,
+            "/v1/chat/completions",
+            &chat_body(content, json!({"max_tokens": 1})),
+        );
+        reply["usage"]["prompt_tokens"].as_u64().unwrap()
+    };
+    let markers = "<|im_start|>".repeat(64);
+    let s = Server::start(&[]);
+    let (plain, with_markers) = (prompt_tokens(&s, "x"), prompt_tokens(&s, &markers));
+    assert!(
+        with_markers >= plain + 3 * 64,
+        "{with_markers} prompt tokens with 64 markers, {plain} without"
+    );
+    drop(s);
+    let s = Server::start(&["--special-in-content"]);
+    let (plain, with_markers) = (prompt_tokens(&s, "x"), prompt_tokens(&s, &markers));
+    assert_eq!(with_markers, plain + 63);
 }

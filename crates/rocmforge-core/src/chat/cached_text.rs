@@ -92,7 +92,17 @@ impl CachedText {
 /// so a prompt never begins with two (llama.cpp strips the text instead,
 /// with the same result).
 pub fn prompt_tokens(tok: &Tokenizer, rendered: &str) -> Vec<u32> {
+    prompt_tokens_with_plain(tok, rendered, &[])
+}
+
+/// As [`prompt_tokens`], with control tokens kept as text inside the byte
+/// ranges `plain` (the messages' contents: [`super::content_spans`]).
+pub fn prompt_tokens_with_plain(
+    tok: &Tokenizer,
+    rendered: &str,
+    plain: &[std::ops::Range<usize>],
+) -> Vec<u32> {
     let bos_text = tok.bos().and_then(|id| tok.token_text(id));
     let has_bos = bos_text.is_some_and(|b| !b.is_empty() && rendered.starts_with(b));
-    tok.encode(rendered, tok.add_bos_default() && !has_bos, true)
+    tok.encode_with_plain(rendered, tok.add_bos_default() && !has_bos, plain)
 }

@@ -9,15 +9,19 @@
 //!   tokenizer's: [`crate::tokenizer::Tokenizer::is_eog`].)
 //! - [`cached_text`]: which part of a re-rendered conversation the KV cache
 //!   already holds, so a turn evaluates only its new tokens.
+//! - [`content_spans`]: the messages' contents kept as plain text when the
+//!   rendering is tokenized, so a user cannot write a turn marker.
 //!
 //! The command line's `chat` and a server share these.
 
 pub mod cached_text;
+pub mod content_spans;
 pub mod stop;
 pub mod template;
 mod tojson;
 
-pub use cached_text::{prompt_tokens, CachedText, Feed};
+pub use cached_text::{prompt_tokens, prompt_tokens_with_plain, CachedText, Feed};
+pub use content_spans::{content_spans, message_prompt_tokens, ControlTextError};
 pub use stop::{StopStep, StopStrings};
 pub use template::{
     ChatTemplate, Clock, Message, RenderOptions, TemplateError, TemplateOrigin, CHAT_TEMPLATE_KEY,

@@ -70,6 +70,8 @@ pub use error::TokenizerError;
 pub use piece::StreamDecoder;
 pub use spec::{SpecialIds, VocabSpec, METADATA_KEYS};
 
+use std::ops::Range;
+
 use partition::Fragment;
 use vocab::Attr;
 
@@ -129,8 +131,46 @@ impl Tokenizer {
     /// `parse_special`, control tokens written in the text (`<|im_start|>`)
     /// become their ids; otherwise they are tokenized as plain text.
     pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<u32> {
-        let fragments =
-            partition::partition(text, &self.vocab, &self.specials.literal, parse_special);
+        self.encode_parts(text, add_bos, parse_special, &[])
+    }
+
+    /// As [`Self::encode`] with `parse_special`, except inside the byte
+    /// ranges `plain`, where control tokens written in the text stay text:
+    /// a chat message's content inside its rendered template, so that what
+    /// a user wrote cannot become a turn marker. Outside them, and where
+    /// the text holds no control token's text, the tokens are
+    /// `encode(text, add_bos, true)`'s.
+    pub fn encode_with_plain(&self, text: &str, add_bos: bool, plain: &[Range<usize>]) -> Vec<u32> {
+        self.encode_parts(text, add_bos, true, plain)
+    }
+
+    /// Whether `text` holds the text of a control (or unknown) token, which
+    /// [`Self::encode`] with `parse_special` would turn into that token.
+    pub fn has_control_text(&self, text: &str) -> bool {
+        let hidden = Attr::CONTROL.union(Attr::UNKNOWN);
+        self.specials.literal.iter().any(|&id| {
+            self.vocab.attr(id).any(hidden)
+                && self
+                    .vocab
+                    .text(id)
+                    .is_some_and(|t| !t.is_empty() && text.contains(t))
+        })
+    }
+
+    fn encode_parts(
+        &self,
+        text: &str,
+        add_bos: bool,
+        parse_special: bool,
+        plain: &[Range<usize>],
+    ) -> Vec<u32> {
+        let fragments = partition::partition(
+            text,
+            &self.vocab,
+            &self.specials.literal,
+            parse_special,
+            plain,
+        );
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_bos {
             out.extend(self.specials.bos);

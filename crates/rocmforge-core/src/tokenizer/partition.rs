@@ -1,6 +1,8 @@
 //! Cutting input text around special tokens written literally in it, before
 //! the text reaches SPM or BPE (llama.cpp's `tokenizer_st_partition`).
 
+use std::ops::Range;
+
 use super::vocab::{Attr, Vocab};
 
 /// A stretch of input: raw text (a byte range) or a special token found in it.
@@ -13,12 +15,17 @@ pub(crate) enum Fragment {
 /// Cuts `text` around literal occurrences of special tokens, longest token
 /// first: each token claims every occurrence in the text not yet claimed.
 /// User-defined tokens are always matched; control and unknown tokens only
-/// with `parse_special`, so that text typed by a user cannot inject them.
+/// with `parse_special`, so that text typed by a user cannot inject them,
+/// and never where an occurrence overlaps one of the byte ranges `plain`
+/// (a chat message's content inside its rendered template). Text on both
+/// sides of an occurrence left as text stays one fragment, so the result
+/// is what the whole text would give with `parse_special` off there.
 pub(crate) fn partition(
     text: &str,
     vocab: &Vocab,
     literal: &[u32],
     parse_special: bool,
+    plain: &[Range<usize>],
 ) -> Vec<Fragment> {
     let mut frags = Vec::new();
     if text.is_empty() {
@@ -28,7 +35,8 @@ pub(crate) fn partition(
     let hidden = Attr::CONTROL.union(Attr::UNKNOWN);
     let mut next = Vec::new();
     for &id in literal {
-        if !parse_special && vocab.attr(id).any(hidden) {
+        let is_hidden = vocab.attr(id).any(hidden);
+        if !parse_special && is_hidden {
             continue;
         }
         let Some(needle) = vocab.text(id) else {
@@ -44,13 +52,26 @@ pub(crate) fn partition(
                 next.push(frag);
                 continue;
             };
-            while let Some(pos) = text[start..end].find(needle) {
+            let mut from = start;
+            while let Some(found) = text[from..end].find(needle) {
+                let at = from + found;
+                let span = at..at + needle.len();
+                if is_hidden
+                    && plain
+                        .iter()
+                        .any(|p| p.start < span.end && span.start < p.end)
+                {
+                    // Plain text here: look again one character on.
+                    from = at + needle.chars().next().map_or(1, char::len_utf8);
+                    continue;
+                }
                 changed = true;
-                if pos > 0 {
-                    next.push(Fragment::Text(start, start + pos));
+                if at > start {
+                    next.push(Fragment::Text(start, at));
                 }
                 next.push(Fragment::Token(id));
-                start += pos + needle.len();
+                start = span.end;
+                from = start;
             }
             if start < end {
                 next.push(Fragment::Text(start, end));
@@ -77,12 +98,12 @@ mod tests {
         let v = vocab(&["x", "<s>", "<tool>", "<tool>x"], &[1, 3, 4, 4]);
         let literal = [3, 2, 1];
         let text = "a<s>b<tool>x<tool>";
-        let plain = partition(text, &v, &literal, false);
+        let plain = partition(text, &v, &literal, false, &[]);
         assert_eq!(
             plain,
             [Fragment::Text(0, 5), Fragment::Token(3), Fragment::Token(2)]
         );
-        let special = partition(text, &v, &literal, true);
+        let special = partition(text, &v, &literal, true, &[]);
         assert_eq!(
             special,
             [
@@ -93,6 +114,36 @@ mod tests {
                 Fragment::Token(2)
             ]
         );
-        assert!(partition("", &v, &literal, true).is_empty());
+        assert!(partition("", &v, &literal, true, &[]).is_empty());
+    }
+
+    #[test]
+    fn plain_ranges_keep_control_tokens_as_text() {
+        let v = vocab(&["x", "<s>", "<tool>"], &[1, 3, 4]);
+        let literal = [2, 1];
+        let text = "a<s>b<s>c<tool>";
+        // The second <s> (bytes 5..8) lies in a plain range, as does the
+        // user-defined <tool>, which is matched anyway.
+        let frags = partition(text, &v, &literal, true, &[4..15]);
+        assert_eq!(
+            frags,
+            [
+                Fragment::Text(0, 1),
+                Fragment::Token(1),
+                Fragment::Text(4, 9),
+                Fragment::Token(2)
+            ]
+        );
+        // Overlapping the range's edge is enough to stay text.
+        let frags = partition(text, &v, &literal, true, &[2..3]);
+        assert_eq!(
+            frags,
+            [
+                Fragment::Text(0, 5),
+                Fragment::Token(1),
+                Fragment::Text(8, 9),
+                Fragment::Token(2)
+            ]
+        );
     }
 }

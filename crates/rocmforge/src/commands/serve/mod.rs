@@ -57,6 +57,11 @@ pub struct Args {
     ctx_size: Option<usize>,
     #[command(flatten)]
     cache_types: CacheTypeArgs,
+    /// Tokenize special-token text in chat message content (`<|im_start|>`)
+    /// as control tokens, as llama-server does. Off, content is plain text,
+    /// so a client cannot forge system or assistant turns in its messages.
+    #[arg(long)]
+    special_in_content: bool,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -80,6 +85,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         ctx_size: a.ctx_size,
         cache_types: a.cache_types,
         metrics: metrics.clone(),
+        special_in_content: a.special_in_content,
     };
     // The backend is not `Send`: it is created on the thread that keeps it.
     std::thread::Builder::new()
@@ -146,6 +152,7 @@ struct Load {
     ctx_size: Option<usize>,
     cache_types: CacheTypeArgs,
     metrics: Arc<Metrics>,
+    special_in_content: bool,
 }
 
 impl Load {
@@ -176,6 +183,7 @@ impl Load {
             template,
             render,
             metrics: self.metrics,
+            special_in_content: self.special_in_content,
         })
     }
 }

@@ -12,7 +12,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use rocmforge_core::chat::{prompt_tokens, ChatTemplate, Message, RenderOptions, StopStrings};
+use rocmforge_core::chat::{
+    message_prompt_tokens, prompt_tokens, ChatTemplate, Message, RenderOptions, StopStrings,
+};
 use rocmforge_core::sampler::{Sampler, SamplerConfig};
 use rocmforge_core::session::Session;
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
@@ -86,6 +88,9 @@ pub struct Worker {
     pub template: ChatTemplate,
     pub render: RenderOptions,
     pub metrics: Arc<Metrics>,
+    /// Special-token text in chat message content becomes control tokens
+    /// (`--special-in-content`), as in llama-server; else it stays text.
+    pub special_in_content: bool,
 }
 
 impl Worker {
@@ -120,7 +125,13 @@ impl Worker {
                 let rendered = self.template.render(messages, &self.render).map_err(|e| {
                     ApiError::invalid(format!("chat template: {e}"), Some("messages"))
                 })?;
-                Ok(prompt_tokens(&self.tok, &rendered))
+                if self.special_in_content {
+                    return Ok(prompt_tokens(&self.tok, &rendered));
+                }
+                // What a client wrote stays text: no turn markers from it.
+                let (tok, template, opts) = (&self.tok, &self.template, &self.render);
+                message_prompt_tokens(tok, template, messages, opts, &rendered)
+                    .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))
             }
             Input::Text(text) => Ok(self.tok.encode(text, self.tok.add_bos_default(), true)),
         }
