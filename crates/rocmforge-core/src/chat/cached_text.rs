@@ -48,6 +48,19 @@ impl CachedText {
     /// its template, and records it as cached (call
     /// [`Self::clear`] if the evaluation then fails).
     pub fn feed(&mut self, tok: &Tokenizer, rendered: &str) -> Feed {
+        self.feed_with_plain(tok, rendered, &[])
+    }
+
+    /// As [`Self::feed`], with control tokens kept as text inside the byte
+    /// ranges `plain` of `rendered` (the messages' contents:
+    /// [`super::content_spans`]).
+    pub fn feed_with_plain(
+        &mut self,
+        tok: &Tokenizer,
+        rendered: &str,
+        plain: &[std::ops::Range<usize>],
+    ) -> Feed {
+        let cut = self.bytes.len();
         let rest = match self.bytes.is_empty() {
             true => None,
             false => rendered.as_bytes().strip_prefix(self.bytes.as_slice()),
@@ -57,13 +70,21 @@ impl CachedText {
         // step needs at least one token.
         let append = rest
             .and_then(|r| std::str::from_utf8(r).ok())
-            .map(|r| tok.encode(r, false, true))
+            .map(|r| {
+                // The ranges as offsets into the remainder.
+                let shifted: Vec<_> = plain
+                    .iter()
+                    .filter(|p| p.end > cut)
+                    .map(|p| p.start.max(cut) - cut..p.end - cut)
+                    .collect();
+                tok.encode_with_plain(r, false, &shifted)
+            })
             .filter(|t| !t.is_empty());
         self.bytes.clear();
         self.bytes.extend_from_slice(rendered.as_bytes());
         match append {
             Some(tokens) => Feed::Append(tokens),
-            None => Feed::Restart(prompt_tokens(tok, rendered)),
+            None => Feed::Restart(prompt_tokens_with_plain(tok, rendered, plain)),
         }
     }
 

@@ -5,7 +5,8 @@ use std::io::BufRead;
 use std::time::Instant;
 
 use rocmforge_core::chat::{
-    CachedText, ChatTemplate, Feed, Message, RenderOptions, StopStrings, TemplateError,
+    content_spans, CachedText, ChatTemplate, Feed, Message, RenderOptions, StopStrings,
+    TemplateError,
 };
 use rocmforge_core::sampler::Sampler;
 use rocmforge_core::session::Session;
@@ -113,7 +114,23 @@ impl Chat {
             }
             r => r?,
         };
-        let tokens = match self.cached.feed(&self.tok, &rendered) {
+        // What the user wrote stays text: no turn markers from it.
+        let marked = self
+            .history
+            .iter()
+            .any(|m| self.tok.has_control_text(&m.content));
+        let plain = match marked {
+            false => Vec::new(),
+            true => match content_spans(&self.template, &self.history, &self.render, &rendered) {
+                Some(spans) => spans,
+                None => {
+                    self.history.pop();
+                    note("this message holds a special token's text, which this chat template cannot keep as plain text; rephrase it");
+                    return Ok(());
+                }
+            },
+        };
+        let tokens = match self.cached.feed_with_plain(&self.tok, &rendered, &plain) {
             Feed::Append(tokens) => tokens,
             Feed::Restart(tokens) => {
                 self.session.reset();
