@@ -19,6 +19,8 @@ pub struct ApiError {
     /// The request field at fault, when one is.
     pub param: Option<&'static str>,
     pub code: Option<&'static str>,
+    /// Seconds to wait before trying again (`Retry-After`), for 503s.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -30,6 +32,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -42,6 +45,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: Some("model"),
             code: Some("model_not_found"),
+            retry_after: None,
         }
     }
 
@@ -59,6 +63,7 @@ impl ApiError {
             kind: "authentication_error",
             param: None,
             code: Some("invalid_api_key"),
+            retry_after: None,
         }
     }
 
@@ -69,6 +74,7 @@ impl ApiError {
             kind: "not_found_error",
             param: None,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -81,6 +87,7 @@ impl ApiError {
             kind: "server_error",
             param: None,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -97,6 +104,32 @@ impl ApiError {
         })
     }
 
+    /// The server is at one of its limits (open connections, bytes being
+    /// received, the queue): 503, to be tried again in a second.
+    pub fn busy(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some("server_busy"),
+            retry_after: Some(1),
+        }
+    }
+
+    /// A request body not received within `limit`: 408.
+    pub fn timeout(limit: std::time::Duration) -> ApiError {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "The request body did not arrive within {} s",
+                limit.as_secs()
+            ),
+            code: Some("request_timeout"),
+            ..ApiError::invalid("", None)
+        }
+    }
+
     /// A body over [`super::routes::BODY_LIMIT`]: 413.
     pub fn too_large() -> ApiError {
         ApiError {
@@ -108,6 +141,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: None,
             code: Some("request_too_large"),
+            retry_after: None,
         }
     }
 
@@ -143,6 +177,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut r = (self.status, Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, s.into());
+        }
+        r
     }
 }

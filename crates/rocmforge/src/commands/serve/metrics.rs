@@ -10,6 +10,9 @@ pub struct Metrics {
     pub completion_requests: AtomicU64,
     /// Requests answered with an error status.
     pub failed_requests: AtomicU64,
+    /// Requests whose client left before the reply ended, waiting or
+    /// mid-way.
+    pub cancelled_requests: AtomicU64,
     pub prompt_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
     /// Jobs waiting for the worker (not the one it is running).
@@ -54,6 +57,12 @@ impl Metrics {
             "counter",
             "Generation requests answered with an error.",
             &[("", get(&self.failed_requests))],
+        );
+        family(
+            "rocmforge_requests_cancelled_total",
+            "counter",
+            "Generation requests whose client left before the reply ended.",
+            &[("", get(&self.cancelled_requests))],
         );
         family(
             "rocmforge_prompt_tokens_total",

@@ -6,7 +6,9 @@
 //! tokens back. docs/server.md has the endpoints and how batched decoding
 //! of several sequences would extend this.
 
+mod connections;
 mod errors;
+mod limits;
 mod metrics;
 mod openai;
 mod routes;
@@ -62,6 +64,8 @@ pub struct Args {
     /// so a client cannot forge system or assistant turns in its messages.
     #[arg(long)]
     special_in_content: bool,
+    #[command(flatten)]
+    limits: limits::LimitArgs,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -69,6 +73,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     if a.api_key.as_deref().is_some_and(str::is_empty) {
         return Err("--api-key must not be empty".into());
     }
+    let limits = a.limits.limits()?;
     // Bound before the model loads: a port in use fails at once, not after
     // a load that may take minutes.
     let listener = std::net::TcpListener::bind((a.host.as_str(), a.port))
@@ -114,6 +119,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
         metrics,
         api_key: a.api_key,
         next_id: AtomicU64::new(1),
+        limits: limits.clone(),
+        body_budget: Default::default(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -126,13 +133,18 @@ pub fn run(a: Args) -> Result<(), CliError> {
             "serving {model_id} (context {} tokens)",
             info.n_ctx
         ));
+        if addr.ip().is_unspecified() && state.api_key.is_none() {
+            note(&format!(
+                "warning: listening on every interface ({}) without --api-key: anyone who can reach this machine can use the model",
+                addr.ip()
+            ));
+        }
         // Tests and scripts read the address from this line (port 0).
         note(&format!("listening on http://{addr}"));
-        axum::serve(listener, routes::router(state))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        connections::serve(listener, routes::router(state), &limits, shutdown).await?;
         Ok::<(), CliError>(())
     })
 }

@@ -23,6 +23,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
 use super::errors::ApiError;
+use super::limits::{read_body, BodyBudget, Limits};
 use super::metrics::Metrics;
 use super::openai::{
     AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatLogprobs, ChatRequest,
@@ -41,7 +42,7 @@ pub const BODY_LIMIT: usize = 1 << 20;
 /// off (EPIPE), never reads the answer. Reading a moderately oversized body
 /// to its end lets the error reach the client; beyond this the connection is
 /// cut as it arrives.
-const READ_LIMIT: usize = 16 << 20;
+pub const READ_LIMIT: usize = 16 << 20;
 
 /// OpenAI's own limits on alternatives per token.
 const MAX_TOP_LOGPROBS: u64 = 20;
@@ -56,20 +57,20 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub api_key: Option<String>,
     pub next_id: AtomicU64,
+    pub limits: Limits,
+    /// Request bodies being read, against `limits.max_buffered`.
+    pub body_budget: Arc<BodyBudget>,
 }
 
-type Shared = Arc<AppState>;
+pub type Shared = Arc<AppState>;
 
 pub fn router(state: Shared) -> Router {
     // Only the API needs the key: health checks and Prometheus scrapes come
     // from infrastructure that does not hold it, as with llama-server.
-    let api = Router::new()
+    Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
-    Router::new()
-        .merge(api)
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(|uri: Uri| async move { ApiError::not_found(uri.path()) })
@@ -80,22 +81,34 @@ pub fn router(state: Shared) -> Router {
             }
         })
         .layer(DefaultBodyLimit::max(READ_LIMIT))
+        // The body is read (bounded) only once the key is known good, and
+        // the key is checked before routing: a wrong method on an API
+        // route is 401 without the key, 405 with it.
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
+        .layer(middleware::from_fn_with_state(state.clone(), require_key))
         .with_state(state)
 }
 
 async fn require_key(State(st): State<Shared>, req: Request, next: Next) -> Response {
-    if let Some(key) = &st.api_key {
+    let api = req.uri().path().starts_with("/v1/") || req.uri().path() == "/v1";
+    if let Some(key) = st.api_key.as_ref().filter(|_| api) {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(bearer_token);
         if !given.is_some_and(|g| same_secret(g.as_bytes(), key.as_bytes())) {
             return ApiError::unauthorized().into_response();
         }
     }
     next.run(req).await
+}
+
+/// The credentials of an `Authorization` value of the Bearer scheme, whose
+/// name matches without regard to case (RFC 7235).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// Compares without stopping at the first difference, so the time taken
@@ -472,7 +485,13 @@ fn submit(
     generation: Generation,
 ) -> Result<UnboundedReceiver<Event>, ApiError> {
     let (events, rx) = unbounded_channel();
-    Metrics::add(&st.metrics.queued, 1);
+    let waiting = st.metrics.queued.fetch_add(1, Ordering::AcqRel);
+    if waiting >= st.limits.max_queue as u64 {
+        Metrics::sub(&st.metrics.queued, 1);
+        return Err(ApiError::busy(format!(
+            "{waiting} requests are waiting for the model, this server's most; try again shortly"
+        )));
+    }
     st.jobs
         .send(Job {
             input,

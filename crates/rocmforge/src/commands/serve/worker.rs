@@ -99,6 +99,7 @@ impl Worker {
         while let Ok(job) = jobs.recv() {
             Metrics::sub(&self.metrics.queued, 1);
             if job.events.is_closed() {
+                Metrics::add(&self.metrics.cancelled_requests, 1);
                 continue;
             }
             Metrics::add(&self.metrics.running, 1);
@@ -159,6 +160,7 @@ impl Worker {
             })
             .is_err()
         {
+            Metrics::add(&self.metrics.cancelled_requests, 1);
             return;
         }
         Metrics::add(&self.metrics.prompt_tokens, prompt.len() as u64);
@@ -171,7 +173,7 @@ impl Worker {
                 });
             }
             // The client left.
-            Ok(None) => {}
+            Ok(None) => Metrics::add(&self.metrics.cancelled_requests, 1),
             Err(e) => {
                 let _ = events.send(Event::Failed(e));
             }
