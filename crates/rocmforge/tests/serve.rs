@@ -588,9 +588,33 @@ fn api_key_guards_the_api() {
         Some(&body),
     );
     assert_eq!(status, 200, "{text}");
+    // The scheme's name in any case (RFC 7235).
+    let (status, text) = send(
+        agent().post(&url).set("Authorization", "bearer sesame"),
+        Some(&body),
+    );
+    assert_eq!(status, 200, "{text}");
+    // Without the key a wrong method is 401 too; with it, 405.
+    let (status, text) = send(agent().get(&url), None);
+    assert_error(status, &text, 401);
+    let (status, text) = send(
+        agent().get(&url).set("Authorization", "Bearer sesame"),
+        None,
+    );
+    assert_error(status, &text, 405);
     // Health checks and scrapes need no key.
     assert_eq!(get(&s, "/health").0, 200);
     assert_eq!(get(&s, "/metrics").0, 200);
+    assert!(!s.stderr.lock().unwrap().contains("warning"));
+}
+
+/// Every interface and no key: the server says so once.
+#[test]
+fn an_open_server_warns() {
+    let mut s = Server::start(&["--host", "0.0.0.0"]);
+    s.assert_alive();
+    let log = s.stderr.lock().unwrap().clone();
+    assert_eq!(log.matches("without --api-key").count(), 1, "{log}");
 }
 
 fn metric(s: &Server, name: &str) -> u64 {
@@ -637,6 +661,7 @@ fn disconnecting_client_stops_its_generation() {
     );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(metric(&s, "rocmforge_generated_tokens_total"), full + cut);
+    assert_eq!(metric(&s, "rocmforge_requests_cancelled_total"), 1);
     // The model is free for the next client.
     post_json(
         &s,
@@ -795,4 +820,211 @@ fn message_content_cannot_forge_turns() {
     let s = Server::start(&["--special-in-content"]);
     let (plain, with_markers) = (prompt_tokens(&s, "x"), prompt_tokens(&s, &markers));
     assert_eq!(with_markers, plain + 63);
+}
+
+/// A raw connection to the server (for requests a client library will not
+/// send: slow, partial or lying about their length), with a read timeout
+/// so a test never hangs on it.
+fn raw(s: &Server) -> std::net::TcpStream {
+    let addr = s.base.trim_start_matches("http://");
+    let stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+}
+
+/// The status line's code and the rest of what the server sent before it
+/// closed the connection or went quiet; None when it closed without an
+/// answer.
+fn response(stream: &mut std::net::TcpStream) -> Option<(u16, String)> {
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(_) => break,
+        }
+        if text.contains("\r\n\r\n") && text.contains("\"error\"") && text.ends_with('}') {
+            break;
+        }
+    }
+    let code = text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()?;
+    Some((code, text))
+}
+
+fn post_head(path: &str, length: u64) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+    )
+}
+
+/// Slow and oversized requests are cut off or refused at once: headers not
+/// finished in time close the connection, a body not finished in time gets
+/// 408, a declared length past the limit 413 before any body, and a normal
+/// client is answered throughout.
+#[test]
+fn slow_and_oversized_requests_are_cut_off() {
+    use std::io::Write;
+    let mut s = Server::start(&["--header-timeout", "1", "--body-timeout", "1"]);
+    // Headers a byte at a time, never finished.
+    let mut slowloris = raw(&s);
+    let started = Instant::now();
+    slowloris
+        .write_all(b"POST /v1/completions HTTP/1.1\r\nho")
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let closed = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        if slowloris.write_all(b"s").is_err() {
+            break true;
+        }
+        slowloris
+            .set_read_timeout(Some(Duration::from_millis(10)))
+            .unwrap();
+        if slowloris.read(&mut buf).is_ok() {
+            break true; // an answer or the end of the stream
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            break false;
+        }
+    };
+    assert!(
+        closed,
+        "a connection sending headers for 10 s was kept open"
+    );
+    // A body that stops half way.
+    let mut slow_body = raw(&s);
+    let body = r#"{"prompt": "hi", "max_tokens": 1}"#;
+    let head = post_head("/v1/completions", body.len() as u64);
+    slow_body.write_all(head.as_bytes()).unwrap();
+    slow_body.write_all(&body.as_bytes()[..5]).unwrap();
+    let (code, text) = response(&mut slow_body).unwrap();
+    assert_eq!(code, 408, "{text}");
+    assert!(text.contains("request_timeout"), "{text}");
+    // A declared terabyte: refused before any of it is sent.
+    let mut liar = raw(&s);
+    liar.write_all(post_head("/v1/completions", 1_000_000_000_000).as_bytes())
+        .unwrap();
+    let (code, text) = response(&mut liar).unwrap();
+    assert_eq!(code, 413, "{text}");
+    s.assert_alive();
+    post_json(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "hi", "max_tokens": 2}),
+    );
+}
+
+/// Connections, bytes being received and queued requests are capped: past
+/// each cap the server answers 503 with Retry-After at once.
+#[test]
+fn connections_bodies_and_the_queue_are_capped() {
+    use std::io::Write;
+    let mut s = Server::start(&[
+        "-c",
+        "2048",
+        "--max-connections",
+        "3",
+        "--max-buffered-mib",
+        "1",
+        "--max-queue",
+        "1",
+        "--body-timeout",
+        "30",
+    ]);
+    // Bodies: one holding 0.75 MiB, unfinished; a second passing the 1 MiB
+    // of bodies being received is refused.
+    let part = vec![b' '; 3 << 18];
+    let mut first = raw(&s);
+    first
+        .write_all(post_head("/v1/completions", 1 << 20).as_bytes())
+        .unwrap();
+    first.write_all(&part).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut second = raw(&s);
+    second
+        .write_all(post_head("/v1/completions", 1 << 20).as_bytes())
+        .unwrap();
+    let _ = second.write_all(&part);
+    let (code, text) = response(&mut second).unwrap();
+    assert_eq!(code, 503, "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("retry-after: 1"),
+        "{text}"
+    );
+    drop(second);
+    // Connections: `first` and two idle ones fill the three; a fourth is
+    // answered 503 and closed.
+    let idle = [raw(&s), raw(&s)];
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fourth = raw(&s);
+    let (code, text) = response(&mut fourth).unwrap();
+    assert_eq!(code, 503, "{text}");
+    drop((first, idle, fourth));
+    std::thread::sleep(Duration::from_millis(300));
+    // The queue: one request running, one waiting; a third is refused.
+    let long = json!({"prompt": "The", "temperature": 0, "max_tokens": 1500});
+    let base = s.base.clone();
+    let running = std::thread::spawn({
+        let (base, body) = (base.clone(), long.to_string());
+        move || send(agent().post(&format!("{base}/v1/completions")), Some(&body))
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(&s, "rocmforge_requests_running") != 1 {
+        assert!(Instant::now() < deadline, "the long request did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let waiting = std::thread::spawn({
+        let body = json!({"prompt": "The", "max_tokens": 1}).to_string();
+        move || send(agent().post(&format!("{base}/v1/completions")), Some(&body))
+    });
+    while metric(&s, "rocmforge_queue_length") != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the second request was not queued"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, text) = post(&s, "/v1/completions", r#"{"prompt": "x", "max_tokens": 1}"#);
+    assert_eq!(assert_error(code, &text, 503)["code"], "server_busy");
+    assert_eq!(running.join().unwrap().0, 200);
+    assert_eq!(waiting.join().unwrap().0, 200);
+    s.assert_alive();
+}
+
+/// A client that gives up while its request waits is counted as
+/// cancelled once the model reaches it, and nothing is generated for it.
+#[test]
+fn a_request_left_while_queued_counts_as_cancelled() {
+    let s = Server::start(&["-c", "2048"]);
+    let base = s.base.clone();
+    let body = json!({"prompt": "The", "temperature": 0, "max_tokens": 800}).to_string();
+    let running = std::thread::spawn(move || {
+        send(agent().post(&format!("{base}/v1/completions")), Some(&body))
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(&s, "rocmforge_requests_running") != 1 {
+        assert!(Instant::now() < deadline, "the long request did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let impatient = ureq::AgentBuilder::new()
+        .timeout(Duration::from_millis(300))
+        .build();
+    let r = impatient
+        .post(&s.url("/v1/completions"))
+        .send_string(r#"{"prompt": "x", "max_tokens": 5}"#);
+    assert!(r.is_err(), "answered while the model was busy");
+    let (status, text) = running.join().unwrap();
+    assert_eq!(status, 200, "{text}");
+    let generated: Value = serde_json::from_str(&text).unwrap();
+    let generated = generated["usage"]["completion_tokens"].as_u64().unwrap();
+    while metric(&s, "rocmforge_queue_length") != 0 {
+        assert!(Instant::now() < deadline, "the queue did not drain");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(metric(&s, "rocmforge_requests_cancelled_total"), 1);
+    assert_eq!(metric(&s, "rocmforge_generated_tokens_total"), generated);
 }

@@ -124,7 +124,8 @@ mod tests {
         let text = "a<s>b<s>c<tool>";
         // The second <s> (bytes 5..8) lies in a plain range, as does the
         // user-defined <tool>, which is matched anyway.
-        let frags = partition(text, &v, &literal, true, &[4..15]);
+        let plain = [Range { start: 4, end: 15 }];
+        let frags = partition(text, &v, &literal, true, &plain);
         assert_eq!(
             frags,
             [
@@ -135,7 +136,8 @@ mod tests {
             ]
         );
         // Overlapping the range's edge is enough to stay text.
-        let frags = partition(text, &v, &literal, true, &[2..3]);
+        let edge = [Range { start: 2, end: 3 }];
+        let frags = partition(text, &v, &literal, true, &edge);
         assert_eq!(
             frags,
             [
