@@ -1028,3 +1028,108 @@ fn a_request_left_while_queued_counts_as_cancelled() {
     assert_eq!(metric(&s, "rocmforge_requests_cancelled_total"), 1);
     assert_eq!(metric(&s, "rocmforge_generated_tokens_total"), generated);
 }
+
+/// The server's resident memory, from /proc (Linux).
+fn rss_mib(s: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap()
+        / 1024
+}
+
+/// 40 clients trickling 15 MiB bodies, 250 large requests at once and 6
+/// slow-header connections, all together, at the default limits: the
+/// server's memory stays under 300 MiB, `/health` answers within a second
+/// throughout, and the excess is refused with 413, 408 or 503.
+#[test]
+fn hostile_load_stays_bounded() {
+    use std::io::Write;
+    let mut s = Server::start(&[]);
+    let idle = rss_mib(&s);
+    let base = s.base.clone();
+    let addr = base.trim_start_matches("http://").to_owned();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let codes = Arc::new(Mutex::new(Vec::<u16>::new()));
+    let mut threads = Vec::new();
+    // Slow bodies: 15 MiB declared, 256 KiB every 100 ms.
+    for _ in 0..40 {
+        let (addr, stop, codes) = (addr.clone(), stop.clone(), codes.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let head = post_head("/v1/chat/completions", 15 << 20);
+            if c.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            let chunk = vec![b' '; 256 << 10];
+            for _ in 0..60 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) || c.write_all(&chunk).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if let Some((code, _)) = response(&mut c) {
+                codes.lock().unwrap().push(code);
+            }
+        }));
+    }
+    // Slow headers.
+    let slowloris: Vec<_> = (0..6)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            c.write_all(b"POST /v1/completions HTTP/1.1\r\nhost")
+                .unwrap();
+            c
+        })
+        .collect();
+    // Large requests, all at once: a chat of ~1000 KB each.
+    let big = chat_body(&"word ".repeat(200_000), json!({"max_tokens": 1})).to_string();
+    for _ in 0..250 {
+        let (base, big, codes) = (base.clone(), big.clone(), codes.clone());
+        threads.push(std::thread::spawn(move || {
+            let a = ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(30))
+                .build();
+            let url = format!("{base}/v1/chat/completions");
+            let code = match a.post(&url).send_string(&big) {
+                Ok(r) => r.status(),
+                Err(ureq::Error::Status(code, _)) => code,
+                Err(_) => 0, // cut off: the test ended first
+            };
+            codes.lock().unwrap().push(code);
+        }));
+    }
+    let (mut peak, mut slowest) = (0, Duration::ZERO);
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        peak = peak.max(rss_mib(&s));
+        let t = Instant::now();
+        assert_eq!(get(&s, "/health").0, 200);
+        slowest = slowest.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    peak = peak.max(rss_mib(&s));
+    s.assert_alive();
+    drop(s); // ends the requests still waiting
+    drop(slowloris);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let codes = codes.lock().unwrap();
+    let refused = codes
+        .iter()
+        .filter(|&&c| [408, 413, 503].contains(&c))
+        .count();
+    println!(
+        "RSS {idle} MiB idle, {peak} MiB at most; slowest /health {slowest:?}; {refused} of {} answers refused",
+        codes.len()
+    );
+    assert!(peak < 300, "peak RSS {peak} MiB");
+    assert!(slowest < Duration::from_secs(1), "/health took {slowest:?}");
+    assert!(refused >= 100, "{codes:?}");
+}

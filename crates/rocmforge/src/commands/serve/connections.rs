@@ -20,6 +20,9 @@ use tokio::sync::Semaphore;
 use super::errors::ApiError;
 use super::limits::Limits;
 
+/// Most bytes hyper buffers for one connection.
+const READ_BUFFER: usize = 64 << 10;
+
 /// Serves `app` on `listener` until `shutdown` completes.
 pub async fn serve(
     listener: TcpListener,
@@ -29,8 +32,12 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let mut http = http1::Builder::new();
+    // A connection's read buffer is hyper's 400 KiB at most by default,
+    // filled ahead of the handler: 64 KiB keeps hundreds of open
+    // connections to a few MiB each side of the caps.
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(READ_BUFFER);
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {

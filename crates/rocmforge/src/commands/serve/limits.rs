@@ -122,9 +122,18 @@ pub async fn read_body(State(st): State<Shared>, req: Request, next: Next) -> Re
         bytes: 0,
     };
     let max = st.limits.max_buffered;
+    let busy =
+        || ApiError::busy("Too many request bytes are being received at once; try again shortly");
+    // A declared length is taken from the budget whole, before any byte,
+    // and the buffer allocated once; a body of unknown length takes what
+    // each chunk adds to the buffer's capacity.
+    let declared = declared_length(&parts.headers).map(|n| n as usize);
+    if declared.is_some_and(|n| !held.take(n, max)) {
+        return busy().into_response();
+    }
     let read = async {
         let mut body = body;
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(declared.unwrap_or(0));
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
                 ApiError::invalid(format!("Cannot read the request body: {e}"), None)
@@ -135,12 +144,12 @@ pub async fn read_body(State(st): State<Shared>, req: Request, next: Next) -> Re
             if buf.len() + data.len() > READ_LIMIT {
                 return Err(ApiError::too_large());
             }
-            if !held.take(data.len(), max) {
-                return Err(ApiError::busy(
-                    "Too many request bytes are being received at once; try again shortly",
-                ));
-            }
+            let capacity = buf.capacity();
             buf.extend_from_slice(&data);
+            let grown = buf.capacity() - capacity;
+            if grown > 0 && !held.take(grown, max) {
+                return Err(busy());
+            }
         }
         Ok(Bytes::from(buf))
     };
