@@ -87,7 +87,8 @@ impl VulkanDevice {
         pipes.coopmat = gpu.props.coopmat;
         pipes.int_dot = gpu.props.int_dot;
         pipes.subgroup = gpu.props.subgroup;
-        let cmds = match Commands::new(&gpu.device, gpu.queue_family) {
+        let software = gpu.props.device_type == vk::PhysicalDeviceType::CPU;
+        let cmds = match Commands::new(&gpu.device, gpu.queue_family, software) {
             Ok(c) => c,
             Err(e) => {
                 // SAFETY: nothing uses the pipelines yet.

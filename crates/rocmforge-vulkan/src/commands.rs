@@ -16,19 +16,18 @@ use crate::error::{Check, VkError};
 pub struct Commands {
     pool: vk::CommandPool,
     fence: vk::Fence,
+    /// How long a wait polls the fence before it blocks.
+    spin: Duration,
 }
 
-/// How long a submit's wait polls its fence before it blocks:
+/// How long a submit's wait polls its fence before it blocks on a GPU:
 /// `ROCMFORGE_VULKAN_SPIN` (milliseconds; 0 blocks at once), else
 /// [`SPIN`].
 fn spin_time() -> Duration {
-    static SPIN_TIME: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN_TIME.get_or_init(|| {
-        std::env::var("ROCMFORGE_VULKAN_SPIN")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(SPIN, Duration::from_millis)
-    })
+    std::env::var("ROCMFORGE_VULKAN_SPIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(SPIN, Duration::from_millis)
 }
 
 /// How long a wait polls by default, as the HIP backend's.
@@ -41,7 +40,13 @@ pub enum WaitError {
 }
 
 impl Commands {
-    pub fn new(device: &ash::Device, family: u32) -> Result<Commands, BackendError> {
+    /// `software`: the device runs on the CPU (lavapipe), whose threads a
+    /// polling wait would take time from: its waits block at once.
+    pub fn new(
+        device: &ash::Device,
+        family: u32,
+        software: bool,
+    ) -> Result<Commands, BackendError> {
         let ci = vk::CommandPoolCreateInfo::default()
             .queue_family_index(family)
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
@@ -61,7 +66,12 @@ impl Commands {
                 .into());
             }
         };
-        Ok(Commands { pool, fence })
+        let spin = if software {
+            Duration::ZERO
+        } else {
+            spin_time()
+        };
+        Ok(Commands { pool, fence, spin })
     }
 
     pub fn allocate(&self, device: &ash::Device) -> Result<vk::CommandBuffer, BackendError> {
@@ -104,7 +114,7 @@ impl Commands {
         // Polled first: a decode step is a few milliseconds, and a
         // blocking wait may sleep past its end (ROCMFORGE_VULKAN_SPIN=0:
         // the blocking wait alone, for measurement).
-        let spin = spin_time().min(timeout);
+        let spin = self.spin.min(timeout);
         loop {
             // SAFETY: the fence belongs to this device.
             match unsafe { device.get_fence_status(self.fence) } {
