@@ -258,6 +258,7 @@ impl Session {
         let mut out = std::mem::take(&mut self.logits);
         out.clear();
         let mut start = 0;
+        let mut last = 0;
         for n in split_steps(tokens.len(), self.opts.n_batch) {
             let chunk = &tokens[start..start + n];
             start += n;
@@ -270,13 +271,20 @@ impl Session {
             };
             self.backend.execute_part(id, 0, &inputs, &mut g.exchange)?;
             self.n_past += n;
-            if !all_logits {
-                out.clear();
+            if all_logits {
+                out.extend_from_slice(g.exchange.tensor(g.graph.logits));
             }
-            out.extend_from_slice(g.exchange.tensor(g.graph.logits));
+            last = n;
         }
         self.logits = out;
-        Ok(&self.logits)
+        if all_logits {
+            return Ok(&self.logits);
+        }
+        // The last step's logits where the backend left them: a decode
+        // step copies none (a large vocabulary's row is ~0.6 MB, tens of
+        // µs a token).
+        let g = &self.graphs[&last];
+        Ok(g.exchange.tensor(g.graph.logits))
     }
 }
 
