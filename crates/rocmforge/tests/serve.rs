@@ -923,48 +923,49 @@ fn slow_and_oversized_requests_are_cut_off() {
 fn connections_bodies_and_the_queue_are_capped() {
     use std::io::Write;
     let mut s = Server::start(&[
-        "-c",
-        "2048",
         "--max-connections",
         "3",
         "--max-buffered-mib",
         "1",
-        "--max-queue",
-        "1",
         "--body-timeout",
-        "30",
+        "2",
     ]);
-    // Bodies: one holding 0.75 MiB, unfinished; a second passing the 1 MiB
-    // of bodies being received is refused.
+    // Bodies: two declaring 1 MiB each and sending 0.75 MiB of it. The 1 MiB
+    // of bodies being received holds one: whichever the server reads
+    // second is refused at once (503), the other runs out of time (408).
     let part = vec![b' '; 3 << 18];
-    let mut first = raw(&s);
-    first
-        .write_all(post_head("/v1/completions", 1 << 20).as_bytes())
-        .unwrap();
-    first.write_all(&part).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let mut second = raw(&s);
-    second
-        .write_all(post_head("/v1/completions", 1 << 20).as_bytes())
-        .unwrap();
-    let _ = second.write_all(&part);
-    let (code, text) = response(&mut second).unwrap();
-    assert_eq!(code, 503, "{text}");
-    assert!(
-        text.to_ascii_lowercase().contains("retry-after: 1"),
-        "{text}"
+    let mut bodies = [raw(&s), raw(&s)];
+    for b in &mut bodies {
+        b.write_all(post_head("/v1/completions", 1 << 20).as_bytes())
+            .unwrap();
+        let _ = b.write_all(&part);
+    }
+    let mut answers: Vec<(u16, String)> = bodies.iter_mut().map(|b| response(b).unwrap()).collect();
+    answers.sort();
+    assert_eq!(
+        answers.iter().map(|a| a.0).collect::<Vec<_>>(),
+        [408, 503],
+        "{answers:?}"
     );
-    drop(second);
-    // Connections: `first` and two idle ones fill the three; a fourth is
-    // answered 503 and closed.
-    let idle = [raw(&s), raw(&s)];
+    assert!(
+        answers[1].1.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answers:?}"
+    );
+    drop(bodies);
+    // Connections: three idle ones fill the cap; a fourth is answered 503
+    // and closed.
+    let idle = [raw(&s), raw(&s), raw(&s)];
     std::thread::sleep(Duration::from_millis(300));
     let mut fourth = raw(&s);
     let (code, text) = response(&mut fourth).unwrap();
     assert_eq!(code, 503, "{text}");
-    drop((first, idle, fourth));
-    std::thread::sleep(Duration::from_millis(300));
-    // The queue: one request running, one waiting; a third is refused.
+    drop((idle, fourth));
+    s.assert_alive();
+    drop(s);
+    // The queue (a server of its own: each metric read above would take a
+    // connection of the three): one request running, one waiting; a third
+    // is refused.
+    let mut s = Server::start(&["-c", "2048", "--max-queue", "1"]);
     let long = json!({"prompt": "The", "temperature": 0, "max_tokens": 1500});
     let base = s.base.clone();
     let running = std::thread::spawn({
