@@ -16,11 +16,11 @@
 //! check; its conversation is refused only if a content holds a control
 //! token's text, since otherwise nothing in it could be parsed as one.
 //! Conversations without such text skip all this: their tokens are
-//! [`prompt_tokens`]'s, unchanged.
+//! [`super::prompt_tokens`]'s, unchanged.
 
 use std::ops::Range;
 
-use super::cached_text::{prompt_tokens, prompt_tokens_with_plain};
+use super::cached_text::prompt_tokens_with_plain;
 use super::template::{ChatTemplate, Message, RenderOptions};
 use crate::tokenizer::Tokenizer;
 
@@ -71,6 +71,27 @@ pub fn content_spans(
     (rebuilt == rendered).then_some(spans)
 }
 
+/// The byte ranges of `rendered` (`messages` rendered by `template` with
+/// `opts`) to tokenize as plain text: none where no content holds a control
+/// token's text (nothing could be parsed as one), else the contents'
+/// ranges ([`content_spans`]), or the error where the template does not
+/// place them verbatim.
+pub fn plain_ranges(
+    tok: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[Message],
+    opts: &RenderOptions,
+    rendered: &str,
+) -> Result<Vec<Range<usize>>, ControlTextError> {
+    let Some(index) = messages
+        .iter()
+        .position(|m| tok.has_control_text(&m.content))
+    else {
+        return Ok(Vec::new());
+    };
+    content_spans(template, messages, opts, rendered).ok_or(ControlTextError { index })
+}
+
 /// The tokens of `rendered`, the rendering of `messages` by `template` with
 /// `opts`, each message's content tokenized as plain text (control tokens
 /// only from the template's own text). Equal to
@@ -83,13 +104,6 @@ pub fn message_prompt_tokens(
     opts: &RenderOptions,
     rendered: &str,
 ) -> Result<Vec<u32>, ControlTextError> {
-    let Some(index) = messages
-        .iter()
-        .position(|m| tok.has_control_text(&m.content))
-    else {
-        return Ok(prompt_tokens(tok, rendered));
-    };
-    let spans =
-        content_spans(template, messages, opts, rendered).ok_or(ControlTextError { index })?;
-    Ok(prompt_tokens_with_plain(tok, rendered, &spans))
+    let plain = plain_ranges(tok, template, messages, opts, rendered)?;
+    Ok(prompt_tokens_with_plain(tok, rendered, &plain))
 }

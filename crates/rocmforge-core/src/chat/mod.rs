@@ -21,7 +21,7 @@ pub mod template;
 mod tojson;
 
 pub use cached_text::{prompt_tokens, prompt_tokens_with_plain, CachedText, Feed};
-pub use content_spans::{content_spans, message_prompt_tokens, ControlTextError};
+pub use content_spans::{content_spans, message_prompt_tokens, plain_ranges, ControlTextError};
 pub use stop::{StopStep, StopStrings};
 pub use template::{
     ChatTemplate, Clock, Message, RenderOptions, TemplateError, TemplateOrigin, CHAT_TEMPLATE_KEY,

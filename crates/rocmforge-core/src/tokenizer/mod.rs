@@ -147,9 +147,8 @@ impl Tokenizer {
     /// Whether `text` holds the text of a control (or unknown) token, which
     /// [`Self::encode`] with `parse_special` would turn into that token.
     pub fn has_control_text(&self, text: &str) -> bool {
-        let hidden = Attr::CONTROL.union(Attr::UNKNOWN);
         self.specials.literal.iter().any(|&id| {
-            self.vocab.attr(id).any(hidden)
+            partition::is_hidden(&self.vocab, id)
                 && self
                     .vocab
                     .text(id)

@@ -12,6 +12,12 @@ pub(crate) enum Fragment {
     Token(u32),
 }
 
+/// Whether token `id` is one that only `parse_special` matches: a control
+/// or unknown token (user-defined ones are always matched).
+pub(crate) fn is_hidden(vocab: &Vocab, id: u32) -> bool {
+    vocab.attr(id).any(Attr::CONTROL.union(Attr::UNKNOWN))
+}
+
 /// Cuts `text` around literal occurrences of special tokens, longest token
 /// first: each token claims every occurrence in the text not yet claimed.
 /// User-defined tokens are always matched; control and unknown tokens only
@@ -32,10 +38,9 @@ pub(crate) fn partition(
         return frags;
     }
     frags.push(Fragment::Text(0, text.len()));
-    let hidden = Attr::CONTROL.union(Attr::UNKNOWN);
     let mut next = Vec::new();
     for &id in literal {
-        let is_hidden = vocab.attr(id).any(hidden);
+        let is_hidden = is_hidden(vocab, id);
         if !parse_special && is_hidden {
             continue;
         }

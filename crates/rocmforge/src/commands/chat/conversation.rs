@@ -5,7 +5,7 @@ use std::io::BufRead;
 use std::time::Instant;
 
 use rocmforge_core::chat::{
-    content_spans, CachedText, ChatTemplate, Feed, Message, RenderOptions, StopStrings,
+    plain_ranges, CachedText, ChatTemplate, Feed, Message, RenderOptions, StopStrings,
     TemplateError,
 };
 use rocmforge_core::sampler::Sampler;
@@ -115,20 +115,14 @@ impl Chat {
             r => r?,
         };
         // What the user wrote stays text: no turn markers from it.
-        let marked = self
-            .history
-            .iter()
-            .any(|m| self.tok.has_control_text(&m.content));
-        let plain = match marked {
-            false => Vec::new(),
-            true => match content_spans(&self.template, &self.history, &self.render, &rendered) {
-                Some(spans) => spans,
-                None => {
-                    self.history.pop();
-                    note("this message holds a special token's text, which this chat template cannot keep as plain text; rephrase it");
-                    return Ok(());
-                }
-            },
+        let (tok, template, opts) = (&self.tok, &self.template, &self.render);
+        let plain = match plain_ranges(tok, template, &self.history, opts, &rendered) {
+            Ok(plain) => plain,
+            Err(_) => {
+                self.history.pop();
+                note("this message holds a special token's text, which this chat template cannot keep as plain text; rephrase it");
+                return Ok(());
+            }
         };
         let tokens = match self.cached.feed_with_plain(&self.tok, &rendered, &plain) {
             Feed::Append(tokens) => tokens,

@@ -69,11 +69,14 @@ pub async fn serve(
 /// Answers a connection over the cap with a 503 and closes it, without
 /// reading its request (bounded: a client that does not read is dropped).
 async fn refuse(mut stream: TcpStream) {
-    let body = ApiError::busy("Too many open connections; try again shortly").body();
-    let body = body.to_string();
+    let busy = ApiError::busy("Too many open connections; try again shortly");
+    let body = busy.body().to_string();
     let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         retry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\n\
+         retry-after: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        busy.status.as_u16(),
+        busy.status.canonical_reason().unwrap_or(""),
+        busy.retry_after.unwrap_or(1),
         body.len()
     );
     let write = async {

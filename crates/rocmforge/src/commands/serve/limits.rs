@@ -114,9 +114,12 @@ impl Drop for Held {
 /// the handler gets holds its share of the budget until it is consumed.
 pub async fn read_body(State(st): State<Shared>, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
-    if declared_length(&parts.headers).is_some_and(|n| n > READ_LIMIT as u64) {
+    let declared = declared_length(&parts.headers);
+    if declared.is_some_and(|n| n > READ_LIMIT as u64) {
         return ApiError::too_large().into_response();
     }
+    // Within READ_LIMIT: fits a usize.
+    let declared = declared.map(|n| n as usize);
     let mut held = Held {
         budget: st.body_budget.clone(),
         bytes: 0,
@@ -127,7 +130,6 @@ pub async fn read_body(State(st): State<Shared>, req: Request, next: Next) -> Re
     // A declared length is taken from the budget whole, before any byte,
     // and the buffer allocated once; a body of unknown length takes what
     // each chunk adds to the buffer's capacity.
-    let declared = declared_length(&parts.headers).map(|n| n as usize);
     if declared.is_some_and(|n| !held.take(n, max)) {
         return busy().into_response();
     }
