@@ -306,6 +306,7 @@ pub fn compare_options(all_logits: bool) -> SessionOptions {
         n_ctx: 128,
         n_batch: 16,
         all_logits,
+        n_seq: 1,
     }
 }
 
@@ -449,6 +450,7 @@ pub fn compare_at_depth_with_cpu(
         n_ctx,
         n_batch: 256,
         all_logits: false,
+        n_seq: 1,
     };
     let mut ours_s = session(model, backend, opts);
     let mut cpu_s = session(model, "cpu", opts);

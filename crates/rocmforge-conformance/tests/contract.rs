@@ -17,6 +17,7 @@ fn bad_token_ids_and_context_overflow_are_errors_and_the_session_goes_on() {
             n_ctx: 32,
             n_batch: 8,
             all_logits: false,
+            n_seq: 1,
         };
         let mut s = session(&model, backend, opts);
         let good = s.eval(&[1, 2, 3]).unwrap().to_vec();
@@ -91,6 +92,7 @@ fn recorded_graphs_stay_bounded_for_any_prompt_length() {
             n_ctx: 1024,
             n_batch: 24,
             all_logits: false,
+            n_seq: 1,
         };
         let mut s = session(&model, backend, opts);
         for n in 1..=40 {

@@ -57,6 +57,7 @@ fn every_expert_type_decodes_as_llama_cpp() {
                 n_ctx: 256,
                 n_batch: 64,
                 all_logits: false,
+                n_seq: 1,
             };
             let mut s = session(&model, backend, opts);
             let mut logits = s.eval(&prompt).unwrap().to_vec();

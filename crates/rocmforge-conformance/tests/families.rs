@@ -71,6 +71,7 @@ fn options(all_logits: bool) -> SessionOptions {
         n_ctx: 256,
         n_batch: 64,
         all_logits,
+        n_seq: 1,
     }
 }
 
@@ -181,6 +182,7 @@ fn window_rings_match_llama_cpp() {
         n_ctx: 256,
         n_batch: 3,
         all_logits: true,
+        n_seq: 1,
     };
     for backend in backends_under_test() {
         let _device = device_lock();

@@ -59,6 +59,7 @@ fn prompt_logits_match_llama_cpp() {
                 n_ctx: 256,
                 n_batch: 64,
                 all_logits: true,
+                n_seq: 1,
             };
             let mut s = session(&model, backend, opts);
             let ours = s.eval(&tokens).unwrap().to_vec();

@@ -59,6 +59,7 @@ fn check(
         n_ctx,
         n_batch: 512,
         all_logits: false,
+        n_seq: 1,
     };
     let mut s = session(model, backend, opts);
     let mut logits = s.eval(&tokens).unwrap().to_vec();

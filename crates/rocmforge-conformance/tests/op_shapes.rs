@@ -409,6 +409,7 @@ fn graph_of(cases: &Cases) -> Graph {
     Graph {
         n_tokens: 1,
         all_logits: true,
+        batched: false,
         tensors: cases.tensors.clone(),
         ops: cases.ops.clone(),
         logits: *cases.outputs.last().unwrap(),
@@ -475,10 +476,7 @@ fn run(backend: &mut dyn Backend, model: &Model, cases: &Cases) -> Exchange {
     for (t, values) in &cases.inputs {
         exchange.tensor_mut(*t).copy_from_slice(values);
     }
-    let inputs = StepInputs {
-        tokens: &[0],
-        pos0: 0,
-    };
+    let inputs = StepInputs::single(&[0], 0);
     backend
         .execute_part(id, 0, &inputs, &mut exchange)
         .unwrap_or_else(|e| panic!("{name}: execute: {e}"));

@@ -129,6 +129,7 @@ fn perplexity_matches_llama_perplexity() {
                 // a KV cache the first step wrote.
                 n_batch: N_CTX / 2,
                 all_logits: true,
+                n_seq: 1,
             };
             let mut s = session(&model, backend, opts);
             let got = perplexity::evaluate(&mut s, &tokens, plan, bos, &mut |_, _| {}).unwrap();

@@ -43,8 +43,37 @@ pub struct AllocationStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepInputs<'a> {
     pub tokens: &'a [u32],
-    /// Cache position of `tokens[0]`.
+    /// Cache position of `tokens[0]` (a step of one sequence; 0 in a
+    /// batched step).
     pub pos0: usize,
+    /// A batched step's rows (one per token): each its own sequence and
+    /// position. Empty for a step of one sequence, whose row `r` is
+    /// sequence 0 at `pos0 + r`.
+    pub rows: &'a [RowPos],
+    /// The rows whose logits a batched step returns, in the order of the
+    /// logits' rows; empty for a step of one sequence.
+    pub outputs: &'a [u32],
+}
+
+impl<'a> StepInputs<'a> {
+    /// A step of one sequence: `tokens` at positions `pos0..`.
+    pub fn single(tokens: &'a [u32], pos0: usize) -> StepInputs<'a> {
+        StepInputs {
+            tokens,
+            pos0,
+            rows: &[],
+            outputs: &[],
+        }
+    }
+}
+
+/// Where one row of a batched step goes: its sequence (a region of the KV
+/// cache of its own, [`crate::plan::KvLayout`]'s `n_seq`) and its position
+/// in that sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowPos {
+    pub seq: u32,
+    pub pos: u32,
 }
 
 /// Errors a caller cannot prevent (device and driver failures, memory),
@@ -412,6 +441,12 @@ pub trait Backend {
     ) -> Result<(), BackendError>;
 
     fn allocations(&self) -> AllocationStats;
+
+    /// Sequences this backend runs in one step: a batched graph
+    /// ([`crate::graph::Graph`]'s `batched`) and a KV cache of several
+    /// sequences ([`KvLayout`]'s `n_seq`) need more than 1. Required, not
+    /// provided, so a wrapper cannot forget to forward it.
+    fn max_sequences(&self) -> usize;
 
     /// [`Backend::load_except`] keeping nothing out.
     fn load(

@@ -250,6 +250,10 @@ impl Backend for ExpertOffload {
         self.device.allocations()
     }
 
+    fn max_sequences(&self) -> usize {
+        self.device.max_sequences().min(self.host.max_sequences())
+    }
+
     fn free_memory(&self) -> Option<FreeMemory> {
         self.device.free_memory().map(|m| FreeMemory {
             weights_kept_out: self.kept_out_bytes,

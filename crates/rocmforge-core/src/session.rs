@@ -13,6 +13,17 @@
 //! compute), at the price of up to ⌊log2(n_batch)⌋ extra submits for the
 //! tail, a few tens of microseconds each on a GPU.
 //!
+//! Sequences. A session of `n_seq` > 1 sequences (`rocmforge serve -np`)
+//! keeps a region of the KV cache per sequence ([`KvLayout`]) and evaluates
+//! tokens of several of them in one step ([`Session::eval_batch`]): the
+//! matmuls read every weight once for the whole step, each row attends
+//! only to its own sequence. Its graphs are batched
+//! ([`crate::graph::build_batched_graph`]): a step of `n` rows picks the
+//! logits of `min(n, n_seq)` rows, the last row of each sequence that ends
+//! in the step. Its step sizes add every size up to `n_seq`, so a decode
+//! step of any number of sequences is one step, not a binary
+//! decomposition.
+//!
 //! Input checks live here, once for every backend: token ids against the
 //! vocabulary, positions against the context, and the logits buffer against
 //! the graph.
@@ -20,9 +31,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::backend::{format_bytes, Backend, BackendError, GraphId, StepInputs};
+use crate::backend::{format_bytes, Backend, BackendError, GraphId, RowPos, StepInputs};
 use crate::graph::split::{Exchange, GraphPart};
-use crate::graph::{build_graph, Graph};
+use crate::graph::{build_batched_graph, build_graph, Graph};
 use crate::model::Model;
 use crate::plan::{ArenaPlan, KvLayout, KvTypes};
 
@@ -38,6 +49,10 @@ pub enum SessionError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("invalid option: {0}")]
     Option(String),
+    #[error("sequence {seq} is not one of this session's {n_seq}")]
+    NoSuchSequence { seq: usize, n_seq: usize },
+    #[error("sequence {0} appears twice in one batch")]
+    RepeatedSequence(usize),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +68,10 @@ pub struct SessionOptions {
     pub all_logits: bool,
     /// How the cache keeps K and V (`--cache-type-k` / `--cache-type-v`).
     pub kv_types: KvTypes,
+    /// Sequences the cache holds, `n_ctx` positions each; more than one
+    /// needs a backend that runs batched steps
+    /// ([`Backend::max_sequences`]).
+    pub n_seq: usize,
 }
 
 impl Default for SessionOptions {
@@ -62,8 +81,16 @@ impl Default for SessionOptions {
             n_batch: 512,
             all_logits: false,
             kv_types: KvTypes::default(),
+            n_seq: 1,
         }
     }
+}
+
+/// One sequence's tokens in a batched evaluation ([`Session::eval_batch`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SeqTokens<'a> {
+    pub seq: usize,
+    pub tokens: &'a [u32],
 }
 
 /// The step sizes a session uses: `n_batch`, then every power of two below
@@ -80,6 +107,33 @@ pub fn step_sizes(n_batch: usize) -> Vec<usize> {
         p /= 2;
     }
     sizes
+}
+
+/// The step sizes of a session of `n_seq` > 1 sequences: those of
+/// [`step_sizes`] and every size up to `n_seq` (at most `n_batch`).
+pub fn batched_step_sizes(n_batch: usize, n_seq: usize) -> Vec<usize> {
+    let mut sizes = step_sizes(n_batch);
+    sizes.extend(1..=n_seq.min(n_batch));
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    sizes.dedup();
+    sizes
+}
+
+/// Cuts `n` rows of a batched step into [`batched_step_sizes`]: full
+/// `n_batch` steps, then powers of two while more than `n_seq` rows are
+/// left, then the rest in one step.
+pub fn split_batched_steps(n: usize, n_batch: usize, n_seq: usize) -> Vec<usize> {
+    let mut steps = vec![n_batch; n / n_batch];
+    let mut rest = n % n_batch;
+    while rest > n_seq.min(n_batch) {
+        let p = 1 << rest.ilog2();
+        steps.push(p);
+        rest -= p;
+    }
+    if rest > 0 {
+        steps.push(rest);
+    }
+    steps
 }
 
 /// Cuts `n` tokens into steps: full `n_batch` steps, then the remainder's
@@ -110,7 +164,8 @@ pub struct Session {
     /// Planned graphs by tokens per step; recorded on first use.
     graphs: HashMap<usize, StepGraph>,
     opts: SessionOptions,
-    n_past: usize,
+    /// Positions in the cache, per sequence.
+    n_past: Vec<usize>,
     logits: Vec<f32>,
 }
 
@@ -155,11 +210,42 @@ impl Session {
             .map_err(SessionError::Option)?;
         let opts = SessionOptions {
             n_batch: opts.n_batch.min(opts.n_ctx),
+            n_seq: opts.n_seq.max(1),
             ..opts
         };
+        let batched = opts.n_seq > 1;
+        if batched {
+            if opts.all_logits {
+                return Err(SessionError::Option(
+                    "a session of several sequences keeps the logits of each sequence's last token only".into(),
+                ));
+            }
+            if u32::try_from(opts.n_seq).is_err() {
+                return Err(SessionError::Option(format!(
+                    "{} sequences do not fit 32-bit sequence ids",
+                    opts.n_seq
+                )));
+            }
+            let most = backend.max_sequences();
+            if opts.n_seq > most {
+                return Err(SessionError::Option(format!(
+                    "the {} backend runs {most} sequence{} a step, not {} (run one slot, -np 1, or use --backend cpu)",
+                    backend.info().name,
+                    if most == 1 { "" } else { "s" },
+                    opts.n_seq
+                )));
+            }
+        }
+        let sizes = match batched {
+            true => batched_step_sizes(opts.n_batch, opts.n_seq),
+            false => step_sizes(opts.n_batch),
+        };
         let mut graphs = HashMap::new();
-        for n in step_sizes(opts.n_batch) {
-            let graph = build_graph(&model, n, opts.all_logits);
+        for n in sizes {
+            let graph = match batched {
+                true => build_batched_graph(&model, n, n.min(opts.n_seq)),
+                false => build_graph(&model, n, opts.all_logits),
+            };
             let plan = ArenaPlan::new(&graph);
             graphs.insert(
                 n,
@@ -172,7 +258,13 @@ impl Session {
             );
         }
         let arena_bytes = graphs.values().map(|g| g.plan.arena_bytes).max();
-        let kv = KvLayout::typed(&model.config, opts.n_ctx, opts.n_batch, opts.kv_types);
+        let kv = KvLayout::sequences(
+            &model.config,
+            opts.n_ctx,
+            opts.n_batch,
+            opts.kv_types,
+            opts.n_seq,
+        );
         let needs = MemoryNeeds::of(&*backend, &model, &kv, arena_bytes.unwrap_or(0));
         // A model that does not fit is refused with these same figures, so
         // only one that fits is reported (an error stays one line).
@@ -185,7 +277,7 @@ impl Session {
             backend,
             graphs,
             opts,
-            n_past: 0,
+            n_past: vec![0; opts.n_seq],
             logits: Vec::new(),
         };
         s.graph(opts.n_batch)?;
@@ -201,13 +293,51 @@ impl Session {
         self.backend.as_ref()
     }
 
-    /// Positions already in the KV cache.
+    /// Positions already in the KV cache (of sequence 0).
     pub fn n_past(&self) -> usize {
-        self.n_past
+        self.n_past[0]
     }
 
+    /// Positions sequence `seq` has in the cache (0 for one it lacks).
+    pub fn seq_n_past(&self, seq: usize) -> usize {
+        self.n_past.get(seq).copied().unwrap_or(0)
+    }
+
+    /// Positions of each sequence.
     pub fn n_ctx(&self) -> usize {
         self.opts.n_ctx
+    }
+
+    /// Sequences the session holds.
+    pub fn n_seq(&self) -> usize {
+        self.opts.n_seq
+    }
+
+    /// Forgets sequence `seq`'s positions from `keep` on, so its next
+    /// tokens follow the first `keep` (a prompt that shares that prefix).
+    /// A sliding-window layer keeps only its ring of recent positions, so
+    /// cutting back further than the ring still holds forgets the whole
+    /// sequence, as llama.cpp does. Returns the positions kept.
+    pub fn truncate_seq(&mut self, seq: usize, keep: usize) -> usize {
+        let Some(n) = self.n_past.get_mut(seq) else {
+            return 0;
+        };
+        let keep = keep.min(*n);
+        let cfg = &self.model.config;
+        if let Some(window) = cfg
+            .sliding_window
+            .filter(|_| cfg.local_layers.contains(&true))
+        {
+            // The ring holds `window + n_batch - 1` positions: those from
+            // `keep - window` on must still be there.
+            let ring = window.saturating_add(self.opts.n_batch - 1);
+            if *n > keep && *n - keep > ring.saturating_sub(window) && keep > 0 {
+                *n = 0;
+                return 0;
+            }
+        }
+        *n = keep;
+        keep
     }
 
     /// Graphs recorded so far (at most ⌊log2(n_batch)⌋ + 2).
@@ -215,10 +345,10 @@ impl Session {
         self.graphs.values().filter(|g| g.id.is_some()).count()
     }
 
-    /// Forgets the cached positions (the cache contents are overwritten as
-    /// the next prompt is evaluated).
+    /// Forgets the cached positions of every sequence (the cache contents
+    /// are overwritten as the next prompt is evaluated).
     pub fn reset(&mut self) {
-        self.n_past = 0;
+        self.n_past.fill(0);
     }
 
     fn graph(&mut self, n_tokens: usize) -> Result<GraphId, SessionError> {
@@ -240,11 +370,14 @@ impl Session {
     /// [`SessionOptions::all_logits`], row-major tokens × vocab) or of the
     /// last token only.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<&[f32], SessionError> {
+        if self.opts.n_seq > 1 {
+            return self.eval_batch(&[SeqTokens { seq: 0, tokens }]);
+        }
         let all_logits = self.opts.all_logits;
         if tokens.is_empty() {
             return Err(SessionError::EmptyPrompt);
         }
-        let needed = self.n_past + tokens.len();
+        let needed = self.n_past[0] + tokens.len();
         if needed > self.opts.n_ctx {
             return Err(SessionError::ContextFull {
                 needed,
@@ -265,12 +398,9 @@ impl Session {
             let id = self.graph(n)?;
             let g = self.graphs.get_mut(&n).expect("recorded above");
             debug_assert_eq!(g.graph.tensor(g.graph.logits).cols, n_vocab);
-            let inputs = StepInputs {
-                tokens: chunk,
-                pos0: self.n_past,
-            };
+            let inputs = StepInputs::single(chunk, self.n_past[0]);
             self.backend.execute_part(id, 0, &inputs, &mut g.exchange)?;
-            self.n_past += n;
+            self.n_past[0] += n;
             if all_logits {
                 out.extend_from_slice(g.exchange.tensor(g.graph.logits));
             }
@@ -285,6 +415,116 @@ impl Session {
         // µs a token).
         let g = &self.graphs[&last];
         Ok(g.exchange.tensor(g.graph.logits))
+    }
+
+    /// Evaluates each item's tokens after its sequence's cached positions,
+    /// all of them in as few steps as the planned sizes allow (a step holds
+    /// rows of several sequences). Returns the logits of each item's last
+    /// token, one row of `n_vocab` per item in the items' order. Every
+    /// item needs tokens, and a sequence may appear once per batch.
+    pub fn eval_batch(&mut self, batch: &[SeqTokens]) -> Result<&[f32], SessionError> {
+        if self.opts.n_seq == 1 {
+            return match batch {
+                [item] if item.seq == 0 => self.eval(item.tokens),
+                [] => Err(SessionError::EmptyPrompt),
+                _ => {
+                    let seq = batch.iter().map(|i| i.seq).find(|&s| s != 0).unwrap_or(0);
+                    match seq {
+                        0 => Err(SessionError::RepeatedSequence(0)),
+                        _ => Err(SessionError::NoSuchSequence { seq, n_seq: 1 }),
+                    }
+                }
+            };
+        }
+        self.check_batch(batch)?;
+        let n_vocab = self.model.config.n_vocab;
+        // The rows in item order, each item's tokens together; the last
+        // row of each item is one whose logits come back.
+        let mut rows = Vec::new();
+        let mut tokens = Vec::new();
+        let mut ends = Vec::with_capacity(batch.len());
+        for item in batch {
+            let past = self.n_past[item.seq];
+            for (i, &t) in item.tokens.iter().enumerate() {
+                rows.push(RowPos {
+                    seq: item.seq as u32,
+                    pos: (past + i) as u32,
+                });
+                tokens.push(t);
+            }
+            ends.push(rows.len() - 1);
+        }
+        let mut out = std::mem::take(&mut self.logits);
+        out.clear();
+        out.resize(batch.len() * n_vocab, 0.0);
+        let mut start = 0;
+        let mut item = 0;
+        for n in split_batched_steps(rows.len(), self.opts.n_batch, self.opts.n_seq) {
+            let id = self.graph(n)?;
+            let g = self.graphs.get_mut(&n).expect("recorded above");
+            let m = g.graph.tensor(g.graph.logits).rows;
+            let step = start..start + n;
+            // The items ending in this step, and which of the graph's
+            // picked rows hold them; the rest pick the step's last row.
+            let mut outputs = Vec::with_capacity(m);
+            let mut picked = Vec::new();
+            while item < ends.len() && step.contains(&ends[item]) {
+                picked.push(item);
+                outputs.push((ends[item] - start) as u32);
+                item += 1;
+            }
+            debug_assert!(outputs.len() <= m, "a step holds each sequence once");
+            outputs.resize(m, (n - 1) as u32);
+            let inputs = StepInputs {
+                tokens: &tokens[step.clone()],
+                pos0: 0,
+                rows: &rows[step],
+                outputs: &outputs,
+            };
+            self.backend.execute_part(id, 0, &inputs, &mut g.exchange)?;
+            let logits = g.exchange.tensor(g.graph.logits);
+            for (k, &i) in picked.iter().enumerate() {
+                out[i * n_vocab..(i + 1) * n_vocab]
+                    .copy_from_slice(&logits[k * n_vocab..(k + 1) * n_vocab]);
+            }
+            start += n;
+        }
+        for item in batch {
+            self.n_past[item.seq] += item.tokens.len();
+        }
+        self.logits = out;
+        Ok(&self.logits)
+    }
+
+    /// A batch's checks, before anything runs: sequences that exist, once
+    /// each, with tokens that fit their context and the vocabulary.
+    fn check_batch(&self, batch: &[SeqTokens]) -> Result<(), SessionError> {
+        if batch.is_empty() || batch.iter().any(|i| i.tokens.is_empty()) {
+            return Err(SessionError::EmptyPrompt);
+        }
+        let n_vocab = self.model.config.n_vocab;
+        let mut seen = vec![false; self.opts.n_seq];
+        for item in batch {
+            let n_seq = self.opts.n_seq;
+            let slot = seen.get_mut(item.seq).ok_or(SessionError::NoSuchSequence {
+                seq: item.seq,
+                n_seq,
+            })?;
+            if std::mem::replace(slot, true) {
+                return Err(SessionError::RepeatedSequence(item.seq));
+            }
+            let needed = self.n_past[item.seq] + item.tokens.len();
+            if needed > self.opts.n_ctx {
+                return Err(SessionError::ContextFull {
+                    needed,
+                    n_ctx: self.opts.n_ctx,
+                });
+            }
+            if let Some(&id) = item.tokens.iter().find(|&&t| t as usize >= n_vocab) {
+                return Err(SessionError::TokenOutOfRange { id, n_vocab });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -461,6 +701,22 @@ mod tests {
         assert_eq!(step_sizes(1), vec![1]);
         for nb in 1..300usize {
             assert!(step_sizes(nb).len() <= nb.ilog2() as usize + 2);
+        }
+    }
+
+    #[test]
+    fn batched_steps_take_up_to_n_seq_rows_at_once() {
+        assert_eq!(batched_step_sizes(8, 3), vec![8, 4, 3, 2, 1]);
+        assert_eq!(split_batched_steps(5, 512, 8), vec![5]);
+        assert_eq!(split_batched_steps(21, 512, 4), vec![16, 4, 1]);
+        assert_eq!(split_batched_steps(1030, 512, 4), vec![512, 512, 4, 2]);
+        for (nb, ns) in [(1, 4), (16, 3), (100, 8), (8, 8)] {
+            let sizes = batched_step_sizes(nb, ns);
+            for n in 1..400 {
+                let steps = split_batched_steps(n, nb, ns);
+                assert_eq!(steps.iter().sum::<usize>(), n);
+                assert!(steps.iter().all(|s| sizes.contains(s)), "{n} {nb} {ns}");
+            }
         }
     }
 

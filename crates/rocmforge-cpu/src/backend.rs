@@ -330,6 +330,11 @@ impl Backend for CpuBackend {
         Ok(GraphId(self.graphs.len() - 1))
     }
 
+    fn max_sequences(&self) -> usize {
+        // Sequence ids travel as u32 words.
+        u32::MAX as usize
+    }
+
     fn allocations(&self) -> AllocationStats {
         AllocationStats {
             device_allocations: self.allocations,

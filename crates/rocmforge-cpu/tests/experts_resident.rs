@@ -61,6 +61,7 @@ fn experts_fault_in_only_when_routed_to() {
         n_ctx: 64,
         n_batch: 16,
         all_logits: false,
+        n_seq: 1,
     };
     let mut s = Session::new(
         Arc::clone(&model),

@@ -58,6 +58,7 @@ fn run(model: Arc<Model>, backend: CpuBackend) -> (Vec<f32>, usize) {
         n_ctx: 64,
         n_batch: 64,
         all_logits: true,
+        n_seq: 1,
     };
     let backend = Box::new(backend);
     let mut s = Session::new(model, backend, opts, &mut |_, _| {}).unwrap();

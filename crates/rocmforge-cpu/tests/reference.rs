@@ -81,6 +81,7 @@ fn session(model: &Arc<Model>, threads: usize, all_logits: bool) -> Session {
         n_ctx: 256,
         n_batch: 64,
         all_logits,
+        n_seq: 1,
     };
     Session::new(
         Arc::clone(model),

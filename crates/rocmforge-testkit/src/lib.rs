@@ -184,6 +184,7 @@ pub fn short_run(backend: Box<dyn Backend>, path: &Path) -> Run {
         n_ctx: 32,
         n_batch: 8,
         all_logits: false,
+        n_seq: 1,
     };
     let mut s = Session::new(model, backend, opts, &mut |_, _| {})
         .unwrap_or_else(|e| panic!("session: {e}"));

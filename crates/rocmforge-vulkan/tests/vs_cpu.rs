@@ -148,6 +148,7 @@ fn run(model: &Arc<Model>, backend: Box<dyn Backend>) -> Vec<Vec<f32>> {
         n_ctx: 64,
         n_batch: 16,
         all_logits: true,
+        n_seq: 1,
     };
     let n_vocab = model.config.n_vocab;
     let mut s = Session::new(Arc::clone(model), backend, opts, &mut |_, _| {}).unwrap();
@@ -328,6 +329,7 @@ fn check_long_prompt(preset: &str, ty: QuantType) {
             n_ctx: 256,
             n_batch: 256,
             all_logits: true,
+            n_seq: 1,
         };
         prompt_then_decode(&model, backend, opts, 150, &[1])
     };
@@ -411,6 +413,7 @@ fn quantized_kv_cache() {
                 n_ctx: 128,
                 n_batch: *n_batch,
                 all_logits: true,
+                n_seq: 1,
             };
             let decode: Vec<u32> = (0..8u32)
                 .map(|i| (i * 104_729 + 7) % n_vocab as u32)

@@ -179,6 +179,10 @@ impl Backend for FaultyBackend {
         self.inner.allocations()
     }
 
+    fn max_sequences(&self) -> usize {
+        self.inner.max_sequences()
+    }
+
     fn free_memory(&self) -> Option<FreeMemory> {
         self.inner.free_memory()
     }

@@ -139,6 +139,7 @@ impl Plan {
                 })
                 .max(1),
             all_logits: false,
+            n_seq: 1,
         }
     }
 }

@@ -624,6 +624,15 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
         kept_out: &[WeightId],
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), BackendError> {
+        if kv.n_seq > self.max_sequences() {
+            return Err(BackendError::unsupported(
+                "KV cache",
+                format!(
+                    "{} sequences: the GPU kernels run one sequence a step so far",
+                    kv.n_seq
+                ),
+            ));
+        }
         let r = self.load_model(model, kv, kept_out, progress);
         self.note(r)
     }
@@ -657,6 +666,10 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
     ) -> Result<(), BackendError> {
         let r = self.run(graph, part, inputs, exchange);
         self.note(r)
+    }
+
+    fn max_sequences(&self) -> usize {
+        1
     }
 
     fn allocations(&self) -> AllocationStats {

@@ -116,10 +116,7 @@ fn a_step_moves_its_inputs_in_and_its_logits_out() {
     let plan = ArenaPlan::new(&g);
     let id = b.prepare(&g, &plan).unwrap();
     let arena = seen.find("activation arena and scratch");
-    let inputs = StepInputs {
-        tokens: &[5, 6, 7],
-        pos0: 11,
-    };
+    let inputs = StepInputs::single(&[5, 6, 7], 11);
     step_returns_logits(&mut b, &seen, id, &g, &plan, &inputs);
     // The step inputs reached the device's copy, where the launches read
     // them (pos0, n_kv, n_tokens, 0, then the tokens).
@@ -205,10 +202,7 @@ fn kept_out_experts_stay_on_the_host_and_cross_through_the_exchange() {
         .map(|i| i as f32)
         .collect();
     exchange.tensor_mut(import).copy_from_slice(&values);
-    let inputs = StepInputs {
-        tokens: &[1, 2],
-        pos0: 0,
-    };
+    let inputs = StepInputs::single(&[1, 2], 0);
     b.execute_part(id, k, &inputs, &mut exchange).unwrap();
     let arena = seen.find("activation arena and scratch");
     let got = arena.read(plan.offsets[import] as u64, values.len() * 4);
@@ -226,10 +220,7 @@ fn a_stall_names_the_launches_in_flight_and_stops_the_backend() {
     assert!(n > 16, "{n} launches");
     *seen.stall_with.borrow_mut() = Some(vec![1, 0, 0, 0, 0, 0, 0, 0]);
     let mut exchange = Exchange::new(&g, &[GraphPart::whole(&g)]);
-    let inputs = StepInputs {
-        tokens: &[1; 8],
-        pos0: 0,
-    };
+    let inputs = StepInputs::single(&[1; 8], 0);
     let err = b.execute_part(id, 0, &inputs, &mut exchange).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, BackendError::Timeout { .. }), "{msg}");
@@ -336,10 +327,7 @@ fn a_step_over_the_submission_budget_is_split_and_still_moves_its_data() {
     // A zero budget: one submission per op, each recorded once.
     let runs = seen.recorded.borrow().len();
     assert_eq!(runs, g.ops.len());
-    let inputs = StepInputs {
-        tokens: &[1, 2, 3],
-        pos0: 0,
-    };
+    let inputs = StepInputs::single(&[1, 2, 3], 0);
     let mut exchange = step_returns_logits(&mut b, &seen, id, &g, &plan, &inputs);
     // The step inputs go in with the first submission, the logits come
     // out with the last, and nothing crosses between them.

@@ -169,6 +169,12 @@ pub fn check_graph(
     r: &Reserved,
     rope_freqs: Option<&[f32]>,
 ) -> Result<(), BackendError> {
+    if graph.batched {
+        return Err(BackendError::unsupported(
+            "step",
+            "the GPU kernels run one sequence a step so far (batched sequences run on the cpu backend)",
+        ));
+    }
     let exceeds = |what, needed: u64, reserved: u64| {
         if needed > reserved {
             Err(BackendError::ExceedsReservation {
@@ -875,6 +881,7 @@ pub fn record_graph(
                     label(i, "LastRow".into()),
                 )?;
             }
+            Op::PickRows { .. } => unreachable!("check_graph refuses batched graphs"),
             Op::MatMul { .. } => unreachable!("handled above"),
         }
         i += 1;

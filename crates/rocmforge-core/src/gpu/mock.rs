@@ -694,6 +694,7 @@ pub(crate) fn bare_graph(
     Graph {
         n_tokens,
         all_logits: true,
+        batched: false,
         tensors,
         ops,
         logits,

@@ -166,6 +166,35 @@ impl Builder {
 /// every row; otherwise only the last row goes through the output head, which
 /// saves the largest matmul of the model for all but one token.
 pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
+    let logits = match all_logits {
+        true => Logits::All,
+        false => Logits::Last,
+    };
+    build(model, n_tokens, logits)
+}
+
+/// The graph of a batched step of `n_tokens` rows of several sequences
+/// (each row's sequence and position come with the step's inputs), whose
+/// logits are `outputs` picked rows: the last row of each sequence in the
+/// step.
+pub fn build_batched_graph(model: &Model, n_tokens: usize, outputs: usize) -> Graph {
+    assert!(
+        (1..=n_tokens).contains(&outputs),
+        "a batched step picks 1..=n_tokens rows"
+    );
+    build(model, n_tokens, Logits::Pick(outputs))
+}
+
+/// Which rows go through the output head.
+#[derive(Clone, Copy)]
+enum Logits {
+    All,
+    Last,
+    Pick(usize),
+}
+
+fn build(model: &Model, n_tokens: usize, logits_rows: Logits) -> Graph {
+    let all_logits = matches!(logits_rows, Logits::All);
     let cfg = &model.config;
     let w = &model.weights;
     let mut b = Builder {
@@ -270,10 +299,18 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
         };
         x = b.add(x_attn, ffn);
     }
-    if !all_logits && n_tokens > 1 {
-        let last = b.tensor(1, cfg.n_embd);
-        b.ops.push(Op::LastRow { x, out: last });
-        x = last;
+    match logits_rows {
+        Logits::Last if n_tokens > 1 => {
+            let last = b.tensor(1, cfg.n_embd);
+            b.ops.push(Op::LastRow { x, out: last });
+            x = last;
+        }
+        Logits::Pick(m) => {
+            let picked = b.tensor(m, cfg.n_embd);
+            b.ops.push(Op::PickRows { x, out: picked });
+            x = picked;
+        }
+        Logits::All | Logits::Last => {}
     }
     let normed = b.rms_norm(x, w.output_norm, cfg.n_embd);
     let logits = b.matmul(w.output, cfg.n_vocab, normed, None);
@@ -281,6 +318,7 @@ pub fn build_graph(model: &Model, n_tokens: usize, all_logits: bool) -> Graph {
     Graph {
         n_tokens: b.n_tokens,
         all_logits,
+        batched: matches!(logits_rows, Logits::Pick(_)),
         tensors: b.tensors,
         ops: b.ops,
         logits,

@@ -350,13 +350,13 @@ pub fn next_matmul_reads(graph: &Graph, i: usize, t: TensorId) -> bool {
 mod tests {
     use super::*;
     use crate::graph::{AttentionSpec, RopeSpec, TensorDesc};
-    use crate::plan::StepInputLayout;
 
     /// A graph of `ops` over tensors of the given (rows, cols).
     fn graph(tensors: &[(usize, usize)], ops: Vec<Op>, logits: TensorId) -> Graph {
         Graph {
             n_tokens: 1,
             all_logits: true,
+            batched: false,
             tensors: tensors
                 .iter()
                 .map(|&(rows, cols)| TensorDesc { rows, cols })
@@ -393,7 +393,7 @@ mod tests {
             offsets,
             arena_bytes: end,
             naive_bytes: end,
-            step_inputs: StepInputLayout::new(g.n_tokens, g.attention.n_head),
+            step_inputs: g.step_inputs(),
         }
     }
 

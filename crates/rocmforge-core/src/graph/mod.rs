@@ -12,7 +12,7 @@ pub mod fusion;
 mod rope;
 pub mod split;
 
-pub use build::build_graph;
+pub use build::{build_batched_graph, build_graph};
 pub use rope::{check_rope, yarn_attn_factor, RopeError, YarnTerms};
 
 use crate::model::WeightId;
@@ -130,6 +130,10 @@ pub enum Op {
     },
     /// Copies the last row of `x`: decoding needs logits for the last token only.
     LastRow { x: TensorId, out: TensorId },
+    /// Row `i` of `out` is row `outputs[i]` of `x`, the indices read from a
+    /// batched step's inputs ([`crate::plan::StepInputLayout::batched`]):
+    /// the last row of each sequence in the step, whose logits it returns.
+    PickRows { x: TensorId, out: TensorId },
     /// Mixture-of-experts routing, per row of router `logits` (one value
     /// per expert): softmax, then the `k` most probable experts, best first.
     /// `ids` gets their indices (as f32: exact below 2^24, and every
@@ -170,7 +174,10 @@ impl Op {
     pub fn inputs(&self) -> Vec<TensorId> {
         match *self {
             Op::Embed { .. } => vec![],
-            Op::RmsNorm { x, .. } | Op::MatMul { x, .. } | Op::LastRow { x, .. } => vec![x],
+            Op::RmsNorm { x, .. }
+            | Op::MatMul { x, .. }
+            | Op::LastRow { x, .. }
+            | Op::PickRows { x, .. } => vec![x],
             Op::Rope { x, .. } | Op::AttnTemperature { x, .. } => vec![x],
             Op::StoreKv { k, v, .. } => vec![k, v],
             Op::Attention { q, .. } => vec![q],
@@ -213,6 +220,7 @@ impl Op {
             | Op::SigmoidGate { out, .. }
             | Op::Add { out, .. }
             | Op::LastRow { out, .. }
+            | Op::PickRows { out, .. }
             | Op::MatMulId { out, .. }
             | Op::MoeSum { out, .. } => vec![out],
             Op::TopKGate { ids, weights, .. } => vec![ids, weights],
@@ -291,6 +299,11 @@ pub struct Graph {
     pub n_tokens: usize,
     /// Logits for every row (prompt evaluation, perplexity) or the last only.
     pub all_logits: bool,
+    /// A step of several sequences: each row has its own sequence and
+    /// position in the step's inputs, and the logits are the rows
+    /// [`Op::PickRows`] picks. False: row `r` is sequence 0's position
+    /// `pos0 + r`.
+    pub batched: bool,
     pub tensors: Vec<TensorDesc>,
     pub ops: Vec<Op>,
     pub logits: TensorId,
@@ -302,5 +315,16 @@ pub struct Graph {
 impl Graph {
     pub fn tensor(&self, id: TensorId) -> TensorDesc {
         self.tensors[id]
+    }
+
+    /// The layout of this graph's step inputs.
+    pub fn step_inputs(&self) -> crate::plan::StepInputLayout {
+        use crate::plan::StepInputLayout;
+        if self.batched {
+            let outputs = self.tensor(self.logits).rows;
+            StepInputLayout::batched(self.n_tokens, self.attention.n_head, outputs)
+        } else {
+            StepInputLayout::new(self.n_tokens, self.attention.n_head)
+        }
     }
 }

@@ -258,6 +258,7 @@ mod tests {
         Graph {
             n_tokens: n,
             all_logits: true,
+            batched: false,
             tensors,
             ops,
             logits: 11,

@@ -80,7 +80,7 @@ impl ArenaPlan {
             offsets,
             arena_bytes,
             naive_bytes,
-            step_inputs: StepInputLayout::new(graph.n_tokens, graph.attention.n_head),
+            step_inputs: graph.step_inputs(),
         }
     }
 
@@ -98,7 +98,7 @@ impl ArenaPlan {
             offsets,
             arena_bytes: at,
             naive_bytes: at,
-            step_inputs: StepInputLayout::new(graph.n_tokens, graph.attention.n_head),
+            step_inputs: graph.step_inputs(),
         }
     }
 

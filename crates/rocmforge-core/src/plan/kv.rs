@@ -8,6 +8,16 @@
 //! 32k context keeps 52 of its 62 layers in 1.5k slots instead of 32k,
 //! as llama.cpp's default (non-`--swa-full`) cache does.
 //!
+//! Several sequences (a batched session's slots, `rocmforge serve -np`)
+//! each keep a region of their own in every layer's block: sequence `s`'s
+//! rows are `s * capacity .. (s + 1) * capacity`, so a sequence is laid out
+//! exactly as a one-sequence cache and a kernel reaches it by offsetting
+//! its block. We chose regions per sequence over llama.cpp's unified cache
+//! of cells tagged by sequence because every attention kernel then reads
+//! one contiguous run of rows (no per-cell mask), a slot's positions
+//! are its rows (nothing to defragment), and `-c` split over the slots is
+//! what llama-server's default (`--kv-unified` off) gives its users.
+//!
 //! K and V rows are stored as [`KvType`]: f16 (llama.cpp's default), or
 //! ggml's Q8_0 / Q4_0 blocks of 32 values (`-ctk` / `-ctv`), a row of
 //! `kv_dim` values being `kv_dim / 32` blocks back to back, so a head of
@@ -113,7 +123,10 @@ impl KvTypes {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvLayout {
     pub n_layer: usize,
+    /// Positions of one sequence.
     pub n_ctx: usize,
+    /// Sequences, each with its own region of every layer's block.
+    pub n_seq: usize,
     pub kv_dim: usize,
     pub types: KvTypes,
     /// Positions each layer keeps.
@@ -134,6 +147,18 @@ impl KvLayout {
 
     /// [`Self::new`] with K and V kept as `types`.
     pub fn typed(cfg: &ModelConfig, n_ctx: usize, n_batch: usize, types: KvTypes) -> KvLayout {
+        KvLayout::sequences(cfg, n_ctx, n_batch, types, 1)
+    }
+
+    /// [`Self::typed`] for `n_seq` sequences of `n_ctx` positions each.
+    pub fn sequences(
+        cfg: &ModelConfig,
+        n_ctx: usize,
+        n_batch: usize,
+        types: KvTypes,
+        n_seq: usize,
+    ) -> KvLayout {
+        let n_seq = n_seq.max(1);
         let ring = cfg
             .sliding_window
             .map(|w| w.saturating_add(n_batch.max(1) - 1).min(n_ctx));
@@ -152,12 +177,14 @@ impl KvLayout {
         let mut offset = Vec::with_capacity(capacity.len());
         let mut at = 0u128;
         for &c in &capacity {
+            let rows = c as u128 * n_seq as u128;
             offset.push(at);
-            at += align(c as u128 * k_row) + align(c as u128 * v_row);
+            at += align(rows * k_row) + align(rows * v_row);
         }
         KvLayout {
             n_layer: cfg.n_layer,
             n_ctx,
+            n_seq,
             kv_dim,
             types,
             capacity,
@@ -166,14 +193,32 @@ impl KvLayout {
         }
     }
 
-    /// Positions layer `l` keeps: position `p` is in row `p % capacity`.
+    /// Positions layer `l` keeps per sequence: position `p` is in row
+    /// `p % capacity` of the sequence's region.
     pub fn capacity(&self, layer: usize) -> usize {
         self.capacity[layer]
     }
 
-    /// The row of layer `l`'s block that holds position `pos`.
+    /// The row of layer `l`'s block that holds position `pos` (of
+    /// sequence 0).
     pub fn slot(&self, layer: usize, pos: usize) -> usize {
         pos % self.capacity[layer]
+    }
+
+    /// The row of layer `l`'s block that holds position `pos` of sequence
+    /// `seq`.
+    pub fn cell(&self, layer: usize, seq: usize, pos: usize) -> usize {
+        seq * self.capacity[layer] + pos % self.capacity[layer]
+    }
+
+    /// Bytes of one sequence's region of layer `l`'s K block.
+    pub fn k_seq_bytes(&self, layer: usize) -> usize {
+        self.capacity[layer] * self.k_row_bytes()
+    }
+
+    /// Bytes of one sequence's region of layer `l`'s V block.
+    pub fn v_seq_bytes(&self, layer: usize) -> usize {
+        self.capacity[layer] * self.v_row_bytes()
     }
 
     /// Bytes of one K row (`kv_dim` values).
@@ -186,14 +231,14 @@ impl KvLayout {
         self.types.v.row_bytes(self.kv_dim)
     }
 
-    /// Bytes of layer `l`'s K block.
+    /// Bytes of layer `l`'s K block (every sequence's region).
     pub fn k_block_bytes(&self, layer: usize) -> usize {
-        self.capacity[layer] * self.k_row_bytes()
+        self.n_seq * self.k_seq_bytes(layer)
     }
 
     /// Bytes of layer `l`'s V block.
     pub fn v_block_bytes(&self, layer: usize) -> usize {
-        self.capacity[layer] * self.v_row_bytes()
+        self.n_seq * self.v_seq_bytes(layer)
     }
 
     /// Byte offset of layer `l`'s K block. Only a layout whose
@@ -300,6 +345,25 @@ mod tests {
         assert_eq!(KvTypes::default().check(80), Ok(()));
         assert!(types.check(80).unwrap_err().contains("--cache-type-k q8_0"));
         assert_eq!(types.check(64), Ok(()));
+    }
+
+    #[test]
+    fn each_sequence_has_a_region_of_every_block() {
+        let cfg = config(Some(8), vec![true, false]);
+        let one = KvLayout::new(&cfg, 100, 4);
+        let three = KvLayout::sequences(&cfg, 100, 4, KvTypes::default(), 3);
+        assert_eq!(
+            (three.n_seq, three.capacity(0), three.capacity(1)),
+            (3, 11, 100)
+        );
+        assert_eq!(three.k_block_bytes(0), 3 * one.k_block_bytes(0));
+        assert_eq!(three.k_seq_bytes(1), one.k_block_bytes(1));
+        assert_eq!(three.v_at(0), three.k_at(0) + 3 * 11 * 64);
+        assert_eq!(three.k_at(1), three.v_at(0) + 3 * 11 * 64);
+        assert_eq!(three.bytes(), 3 * one.bytes());
+        // Sequence 2's position 12 of the ring layer: row 2 * 11 + 1.
+        assert_eq!((three.cell(0, 2, 12), three.cell(1, 2, 12)), (23, 212));
+        assert_eq!(three.cell(1, 0, 5), one.slot(1, 5));
     }
 
     #[test]

@@ -141,6 +141,23 @@ impl Step<'_> {
         layout.decode(words)
     }
 
+    /// A batched step's (sequence, position) word pairs and picked rows.
+    fn batch_rows(&self) -> Option<(&[u32], &[u32])> {
+        let layout = self.plan.step_inputs;
+        // SAFETY: as for `inputs`.
+        let words = unsafe { self.step_inputs.u32s_ref(0, layout.words()) };
+        layout.decode_rows(words)
+    }
+
+    /// Row `r`'s sequence and position: its own in a batched step, else
+    /// sequence 0 at `pos0 + r`.
+    fn row_pos(&self, r: usize) -> (usize, usize) {
+        match self.batch_rows() {
+            Some((rows, _)) => (rows[2 * r] as usize, rows[2 * r + 1] as usize),
+            None => (0, self.inputs().0 + r),
+        }
+    }
+
     /// The whole of tensor `t`, read-only.
     ///
     /// # Safety
@@ -202,20 +219,22 @@ impl Step<'_> {
         }
     }
 
-    /// Layer `layer`'s whole K and V cache blocks of an f16 cache, each
-    /// head at offset 0; only positions below n_kv are read.
+    /// Sequence `seq`'s region of layer `layer`'s K and V cache blocks of
+    /// an f16 cache, each head at offset 0; only positions below n_kv are
+    /// read.
     ///
     /// # Safety
     /// No op writes the cache while the view is alive (attention writes
     /// none of it).
-    unsafe fn layer_cache<'b>(&self, layer: usize) -> attention::KvHead<'b> {
+    unsafe fn layer_cache<'b>(&self, layer: usize, seq: usize) -> attention::KvHead<'b> {
         let l = self.kv_layout;
-        // SAFETY: inside the cache (its layout); no writer (this fn's
-        // contract).
+        let (kb, vb) = (l.k_seq_bytes(layer), l.v_seq_bytes(layer));
+        // SAFETY: inside the cache (its layout: the sequence's region of
+        // the layer's blocks); no writer (this fn's contract).
         let (k, v) = unsafe {
             (
-                self.kv.f16s_ref(l.k_at(layer), l.k_block_bytes(layer) / 2),
-                self.kv.f16s_ref(l.v_at(layer), l.v_block_bytes(layer) / 2),
+                self.kv.f16s_ref(l.k_at(layer) + seq * kb, kb / 2),
+                self.kv.f16s_ref(l.v_at(layer) + seq * vb, vb / 2),
             )
         };
         attention::KvHead {
@@ -329,7 +348,7 @@ impl Step<'_> {
                     let data = self.rows(x, rows.clone());
                     for (i, r) in rows.enumerate() {
                         let row = &mut data[i * d.cols..(i + 1) * d.cols];
-                        table.apply(row, n_heads, head_dim, self.inputs().0 + r);
+                        table.apply(row, n_heads, head_dim, self.row_pos(r).1);
                     }
                 }
                 Op::AttnTemperature { x, scale, floor } => {
@@ -337,7 +356,7 @@ impl Step<'_> {
                     let rows = m.share(d.rows);
                     let data = self.rows(x, rows.clone());
                     for (i, r) in rows.enumerate() {
-                        let f = activation::attn_temperature(self.inputs().0 + r, scale, floor);
+                        let f = activation::attn_temperature(self.row_pos(r).1, scale, floor);
                         for v in &mut data[i * d.cols..(i + 1) * d.cols] {
                             *v *= f;
                         }
@@ -349,7 +368,8 @@ impl Step<'_> {
                     let rows = m.share(d.rows);
                     let (k_src, v_src) = (self.input(k), self.input(v));
                     for r in rows {
-                        let slot = l.slot(layer, self.inputs().0 + r);
+                        let (seq, pos) = self.row_pos(r);
+                        let slot = l.cell(layer, seq, pos);
                         let (kb, vb) = (l.k_row_bytes(), l.v_row_bytes());
                         let kd = self.kv.bytes(l.k_at(layer) + slot * kb, kb);
                         let vd = self.kv.bytes(l.v_at(layer) + slot * vb, vb);
@@ -437,6 +457,19 @@ impl Step<'_> {
                         let d = self.graph.tensor(x);
                         let src = &self.input(x)[(d.rows - 1) * d.cols..];
                         self.output(out, 0..d.cols).copy_from_slice(src);
+                    }
+                }
+                Op::PickRows { x, out } => {
+                    let d = self.graph.tensor(x);
+                    let picked = self.batch_rows().map_or(&[][..], |(_, o)| o);
+                    let rows = m.share(self.graph.tensor(out).rows);
+                    let src = self.input(x);
+                    let dst = self.rows(out, rows.clone());
+                    for (i, r) in rows.enumerate() {
+                        // Kernels clamp what they index with.
+                        let from = (picked[r] as usize).min(d.rows - 1);
+                        dst[i * d.cols..(i + 1) * d.cols]
+                            .copy_from_slice(&src[from * d.cols..(from + 1) * d.cols]);
                     }
                 }
             }
@@ -574,11 +607,20 @@ impl Step<'_> {
             unsafe { self.attention_typed(m, layer, (q, out), window, sinks) };
             return;
         }
+        // A batched step (several sequences) walks every (token, head) on
+        // its own, whatever else the step holds: a row's arithmetic is then
+        // the same in a step of one row or of many, so a sequence served
+        // beside others gets exactly the tokens it gets alone.
+        if self.graph.batched {
+            // SAFETY: this fn's contract.
+            unsafe { self.attention_heads(m, layer, (q, out), sinks, window) };
+            return;
+        }
         // One token over a long view: ggml's split-KV path. The choice
         // depends only on the step, so every member makes the same one (and
         // meets the same barrier).
         if n == 1 {
-            let n_kv = self.inputs().0 + 1;
+            let n_kv = self.row_pos(0).1 + 1;
             if let Some(split) = attention::KvSplit::new(n_kv, l.capacity(layer), m.nth) {
                 // SAFETY: this fn's contract.
                 unsafe {
@@ -592,15 +634,34 @@ impl Step<'_> {
             unsafe { self.attention_tiled(m, layer, (q, out), window, sinks) };
             return;
         }
+        // SAFETY: this fn's contract.
+        unsafe { self.attention_heads(m, layer, (q, out), sinks, window) };
+    }
+
+    /// The f16 cache's per-(token, head) walk (`attention::attend_head`).
+    ///
+    /// # Safety
+    /// As for `run_op`.
+    unsafe fn attention_heads(
+        &self,
+        m: Member,
+        layer: usize,
+        (q, out): (TensorId, TensorId),
+        sinks: Option<&[f32]>,
+        window: Option<usize>,
+    ) {
+        let spec = &self.graph.attention;
+        let hd = spec.head_dim;
+        let n = self.graph.tensor(q).rows;
         // SAFETY: this op writes none of the cache or `q`; the scratch is
         // this member's, 64-byte aligned and sized for the scores (see
         // `ScratchLayout`); item `(t, h)` of `out` is written by the one
         // member that takes it (this fn's contract).
         unsafe {
-            let blocks = self.layer_cache(layer);
             let qs = self.input(q);
             let scores = self.thread_scratch(m);
-            self.head_items(m, n, window, |h, span, positions, offset| {
+            self.head_items(m, n, window, |seq, h, span, positions, offset| {
+                let blocks = self.layer_cache(layer, seq);
                 let kv = attention::KvHead { offset, ..blocks };
                 attention::attend_head(
                     &qs[span.clone()],
@@ -638,18 +699,18 @@ impl Step<'_> {
         // of `out` is written by the one member that takes it (this fn's
         // contract); the blocks lie inside the cache (its layout).
         unsafe {
-            let blocks = attention::TypedKvHead {
-                k: self.kv.bytes_ref(l.k_at(layer), l.k_block_bytes(layer)),
-                v: self.kv.bytes_ref(l.v_at(layer), l.v_block_bytes(layer)),
-                types: l.types,
-                k_row: l.k_row_bytes(),
-                v_row: l.v_row_bytes(),
-                offset: 0,
-                ring: l.capacity(layer),
-            };
+            let (kb, vb) = (l.k_seq_bytes(layer), l.v_seq_bytes(layer));
             let qs = self.input(q);
-            self.head_items(m, n, window, |h, span, positions, offset| {
-                let kv = attention::TypedKvHead { offset, ..blocks };
+            self.head_items(m, n, window, |seq, h, span, positions, offset| {
+                let kv = attention::TypedKvHead {
+                    k: self.kv.bytes_ref(l.k_at(layer) + seq * kb, kb),
+                    v: self.kv.bytes_ref(l.v_at(layer) + seq * vb, vb),
+                    types: l.types,
+                    k_row: l.k_row_bytes(),
+                    v_row: l.v_row_bytes(),
+                    offset,
+                    ring: l.capacity(layer),
+                };
                 attention::attend_head_typed(
                     &qs[span.clone()],
                     &kv,
@@ -664,28 +725,47 @@ impl Step<'_> {
     }
 
     /// The (token, head) items of an `n`-token step that member `m` takes
-    /// in a per-head walk: `f(head, its span of q and out, the positions
-    /// it attends to, its KV head's offset in a cache row)`. Strided, not
-    /// contiguous: with the causal mask a late token costs more than an
-    /// early one, and taking every nth item gives each thread the same mix
-    /// of both.
+    /// in a per-head walk: `f(the token's sequence, head, its span of q
+    /// and out, the positions it attends to, its KV head's offset in a
+    /// cache row)`. Strided, not contiguous: with the causal mask a late
+    /// token costs more than an early one, and taking every nth item gives
+    /// each thread the same mix of both.
     fn head_items(
         &self,
         m: Member,
         n: usize,
         window: Option<usize>,
-        mut f: impl FnMut(usize, std::ops::Range<usize>, std::ops::Range<usize>, usize),
+        mut f: impl FnMut(usize, usize, std::ops::Range<usize>, std::ops::Range<usize>, usize),
     ) {
         let spec = &self.graph.attention;
         let hd = spec.head_dim;
         let (q_dim, group) = (spec.n_head * hd, spec.n_head / spec.n_head_kv);
         for item in (m.ith..n * spec.n_head).step_by(m.nth) {
             let (t, h) = (item / spec.n_head, item % spec.n_head);
-            let n_kv = self.inputs().0 + t + 1;
+            let (seq, pos) = self.row_pos(t);
+            let n_kv = pos + 1;
             let first = window.map_or(0, |w| n_kv.saturating_sub(w));
             let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
-            f(h, span, first..n_kv, (h / group) * hd);
+            f(seq, h, span, first..n_kv, (h / group) * hd);
         }
+    }
+
+    /// The tiles of at most `Q_TILE` rows a tiled attention walks: runs of
+    /// consecutive rows of one sequence (the whole step for a step of one
+    /// sequence), cut every `Q_TILE` rows.
+    fn attention_tiles(&self, n: usize) -> Vec<std::ops::Range<usize>> {
+        let mut tiles = Vec::with_capacity(n.div_ceil(attention::Q_TILE));
+        let mut start = 0;
+        while start < n {
+            let seq = self.row_pos(start).0;
+            let mut end = start + 1;
+            while end < n && end - start < attention::Q_TILE && self.row_pos(end).0 == seq {
+                end += 1;
+            }
+            tiles.push(start..end);
+            start = end;
+        }
+        tiles
     }
 
     /// ggml's tiled attention of a step of at least `Q_TILE` tokens (a
@@ -707,24 +787,25 @@ impl Step<'_> {
         let group = spec.n_head / spec.n_head_kv;
         let q_dim = spec.n_head * hd;
         let n = self.graph.tensor(q).rows;
-        let tiles = n.div_ceil(attention::Q_TILE);
-        let past = self.inputs().0;
+        let tiles = self.attention_tiles(n);
         // SAFETY: this op writes none of the cache or `q`; the scratch is
         // this member's (see `ScratchLayout`); item `(h, tile)` writes head
         // `h` of the tile's tokens in `out`, and one member takes it (this
         // fn's contract).
         unsafe {
-            let blocks = self.layer_cache(layer);
             let qs = self.input(q);
             let scratch = self.thread_scratch(m);
             let (q_tile, rest) = scratch.split_at_mut(attention::Q_TILE * hd);
             let (o_tile, rest) = rest.split_at_mut(attention::Q_TILE * hd);
-            for item in (m.ith..spec.n_head * tiles).step_by(m.nth) {
+            for item in (m.ith..spec.n_head * tiles.len()).step_by(m.nth) {
                 let (h, j) = (item % spec.n_head, item / spec.n_head);
-                let tokens = j * attention::Q_TILE..((j + 1) * attention::Q_TILE).min(n);
+                let tokens = tiles[j].clone();
+                let (seq, first_pos) = self.row_pos(tokens.start);
+                let blocks = self.layer_cache(layer, seq);
+                // A tile's rows are consecutive positions of one sequence.
                 let positions: [std::ops::Range<usize>; attention::Q_TILE] =
                     std::array::from_fn(|r| {
-                        let end = past + tokens.start + r + 1;
+                        let end = first_pos + r + 1;
                         window.map_or(0, |w| end.saturating_sub(w))..end
                     });
                 for (r, t) in tokens.clone().enumerate() {
@@ -780,14 +861,15 @@ impl Step<'_> {
         let ring = l.capacity(layer);
         let plen = attention::partial_len(hd);
         let slot = spec.n_head * plen;
-        let n_kv = self.inputs().0 + 1;
+        let (seq, pos) = self.row_pos(0);
+        let n_kv = pos + 1;
         let first = window.map_or(0, |w| n_kv.saturating_sub(w));
         let visible = attention::rows_of(first..n_kv, ring);
         // SAFETY: this op writes none of the cache or `q`; the scratch is
         // this member's (see `ScratchLayout`: a slot per chunk it takes),
         // and its view ends before the barrier.
         unsafe {
-            let kv = self.layer_cache(layer);
+            let kv = self.layer_cache(layer, seq);
             let qs = self.input(q);
             let (partials, rest) = self
                 .thread_scratch(m)

@@ -93,6 +93,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         n_batch: a.batch_size.min(plan.n_ctx),
         all_logits: true,
         kv_types: a.cache_types.types(),
+        n_seq: 1,
     };
     let mut report = |needs: &MemoryNeeds| note(&needs.summary());
     let result = Session::new_reporting(model, backend, opts, &mut |_, _| {}, &mut report)
