@@ -13,6 +13,8 @@ pub const SPELLINGS: &[(&str, &str)] = &[
     // KV cache types.
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
+    // llama-server's slots.
+    ("-np", "--parallel"),
 ];
 
 /// `args` with every llama.cpp spelling in [`SPELLINGS`] replaced by its

@@ -34,7 +34,8 @@ struct Server {
 }
 
 impl Server {
-    /// The server on a context of 512 tokens, unless `extra` gives `-c`.
+    /// The server on a context of 2048 tokens (512 for each of the default
+    /// 4 slots), unless `extra` gives `-c`.
     fn start(extra: &[&str]) -> Server {
         let model = fixture("tiny-qwen3-Q8_0.gguf");
         let mut child = command("serve")
@@ -45,7 +46,7 @@ impl Server {
             .args(if extra.contains(&"-c") {
                 &[][..]
             } else {
-                &["-c", "512"][..]
+                &["-c", "2048"][..]
             })
             .args(extra)
             .stdout(Stdio::null())
@@ -187,6 +188,25 @@ fn assert_usage(usage: &Value, completion_max: u64) -> (u64, u64) {
 }
 
 /// The text of a streamed chat, chunk shapes checked on the way.
+/// The usage of a request sent again: the same tokens, and all of the
+/// prompt but its last token found in a slot's cache (the first request
+/// found none).
+fn assert_same_usage_from_the_cache(again: &Value, first: &Value) {
+    assert_eq!(
+        first["prompt_tokens_details"]["cached_tokens"], 0,
+        "{first}"
+    );
+    let prompt = first["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(
+        again["prompt_tokens_details"]["cached_tokens"],
+        prompt - 1,
+        "{again}"
+    );
+    for k in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(again[k], first[k], "{k}: {again} {first}");
+    }
+}
+
 fn chat_stream_text(data: &[String]) -> (String, Value, Value) {
     let chunks = chunks(data);
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
@@ -229,7 +249,7 @@ fn chat_whole_and_streamed_agree() {
         chat_stream_text(&stream(&s, "/v1/chat/completions", &streamed));
     assert_eq!(stream_text, text, "greedy: the stream repeats the reply");
     assert_eq!(stream_finish, choice["finish_reason"]);
-    assert_eq!(stream_usage, whole["usage"]);
+    assert_same_usage_from_the_cache(&stream_usage, &whole["usage"]);
 
     // A request without `model` is served by the one model.
     let mut anonymous = body.clone();
@@ -309,7 +329,7 @@ fn completions_whole_streamed_and_stopped() {
     }
     assert_eq!(stream_text, text);
     let last = chunks.last().unwrap();
-    assert_eq!(last["usage"], whole["usage"]);
+    assert_same_usage_from_the_cache(&last["usage"], &whole["usage"]);
     assert_eq!(
         last["choices"][0]["finish_reason"],
         whole["choices"][0]["finish_reason"]
@@ -541,11 +561,12 @@ fn bad_requests_get_openai_errors_and_the_server_stays_up() {
     );
 }
 
-/// The context bounds the prompt and the reply together: without
-/// max_tokens a reply stops when both fill it, not a token past it.
+/// A slot's share of the context (`-c` split over the 4 slots, as
+/// llama-server splits it) bounds the prompt and the reply together:
+/// without max_tokens a reply stops when both fill it, not a token past it.
 #[test]
 fn the_context_bounds_prompt_and_reply_together() {
-    let s = Server::start(&["-c", "64"]);
+    let s = Server::start(&["-c", "256"]);
     let reply = post_json(
         &s,
         "/v1/completions",
@@ -626,7 +647,8 @@ fn metric(s: &Server, name: &str) -> u64 {
 
 #[test]
 fn disconnecting_client_stops_its_generation() {
-    let s = Server::start(&["-c", "2048"]);
+    // 2048 tokens a slot.
+    let s = Server::start(&["-c", "8192"]);
     // No max_tokens: the reply runs until the model stops or the context
     // is full. Undisturbed, greedy, it is this long:
     let body = json!({"prompt": "The", "temperature": 0});
@@ -965,7 +987,7 @@ fn connections_bodies_and_the_queue_are_capped() {
     // The queue (a server of its own: each metric read above would take a
     // connection of the three): one request running, one waiting; a third
     // is refused.
-    let mut s = Server::start(&["-c", "2048", "--max-queue", "1"]);
+    let mut s = Server::start(&["-c", "2048", "-np", "1", "--max-queue", "1"]);
     let long = json!({"prompt": "The", "temperature": 0, "max_tokens": 1500});
     let base = s.base.clone();
     let running = std::thread::spawn({
@@ -999,7 +1021,8 @@ fn connections_bodies_and_the_queue_are_capped() {
 /// cancelled once the model reaches it, and nothing is generated for it.
 #[test]
 fn a_request_left_while_queued_counts_as_cancelled() {
-    let s = Server::start(&["-c", "2048"]);
+    // One slot: the long request holds it while the second waits.
+    let s = Server::start(&["-c", "2048", "-np", "1"]);
     let base = s.base.clone();
     let body = json!({"prompt": "The", "temperature": 0, "max_tokens": 800}).to_string();
     let running = std::thread::spawn(move || {

@@ -102,6 +102,10 @@ impl ScratchLayout {
     }
 }
 
+/// The sequence of a batched step's padding rows
+/// ([`rocmforge_core::backend::RowPos::PAD`]).
+const PAD_SEQ: usize = u32::MAX as usize;
+
 fn activation_row_bytes(weight: QuantType, k: usize) -> usize {
     let act = quant_dot::activation_type(weight);
     act.bytes_for(k as u64).expect("row length checked at load") as usize
@@ -150,7 +154,7 @@ impl Step<'_> {
     }
 
     /// Row `r`'s sequence and position: its own in a batched step, else
-    /// sequence 0 at `pos0 + r`.
+    /// sequence 0 at `pos0 + r`. A padding row's sequence is [`PAD_SEQ`].
     fn row_pos(&self, r: usize) -> (usize, usize) {
         match self.batch_rows() {
             Some((rows, _)) => (rows[2 * r] as usize, rows[2 * r + 1] as usize),
@@ -369,6 +373,9 @@ impl Step<'_> {
                     let (k_src, v_src) = (self.input(k), self.input(v));
                     for r in rows {
                         let (seq, pos) = self.row_pos(r);
+                        if seq == PAD_SEQ {
+                            continue;
+                        }
                         let slot = l.cell(layer, seq, pos);
                         let (kb, vb) = (l.k_row_bytes(), l.v_row_bytes());
                         let kd = self.kv.bytes(l.k_at(layer) + slot * kb, kb);
@@ -597,8 +604,6 @@ impl Step<'_> {
         sinks: Option<WeightId>,
     ) {
         let sinks = sinks.map(|s| self.weights[s].f32s());
-        let spec = &self.graph.attention;
-        let hd = spec.head_dim;
         let l = self.kv_layout;
         let n = self.graph.tensor(q).rows;
         // A quantized cache: ggml walks every (token, head) in order.
@@ -743,9 +748,14 @@ impl Step<'_> {
         for item in (m.ith..n * spec.n_head).step_by(m.nth) {
             let (t, h) = (item / spec.n_head, item % spec.n_head);
             let (seq, pos) = self.row_pos(t);
+            let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
+            if seq == PAD_SEQ {
+                // Attends to nothing: zeros, as over no positions.
+                f(0, h, span, 0..0, (h / group) * hd);
+                continue;
+            }
             let n_kv = pos + 1;
             let first = window.map_or(0, |w| n_kv.saturating_sub(w));
-            let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
             f(seq, h, span, first..n_kv, (h / group) * hd);
         }
     }

@@ -95,7 +95,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let chosen = create_backend(&a.backend)?;
     let print_seed = a.sampling.prints_seed();
     let result =
-        start_session(model, chosen.backend, n_ctx, a.cache_types.types()).and_then(|session| {
+        start_session(model, chosen.backend, n_ctx, a.cache_types.types(), 1).and_then(|session| {
             // After the load, so anything refused before stays one line.
             if print_seed {
                 note(&format!(
@@ -171,6 +171,7 @@ pub(crate) fn start_session(
     backend: Box<dyn Backend>,
     n_ctx: usize,
     kv_types: KvTypes,
+    n_seq: usize,
 ) -> Result<Session, CliError> {
     let bar = load_bar();
     let mut progress = |done: u64, total: u64| {
@@ -180,6 +181,7 @@ pub(crate) fn start_session(
     let opts = SessionOptions {
         n_ctx,
         kv_types,
+        n_seq,
         ..SessionOptions::default()
     };
     let mut report = |needs: &MemoryNeeds| note(&needs.summary());

@@ -17,8 +17,17 @@ pub struct Metrics {
     pub generated_tokens: AtomicU64,
     /// Jobs waiting for the worker (not the one it is running).
     pub queued: AtomicU64,
-    /// Jobs the worker is running: 0 or 1 while there is one slot.
+    /// Jobs the worker is running, one a busy slot.
     pub running: AtomicU64,
+    /// Prompt tokens a slot's cache already held (not evaluated again).
+    pub cached_prompt_tokens: AtomicU64,
+    /// Slots (`-np`), and those answering a request now.
+    pub slots: AtomicU64,
+    pub slots_busy: AtomicU64,
+    /// Batched steps evaluated, the tokens they held, and the last one's.
+    pub steps: AtomicU64,
+    pub step_tokens: AtomicU64,
+    pub last_step_tokens: AtomicU64,
 }
 
 impl Metrics {
@@ -28,6 +37,10 @@ impl Metrics {
 
     pub fn sub(counter: &AtomicU64, n: u64) {
         counter.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    pub fn set(gauge: &AtomicU64, v: u64) {
+        gauge.store(v, Ordering::Relaxed);
     }
 
     pub fn render(&self) -> String {
@@ -87,6 +100,42 @@ impl Metrics {
             "gauge",
             "Requests the model is answering now.",
             &[("", get(&self.running))],
+        );
+        family(
+            "rocmforge_prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens found in a slot's cache and not evaluated again.",
+            &[("", get(&self.cached_prompt_tokens))],
+        );
+        family(
+            "rocmforge_slots",
+            "gauge",
+            "Slots: sequences the model runs at once (-np).",
+            &[("", get(&self.slots))],
+        );
+        family(
+            "rocmforge_slots_busy",
+            "gauge",
+            "Slots answering a request now.",
+            &[("", get(&self.slots_busy))],
+        );
+        family(
+            "rocmforge_batch_steps_total",
+            "counter",
+            "Batched steps evaluated (each holds the generating slots' next tokens and prompt chunks).",
+            &[("", get(&self.steps))],
+        );
+        family(
+            "rocmforge_batch_tokens_total",
+            "counter",
+            "Tokens the batched steps held; over rocmforge_batch_steps_total, the mean batch size.",
+            &[("", get(&self.step_tokens))],
+        );
+        family(
+            "rocmforge_batch_tokens_last",
+            "gauge",
+            "Tokens the last batched step held.",
+            &[("", get(&self.last_step_tokens))],
         );
         s
     }

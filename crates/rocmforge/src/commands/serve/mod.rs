@@ -1,10 +1,11 @@
 //! `rocmforge serve`: an OpenAI-compatible HTTP server (axum on tokio).
 //!
-//! One model, one session, on one worker thread ([`worker`]) fed by a FIFO
-//! queue: requests are answered one at a time in arrival order. The HTTP
+//! One model, one session of `-np` sequences (slots), on one worker thread
+//! ([`worker`]) fed by a FIFO queue: the requests of every slot are
+//! evaluated together in batched steps (continuous batching), and a new
+//! request reuses the longest prompt prefix a free slot holds. The HTTP
 //! side ([`routes`]) checks requests, queues them, and streams each job's
-//! tokens back. docs/server.md has the endpoints and how batched decoding
-//! of several sequences would extend this.
+//! tokens back. docs/server.md has the endpoints and the design.
 
 mod connections;
 mod errors;
@@ -52,11 +53,21 @@ pub struct Args {
     chat_template_file: Option<PathBuf>,
     #[command(flatten)]
     backend: BackendArgs,
-    /// Context size in tokens, each request's prompt and reply together; 0
-    /// = the model's training context. Unset: the training context, capped
-    /// at 4096.
+    /// Context size in tokens, split evenly over the slots (a request's
+    /// prompt and reply together fit one slot's share), as llama-server's
+    /// `-c`; 0 = the model's training context. Unset: the training context,
+    /// capped at 4096.
     #[arg(long, short = 'c')]
     ctx_size: Option<usize>,
+    /// Slots: requests answered at once, batched into one step each token
+    /// (llama-server's `--parallel`). A backend that runs one sequence a
+    /// step (the GPU backends, so far) serves one, with a warning.
+    #[arg(long = "parallel", default_value_t = 4)]
+    parallel: usize,
+    /// Tokens one batched step evaluates at most: the generating slots'
+    /// next tokens, then chunks of the prompts being read.
+    #[arg(long = "batch-size", short = 'b', default_value_t = 512)]
+    batch_size: usize,
     #[command(flatten)]
     cache_types: CacheTypeArgs,
     /// Tokenize special-token text in chat message content (`<|im_start|>`)
@@ -70,6 +81,12 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<(), CliError> {
     check_model_path(&a.model)?;
+    if a.parallel == 0 {
+        return Err("--parallel must be at least 1".into());
+    }
+    if a.batch_size == 0 {
+        return Err("--batch-size must be at least 1".into());
+    }
     if a.api_key.as_deref().is_some_and(str::is_empty) {
         return Err("--api-key must not be empty".into());
     }
@@ -91,6 +108,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
         cache_types: a.cache_types,
         metrics: metrics.clone(),
         special_in_content: a.special_in_content,
+        parallel: a.parallel,
+        batch_size: a.batch_size,
     };
     // The backend is not `Send`: it is created on the thread that keeps it.
     std::thread::Builder::new()
@@ -99,6 +118,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             Ok(worker) => {
                 let info = ModelInfo {
                     n_ctx: worker.session.n_ctx(),
+                    slots: worker.session.n_seq(),
                 };
                 let _ = ready.send(Ok(info));
                 worker.serve(queue);
@@ -130,7 +150,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let addr = listener.local_addr()?;
         note(&format!(
-            "serving {model_id} (context {} tokens)",
+            "serving {model_id} ({} slot{}, context {} tokens each)",
+            info.slots,
+            if info.slots == 1 { "" } else { "s" },
             info.n_ctx
         ));
         if addr.ip().is_unspecified() && state.api_key.is_none() {
@@ -165,6 +187,8 @@ struct Load {
     cache_types: CacheTypeArgs,
     metrics: Arc<Metrics>,
     special_in_content: bool,
+    parallel: usize,
+    batch_size: usize,
 }
 
 impl Load {
@@ -176,13 +200,41 @@ impl Load {
         let tok = Tokenizer::from_gguf(&model.file).map_err(|e| e.to_string())?;
         let template =
             load_template(self.chat_template_file.as_deref(), &model).map_err(|e| e.to_string())?;
-        let n_ctx = context_size(self.ctx_size, model.config.n_ctx_train);
+        let total = context_size(self.ctx_size, model.config.n_ctx_train);
         let chosen = create_backend(&self.backend).map_err(|e| e.to_string())?;
-        let session = start_session(model, chosen.backend, n_ctx, self.cache_types.types())
-            .map_err(|e| {
-                chosen.failures.record_failure(e.as_ref());
-                e.to_string()
-            })?;
+        let most = chosen.backend.max_sequences();
+        let slots = if self.parallel > most {
+            note(&format!(
+                "warning: the {} backend runs {most} sequence{} a step: serving {most} slot{} instead of --parallel {}",
+                chosen.backend.info().name,
+                if most == 1 { "" } else { "s" },
+                if most == 1 { "" } else { "s" },
+                self.parallel
+            ));
+            most
+        } else {
+            self.parallel
+        };
+        // llama-server's split: each slot gets an equal share of -c.
+        let n_ctx = total / slots;
+        if n_ctx < 2 {
+            return Err(format!(
+                "a context of {total} tokens split over {slots} slots leaves {n_ctx} a slot; use a larger -c or a smaller --parallel"
+            ));
+        }
+        let session = start_session(
+            model,
+            chosen.backend,
+            n_ctx,
+            self.cache_types.types(),
+            slots,
+        )
+        .map_err(|e| {
+            chosen.failures.record_failure(e.as_ref());
+            e.to_string()
+        })?;
+        let metrics = self.metrics;
+        metrics::Metrics::set(&metrics.slots, slots as u64);
         let render = RenderOptions {
             add_generation_prompt: true,
             bos_token: token_text(&tok, tok.bos()),
@@ -194,8 +246,9 @@ impl Load {
             tok,
             template,
             render,
-            metrics: self.metrics,
+            metrics,
             special_in_content: self.special_in_content,
+            step_tokens: self.batch_size,
         })
     }
 }

@@ -59,6 +59,9 @@ pub struct Sampling {
     #[serde(default)]
     pub stream: bool,
     pub n: Option<u64>,
+    /// llama-server's: `false` evaluates the whole prompt again instead of
+    /// reusing a slot's cached prefix.
+    pub cache_prompt: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,14 +108,23 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's `usage.prompt_tokens_details`.
+#[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens a slot's cache held, not evaluated again.
+    pub cached_tokens: usize,
 }
 
 impl Usage {
-    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Usage {
+    pub fn cached(prompt_tokens: usize, cached_tokens: usize, completion_tokens: usize) -> Usage {
         Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens },
         }
     }
 }

@@ -277,12 +277,17 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
             Event::Done {
                 finish_reason,
                 prompt_tokens,
+                cached_tokens,
                 completion_tokens,
             } => chunk(
                 Delta::default(),
                 None,
                 Some(finish_reason),
-                Some(Usage::new(prompt_tokens, completion_tokens)),
+                Some(Usage::cached(
+                    prompt_tokens,
+                    cached_tokens,
+                    completion_tokens,
+                )),
             ),
             Event::Failed(m) => sse_json(&ApiError::server(m).body()),
             Event::Rejected(e) => sse_json(&e.body()),
@@ -375,12 +380,17 @@ async fn complete(
             Event::Done {
                 finish_reason,
                 prompt_tokens,
+                cached_tokens,
                 completion_tokens,
             } => sse_json(&completion(
                 String::new(),
                 None,
                 Some(finish_reason),
-                Some(Usage::new(prompt_tokens, completion_tokens)),
+                Some(Usage::cached(
+                    prompt_tokens,
+                    cached_tokens,
+                    completion_tokens,
+                )),
             )),
             Event::Failed(m) => sse_json(&ApiError::server(m).body()),
             Event::Rejected(e) => sse_json(&e.body()),
@@ -457,6 +467,7 @@ fn generation(
         max_tokens,
         stops: s.stop.map(|s| s.into_vec()).unwrap_or_default(),
         top_logprobs,
+        cache_prompt: s.cache_prompt.unwrap_or(true),
     })
 }
 
@@ -547,6 +558,7 @@ async fn collect(
             }
             Event::Done {
                 finish_reason,
+                cached_tokens,
                 completion_tokens,
                 ..
             } => {
@@ -555,7 +567,7 @@ async fn collect(
                     logprobs,
                     token_text_lens,
                     finish_reason,
-                    usage: Usage::new(prompt_tokens, completion_tokens),
+                    usage: Usage::cached(prompt_tokens, cached_tokens, completion_tokens),
                 })
             }
             Event::Failed(m) => return Err(ApiError::server(m)),

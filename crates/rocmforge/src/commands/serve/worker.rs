@@ -1,13 +1,26 @@
 //! The one thread that owns the model: a [`Session`] is neither `Send` nor
 //! shareable (it holds the backend), so it lives on a dedicated thread, and
-//! requests reach it through a FIFO queue of [`Job`]s. Jobs run one at a
-//! time in arrival order; each streams its tokens back through its own
-//! channel, so replies never mix.
+//! requests reach it through a FIFO queue of [`Job`]s.
 //!
-//! A client that goes away drops its receiver: the next send fails and the
-//! job ends there, freeing the model for the next one (and a job whose
-//! client left while it waited is skipped).
+//! Continuous batching. The session holds `-np` sequences, one per *slot*.
+//! Each step, every slot that is generating contributes its next token and
+//! the slots still reading their prompts contribute a chunk of it (in
+//! arrival order, up to the step's budget of `n_batch` tokens), and one
+//! [`Session::eval_batch`] evaluates them all: the weights are read once
+//! for every stream. Requests join between steps as slots free up, so a
+//! long prompt is read in chunks beside the others' decoding instead of
+//! stalling them, and the queue is served first come, first served.
+//!
+//! Prompt cache. A slot keeps the tokens its cache region holds after its
+//! request ends; a new request takes the free slot whose tokens share the
+//! longest prefix with its prompt and evaluates only the rest (a system
+//! prompt, a conversation sent again with one more turn). `cache_prompt:
+//! false` starts from an empty region.
+//!
+//! A client that goes away drops its receiver: its slot is freed before
+//! the next step (and a job whose client left while it waited is skipped).
 
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -16,7 +29,7 @@ use rocmforge_core::chat::{
     message_prompt_tokens, prompt_tokens, ChatTemplate, Message, RenderOptions, StopStrings,
 };
 use rocmforge_core::sampler::{Sampler, SamplerConfig};
-use rocmforge_core::session::Session;
+use rocmforge_core::session::{SeqTokens, Session};
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -41,6 +54,8 @@ pub struct Generation {
     pub stops: Vec<String>,
     /// Alternatives per token to report; `None`: no logprobs at all.
     pub top_logprobs: Option<usize>,
+    /// Reuse a slot's cached prefix (llama-server's `cache_prompt`).
+    pub cache_prompt: bool,
 }
 
 pub struct Job {
@@ -69,6 +84,8 @@ pub enum Event {
     Done {
         finish_reason: FinishReason,
         prompt_tokens: usize,
+        /// Prompt tokens found in the slot's cache, not evaluated again.
+        cached_tokens: usize,
         completion_tokens: usize,
     },
     /// The model failed mid-way (a backend error).
@@ -78,7 +95,9 @@ pub enum Event {
 /// What the HTTP side needs to know about the model.
 #[derive(Debug, Clone)]
 pub struct ModelInfo {
+    /// Context of one slot.
     pub n_ctx: usize,
+    pub slots: usize,
 }
 
 /// Everything the worker thread owns.
@@ -91,33 +110,342 @@ pub struct Worker {
     /// Special-token text in chat message content becomes control tokens
     /// (`--special-in-content`), as in llama-server; else it stays text.
     pub special_in_content: bool,
+    /// Tokens one step evaluates at most (prompt chunks beside the
+    /// streams' next tokens).
+    pub step_tokens: usize,
+}
+
+/// One sequence of the session.
+#[derive(Default)]
+struct Slot {
+    /// The tokens the slot's cache region holds, in order.
+    cached: Vec<u32>,
+    stream: Option<Stream>,
+}
+
+/// A request a slot is answering.
+struct Stream {
+    events: UnboundedSender<Event>,
+    g: Generation,
+    prompt: Vec<u32>,
+    /// Prompt tokens in the cache so far.
+    fed: usize,
+    cached_tokens: usize,
+    sampler: Sampler,
+    decoder: StreamDecoder,
+    stops: StopStrings,
+    generated: usize,
+    /// The token sampled last, evaluated in the next step.
+    next: Option<u32>,
+    /// Order of arrival: prompts are read first come, first served.
+    order: u64,
+}
+
+/// What became of a stream after its logits were sampled.
+enum Outcome {
+    Going,
+    Finished(FinishReason),
+    Left,
 }
 
 impl Worker {
     /// Runs jobs until every sender is gone (the server stopped).
     pub fn serve(mut self, jobs: mpsc::Receiver<Job>) {
-        while let Ok(job) = jobs.recv() {
-            Metrics::sub(&self.metrics.queued, 1);
-            if job.events.is_closed() {
-                Metrics::add(&self.metrics.cancelled_requests, 1);
-                continue;
+        let mut slots: Vec<Slot> = (0..self.session.n_seq()).map(|_| Slot::default()).collect();
+        let mut waiting: VecDeque<Job> = VecDeque::new();
+        let mut arrivals = 0u64;
+        loop {
+            let busy = slots.iter().any(|s| s.stream.is_some());
+            if !busy && waiting.is_empty() {
+                match jobs.recv() {
+                    Ok(job) => waiting.push_back(job),
+                    Err(_) => return,
+                }
             }
-            Metrics::add(&self.metrics.running, 1);
-            let events = job.events.clone();
-            // A panic in one request must not take the server down: the job
-            // fails, the session starts over for the next one.
-            let outcome = catch_unwind(AssertUnwindSafe(|| self.run(job)));
-            if let Err(panic) = outcome {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                let _ = events.send(Event::Failed(format!("internal error: {what}")));
+            while let Ok(job) = jobs.try_recv() {
+                waiting.push_back(job);
+            }
+            self.drop_left(&mut slots);
+            while slots.iter().any(|s| s.stream.is_none()) {
+                let Some(job) = waiting.pop_front() else {
+                    break;
+                };
+                Metrics::sub(&self.metrics.queued, 1);
+                arrivals += 1;
+                self.start(&mut slots, job, arrivals);
+            }
+            Metrics::set(&self.metrics.slots_busy, busy_count(&slots));
+            // A panic in one step must not take the server down: the
+            // streams of the step fail, the session starts over.
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.step(&mut slots)));
+            let failure = match outcome {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(panic) => Some(format!(
+                    "internal error: {}",
+                    panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into())
+                )),
+            };
+            if let Some(e) = failure {
+                for slot in &mut slots {
+                    if let Some(st) = slot.stream.take() {
+                        let _ = st.events.send(Event::Failed(e.clone()));
+                        Metrics::sub(&self.metrics.running, 1);
+                    }
+                    slot.cached.clear();
+                }
                 self.session.reset();
             }
-            Metrics::sub(&self.metrics.running, 1);
+            Metrics::set(&self.metrics.slots_busy, busy_count(&slots));
         }
+    }
+
+    /// Frees the slots whose client left.
+    fn drop_left(&self, slots: &mut [Slot]) {
+        for slot in slots {
+            if slot.stream.as_ref().is_some_and(|s| s.events.is_closed()) {
+                slot.stream = None;
+                Metrics::add(&self.metrics.cancelled_requests, 1);
+                Metrics::sub(&self.metrics.running, 1);
+            }
+        }
+    }
+
+    /// Starts `job` in the free slot whose cached tokens share the longest
+    /// prefix with its prompt, or answers it with its rejection.
+    fn start(&mut self, slots: &mut [Slot], job: Job, order: u64) {
+        let Job {
+            input,
+            generation: g,
+            events,
+        } = job;
+        if events.is_closed() {
+            Metrics::add(&self.metrics.cancelled_requests, 1);
+            return;
+        }
+        let prompt = match self
+            .prompt(&input)
+            .and_then(|p| self.check_fits(&p, g.max_tokens).map(|()| p))
+        {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = events.send(Event::Rejected(e));
+                return;
+            }
+        };
+        let sampler = match Sampler::new(g.sampler.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = events.send(Event::Failed(e.to_string()));
+                return;
+            }
+        };
+        if events
+            .send(Event::Started {
+                prompt_tokens: prompt.len(),
+            })
+            .is_err()
+        {
+            Metrics::add(&self.metrics.cancelled_requests, 1);
+            return;
+        }
+        let (k, shared) = slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.stream.is_none())
+            .map(|(i, s)| (i, common_prefix(&s.cached, &prompt)))
+            // The longest shared prefix; among equals, the slot that holds
+            // least, keeping the others' caches for later.
+            .max_by(|a, b| {
+                a.1.cmp(&b.1)
+                    .then(slots[b.0].cached.len().cmp(&slots[a.0].cached.len()))
+            })
+            .expect("start is called with a free slot");
+        // At least the prompt's last token is evaluated: its logits give
+        // the first reply token.
+        let want = if g.cache_prompt {
+            shared.min(prompt.len() - 1)
+        } else {
+            0
+        };
+        let kept = self.session.truncate_seq(k, want);
+        slots[k].cached.truncate(kept);
+        let mut sampler = sampler;
+        for &t in &prompt {
+            sampler.accept(t);
+        }
+        Metrics::add(&self.metrics.prompt_tokens, prompt.len() as u64);
+        Metrics::add(&self.metrics.cached_prompt_tokens, kept as u64);
+        Metrics::add(&self.metrics.running, 1);
+        let stops = StopStrings::new(g.stops.iter().cloned());
+        slots[k].stream = Some(Stream {
+            events,
+            g,
+            prompt,
+            fed: kept,
+            cached_tokens: kept,
+            sampler,
+            decoder: StreamDecoder::new(),
+            stops,
+            generated: 0,
+            next: None,
+            order,
+        });
+    }
+
+    /// One step: every generating slot's next token and prompt chunks of
+    /// the others, evaluated together; then each stream samples.
+    fn step(&mut self, slots: &mut [Slot]) -> Result<(), String> {
+        let mut budget = self.step_tokens.max(1);
+        // (slot, tokens of its part)
+        let mut parts: Vec<(usize, usize)> = Vec::new();
+        let mut tokens: Vec<Vec<u32>> = Vec::new();
+        for (k, slot) in slots.iter().enumerate() {
+            if let Some(t) = slot.stream.as_ref().and_then(|s| s.next) {
+                parts.push((k, 1));
+                tokens.push(vec![t]);
+                budget = budget.saturating_sub(1);
+            }
+        }
+        let mut reading: Vec<usize> = (0..slots.len())
+            .filter(|&k| slots[k].stream.as_ref().is_some_and(|s| s.next.is_none()))
+            .collect();
+        reading.sort_by_key(|&k| slots[k].stream.as_ref().map_or(0, |s| s.order));
+        for k in reading {
+            let st = slots[k].stream.as_ref().expect("filtered above");
+            // Every stream reads at least a token a step: none waits
+            // behind a long prompt for its turn.
+            let n = (st.prompt.len() - st.fed).min(budget.max(1));
+            parts.push((k, n));
+            tokens.push(st.prompt[st.fed..st.fed + n].to_vec());
+            budget = budget.saturating_sub(n);
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let batch: Vec<SeqTokens> = parts
+            .iter()
+            .zip(&tokens)
+            .map(|(&(k, _), t)| SeqTokens { seq: k, tokens: t })
+            .collect();
+        let n_vocab = self.session.model().config.n_vocab;
+        let n_tokens: usize = tokens.iter().map(Vec::len).sum();
+        Metrics::add(&self.metrics.steps, 1);
+        Metrics::add(&self.metrics.step_tokens, n_tokens as u64);
+        Metrics::set(&self.metrics.last_step_tokens, n_tokens as u64);
+        let logits = self
+            .session
+            .eval_batch(&batch)
+            .map_err(|e| e.to_string())?
+            .to_vec();
+        for (i, (&(k, n), t)) in parts.iter().zip(&tokens).enumerate() {
+            let slot = &mut slots[k];
+            slot.cached.extend_from_slice(t);
+            let st = slot
+                .stream
+                .as_mut()
+                .expect("a slot in the batch has a stream");
+            if st.next.is_none() {
+                st.fed += n;
+                if st.fed < st.prompt.len() {
+                    continue;
+                }
+            }
+            let row = &logits[i * n_vocab..(i + 1) * n_vocab];
+            let outcome = self.sample(st, row, slot.cached.len());
+            match outcome {
+                Outcome::Going => {}
+                Outcome::Finished(reason) => {
+                    let st = slot.stream.take().expect("checked above");
+                    self.finish(st, reason);
+                }
+                Outcome::Left => {
+                    slot.stream = None;
+                    Metrics::add(&self.metrics.cancelled_requests, 1);
+                    Metrics::sub(&self.metrics.running, 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Samples the stream's next token from `logits` and sends its text;
+    /// `in_cache`: positions of the slot's sequence.
+    fn sample(&self, st: &mut Stream, logits: &[f32], in_cache: usize) -> Outcome {
+        st.next = None;
+        if st.g.max_tokens.is_some_and(|n| st.generated >= n) {
+            return Outcome::Finished(FinishReason::Length);
+        }
+        let id = st.sampler.sample(logits);
+        st.sampler.accept(id);
+        st.generated += 1;
+        Metrics::add(&self.metrics.generated_tokens, 1);
+        // As `chat` does: an end-of-generation token ends the reply and is
+        // neither shown nor evaluated.
+        if self.tok.is_eog(id) {
+            return Outcome::Finished(FinishReason::Stop);
+        }
+        let logprob =
+            st.g.top_logprobs
+                .map(|k| token_logprob(&self.tok, logits, id, k));
+        let step = st.stops.push(&st.decoder.push(&self.tok, id));
+        if st
+            .events
+            .send(Event::Token {
+                text: step.text,
+                logprob,
+            })
+            .is_err()
+        {
+            return Outcome::Left;
+        }
+        if step.stopped {
+            return Outcome::Finished(FinishReason::Stop);
+        }
+        // The prompt and the reply fill the context at most, as a
+        // max_tokens of the room left allows: no token is sampled past it.
+        if in_cache + 1 >= self.session.n_ctx() {
+            return Outcome::Finished(FinishReason::Length);
+        }
+        if st.g.max_tokens.is_some_and(|n| st.generated >= n) {
+            return Outcome::Finished(FinishReason::Length);
+        }
+        st.next = Some(id);
+        Outcome::Going
+    }
+
+    /// Sends a finished stream's held-back text and its end.
+    fn finish(&self, mut st: Stream, finish_reason: FinishReason) {
+        Metrics::sub(&self.metrics.running, 1);
+        // An unfinished character, and text held back as a possible stop
+        // string, belong to the reply unless a stop string ended it.
+        let tail = st.stops.push(&st.decoder.finish());
+        let tail = match tail.stopped {
+            true => tail.text,
+            false => tail.text + &st.stops.finish(),
+        };
+        if !tail.is_empty()
+            && st
+                .events
+                .send(Event::Token {
+                    text: tail,
+                    logprob: None,
+                })
+                .is_err()
+        {
+            Metrics::add(&self.metrics.cancelled_requests, 1);
+            return;
+        }
+        let _ = st.events.send(Event::Done {
+            finish_reason,
+            prompt_tokens: st.prompt.len(),
+            cached_tokens: st.cached_tokens,
+            completion_tokens: st.generated,
+        });
     }
 
     fn prompt(&self, input: &Input) -> Result<Vec<u32>, ApiError> {
@@ -138,50 +466,8 @@ impl Worker {
         }
     }
 
-    fn run(&mut self, job: Job) {
-        let Job {
-            input,
-            generation: g,
-            events,
-        } = job;
-        let prompt = match self
-            .prompt(&input)
-            .and_then(|p| self.check_fits(&p, g.max_tokens).map(|()| p))
-        {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = events.send(Event::Rejected(e));
-                return;
-            }
-        };
-        if events
-            .send(Event::Started {
-                prompt_tokens: prompt.len(),
-            })
-            .is_err()
-        {
-            Metrics::add(&self.metrics.cancelled_requests, 1);
-            return;
-        }
-        Metrics::add(&self.metrics.prompt_tokens, prompt.len() as u64);
-        match self.generate(&prompt, &g, &events) {
-            Ok(Some((finish_reason, completion_tokens))) => {
-                let _ = events.send(Event::Done {
-                    finish_reason,
-                    prompt_tokens: prompt.len(),
-                    completion_tokens,
-                });
-            }
-            // The client left.
-            Ok(None) => Metrics::add(&self.metrics.cancelled_requests, 1),
-            Err(e) => {
-                let _ = events.send(Event::Failed(e));
-            }
-        }
-    }
-
-    /// Refuses a prompt that, with the tokens asked for, does not fit the
-    /// context: better a clear 400 now than a reply cut short.
+    /// Refuses a prompt that, with the tokens asked for, does not fit a
+    /// slot's context: better a clear 400 now than a reply cut short.
     fn check_fits(&self, prompt: &[u32], max_tokens: Option<usize>) -> Result<(), ApiError> {
         let n_ctx = self.session.n_ctx();
         if prompt.is_empty() {
@@ -189,7 +475,7 @@ impl Worker {
         }
         if prompt.len() >= n_ctx {
             return Err(ApiError::context_overflow(format!(
-                "The prompt is {} tokens, and this server's context is {n_ctx} tokens (it must leave room for one generated token)",
+                "The prompt is {} tokens, and this server's context is {n_ctx} tokens a slot (it must leave room for one generated token)",
                 prompt.len()
             )));
         }
@@ -198,93 +484,22 @@ impl Worker {
             // usize::MAX.
             if n > n_ctx - prompt.len() {
                 return Err(ApiError::context_overflow(format!(
-                    "The prompt ({} tokens) plus max_tokens ({n}) exceeds this server's context of {n_ctx} tokens",
+                    "The prompt ({} tokens) plus max_tokens ({n}) exceeds this server's context of {n_ctx} tokens a slot",
                     prompt.len()
                 )));
             }
         }
         Ok(())
     }
+}
 
-    /// Evaluates the prompt and samples until a stop; `Ok(None)` when the
-    /// client left. Returns the finish reason and tokens generated.
-    fn generate(
-        &mut self,
-        prompt: &[u32],
-        g: &Generation,
-        events: &UnboundedSender<Event>,
-    ) -> Result<Option<(FinishReason, usize)>, String> {
-        // Each request starts from an empty cache: no prefix is shared
-        // between clients.
-        self.session.reset();
-        let mut sampler = Sampler::new(g.sampler.clone()).map_err(|e| e.to_string())?;
-        let mut logits = self
-            .session
-            .eval(prompt)
-            .map_err(|e| e.to_string())?
-            .to_vec();
-        for &t in prompt {
-            sampler.accept(t);
-        }
-        let mut decoder = StreamDecoder::new();
-        let mut stops = StopStrings::new(g.stops.iter().cloned());
-        let mut generated = 0;
-        let finish = loop {
-            if g.max_tokens.is_some_and(|n| generated >= n) {
-                break FinishReason::Length;
-            }
-            let id = sampler.sample(&logits);
-            sampler.accept(id);
-            generated += 1;
-            Metrics::add(&self.metrics.generated_tokens, 1);
-            // As `chat` does: an end-of-generation token ends the reply and
-            // is neither shown nor evaluated.
-            if self.tok.is_eog(id) {
-                break FinishReason::Stop;
-            }
-            let logprob = g
-                .top_logprobs
-                .map(|k| token_logprob(&self.tok, &logits, id, k));
-            let step = stops.push(&decoder.push(&self.tok, id));
-            if events
-                .send(Event::Token {
-                    text: step.text,
-                    logprob,
-                })
-                .is_err()
-            {
-                return Ok(None);
-            }
-            if step.stopped {
-                break FinishReason::Stop;
-            }
-            // The prompt and the reply fill the context at most, as a
-            // max_tokens of the room left allows: no token is sampled past
-            // it.
-            if self.session.n_past() + 1 >= self.session.n_ctx() {
-                break FinishReason::Length;
-            }
-            logits.copy_from_slice(self.session.eval(&[id]).map_err(|e| e.to_string())?);
-        };
-        // An unfinished character, and text held back as a possible stop
-        // string, belong to the reply unless a stop string ended it.
-        let tail = stops.push(&decoder.finish());
-        let tail = match tail.stopped {
-            true => tail.text,
-            false => tail.text + &stops.finish(),
-        };
-        if !tail.is_empty()
-            && events
-                .send(Event::Token {
-                    text: tail,
-                    logprob: None,
-                })
-                .is_err()
-        {
-            return Ok(None);
-        }
-        Ok(Some((finish, generated)))
-    }
+fn busy_count(slots: &[Slot]) -> u64 {
+    slots.iter().filter(|s| s.stream.is_some()).count() as u64
+}
+
+/// Tokens `a` and `b` share from their starts.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// The log-softmax of `logits` at `id`, and the `k` most likely tokens with
