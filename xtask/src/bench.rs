@@ -5,7 +5,7 @@ mod backends;
 mod llama_bench;
 mod llama_schema;
 mod measure;
-mod model_source;
+pub(crate) mod model_source;
 mod report;
 
 #[cfg(test)]
@@ -21,6 +21,7 @@ use rocmforge_core::model::Model;
 use rocmforge_core::plan::{KvType, KvTypes};
 use rocmforge_core::quant::QuantType;
 
+pub(crate) use backends::parse_weight_type;
 use backends::{BackendChoice, Resolved, Target};
 use llama_schema::RunInfo;
 use report::{BackendResult, OutputFormat, Printer};

@@ -2,6 +2,7 @@
 //! one-liner. Each subcommand lives in its own module.
 
 mod bench;
+mod bench_serve;
 mod gen_model;
 
 use std::process::ExitCode;
@@ -21,6 +22,9 @@ enum Command {
     GenModel(gen_model::GenModelArgs),
     /// Tokens/s of prompt processing and generation per backend (llama-bench style).
     Bench(bench::BenchArgs),
+    /// Load on `rocmforge serve` (and llama-server): concurrent streaming
+    /// clients' aggregate tokens/s, time to first token and latency.
+    BenchServe(bench_serve::BenchServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::GenModel(args) => gen_model::run(args),
         Command::Bench(args) => return bench::main(args),
+        Command::BenchServe(args) => return bench_serve::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

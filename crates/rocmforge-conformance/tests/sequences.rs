@@ -92,10 +92,11 @@ fn batched(
     out
 }
 
-/// Batched rows are computed exactly as they are alone: every batched
-/// step holds at least `MIN_BATCH_ROWS` rows, so a sequence's rows take the
-/// same kernels whatever else shares the step, and its logits are equal to
-/// the bit (a reply served beside others is the reply served alone).
+/// Batched rows are computed exactly as they are alone: a batched step's
+/// kernels do not depend on its row count (the CPU's token-group matmuls,
+/// no panels; attention a (token, head) at a time), so a sequence's logits
+/// are equal to the bit whatever else shares its steps (a reply served
+/// beside others is the reply served alone).
 fn check(backend: &str, what: &str, solo: &[Vec<f32>], ours: &[Vec<f32>]) {
     assert_eq!(ours.len(), solo.len());
     for (step, (a, b)) in ours.iter().zip(solo).enumerate() {

@@ -76,16 +76,6 @@ pub struct RowPos {
     pub pos: u32,
 }
 
-impl RowPos {
-    /// A row that only pads a step ([`crate::session::MIN_BATCH_ROWS`]): it
-    /// belongs to no sequence, stores nothing in the cache and attends to
-    /// nothing.
-    pub const PAD: RowPos = RowPos {
-        seq: u32::MAX,
-        pos: 0,
-    };
-}
-
 /// Errors a caller cannot prevent (device and driver failures, memory),
 /// what a backend cannot do (shapes, options, kernels it lacks), plus
 /// misuse that breaks a backend's own contract. Input checks (token ids,

@@ -109,23 +109,11 @@ pub fn step_sizes(n_batch: usize) -> Vec<usize> {
     sizes
 }
 
-/// Rows a batched step holds at least; fewer are padded with
-/// [`RowPos::PAD`] rows. Backends pick their matmul kernels by a step's
-/// row count (the CPU's one-token kernels below four rows, its multi-token
-/// ones from four), and kernels of different row counts sum in different
-/// orders: with every batched step on the same kernels, a sequence's
-/// logits do not depend on how many others share its steps, so a reply
-/// served beside others is the reply served alone, to the byte.
-pub const MIN_BATCH_ROWS: usize = 4;
-
 /// The step sizes of a session of `n_seq` > 1 sequences: those of
-/// [`step_sizes`] and every size up to `n_seq` (at most `n_batch`), none
-/// below [`MIN_BATCH_ROWS`].
+/// [`step_sizes`] and every size up to `n_seq` (at most `n_batch`).
 pub fn batched_step_sizes(n_batch: usize, n_seq: usize) -> Vec<usize> {
-    let n_batch = n_batch.max(MIN_BATCH_ROWS);
     let mut sizes = step_sizes(n_batch);
     sizes.extend(1..=n_seq.min(n_batch));
-    sizes.retain(|&s| s >= MIN_BATCH_ROWS);
     sizes.sort_unstable_by(|a, b| b.cmp(a));
     sizes.dedup();
     sizes
@@ -133,20 +121,17 @@ pub fn batched_step_sizes(n_batch: usize, n_seq: usize) -> Vec<usize> {
 
 /// Cuts `n` rows of a batched step into [`batched_step_sizes`]: full
 /// `n_batch` steps, then powers of two while more than `n_seq` rows are
-/// left, then the rest in one step; a step of fewer than
-/// [`MIN_BATCH_ROWS`] rows is that many, padded. Returns (rows, step
-/// size) pairs.
-pub fn split_batched_steps(n: usize, n_batch: usize, n_seq: usize) -> Vec<(usize, usize)> {
-    let n_batch = n_batch.max(MIN_BATCH_ROWS);
-    let mut steps = vec![(n_batch, n_batch); n / n_batch];
+/// left, then the rest in one step.
+pub fn split_batched_steps(n: usize, n_batch: usize, n_seq: usize) -> Vec<usize> {
+    let mut steps = vec![n_batch; n / n_batch];
     let mut rest = n % n_batch;
-    while rest > n_seq.min(n_batch).max(MIN_BATCH_ROWS) {
+    while rest > n_seq.min(n_batch) {
         let p = 1 << rest.ilog2();
-        steps.push((p, p.max(MIN_BATCH_ROWS)));
+        steps.push(p);
         rest -= p;
     }
     if rest > 0 {
-        steps.push((rest, rest.max(MIN_BATCH_ROWS)));
+        steps.push(rest);
     }
     steps
 }
@@ -225,11 +210,7 @@ impl Session {
             .map_err(SessionError::Option)?;
         let batched = opts.n_seq > 1;
         let opts = SessionOptions {
-            n_batch: match batched {
-                // Batched steps are never shorter than MIN_BATCH_ROWS.
-                true => opts.n_batch.max(MIN_BATCH_ROWS),
-                false => opts.n_batch.min(opts.n_ctx),
-            },
+            n_batch: opts.n_batch.min(opts.n_ctx),
             n_seq: opts.n_seq.max(1),
             ..opts
         };
@@ -300,8 +281,7 @@ impl Session {
             logits: Vec::new(),
         };
         s.graph(opts.n_batch)?;
-        // The decode step: one token, or a batched session's smallest step.
-        s.graph(if batched { MIN_BATCH_ROWS } else { 1 })?;
+        s.graph(1)?;
         Ok(s)
     }
 
@@ -479,11 +459,11 @@ impl Session {
         out.resize(batch.len() * n_vocab, 0.0);
         let mut start = 0;
         let mut item = 0;
-        for (used, n) in split_batched_steps(rows.len(), self.opts.n_batch, self.opts.n_seq) {
+        for n in split_batched_steps(rows.len(), self.opts.n_batch, self.opts.n_seq) {
             let id = self.graph(n)?;
             let g = self.graphs.get_mut(&n).expect("recorded above");
             let m = g.graph.tensor(g.graph.logits).rows;
-            let step = start..start + used;
+            let step = start..start + n;
             // The items ending in this step, and which of the graph's
             // picked rows hold them; the rest pick the step's last row.
             let mut outputs = Vec::with_capacity(m);
@@ -494,15 +474,11 @@ impl Session {
                 item += 1;
             }
             debug_assert!(outputs.len() <= m, "a step holds each sequence once");
-            outputs.resize(m, (used - 1) as u32);
-            let mut step_tokens = tokens[step.clone()].to_vec();
-            let mut step_rows = rows[step].to_vec();
-            step_tokens.resize(n, 0);
-            step_rows.resize(n, RowPos::PAD);
+            outputs.resize(m, (n - 1) as u32);
             let inputs = StepInputs {
-                tokens: &step_tokens,
+                tokens: &tokens[step.clone()],
                 pos0: 0,
-                rows: &step_rows,
+                rows: &rows[step],
                 outputs: &outputs,
             };
             self.backend.execute_part(id, 0, &inputs, &mut g.exchange)?;
@@ -511,7 +487,7 @@ impl Session {
                 out[i * n_vocab..(i + 1) * n_vocab]
                     .copy_from_slice(&logits[k * n_vocab..(k + 1) * n_vocab]);
             }
-            start += used;
+            start += n;
         }
         for item in batch {
             self.n_past[item.seq] += item.tokens.len();
@@ -730,29 +706,16 @@ mod tests {
 
     #[test]
     fn batched_steps_take_up_to_n_seq_rows_at_once() {
-        assert_eq!(batched_step_sizes(8, 3), vec![8, 4]);
-        assert_eq!(batched_step_sizes(64, 6), vec![64, 32, 16, 8, 6, 5, 4]);
-        assert_eq!(split_batched_steps(5, 512, 8), vec![(5, 5)]);
-        assert_eq!(split_batched_steps(1, 512, 8), vec![(1, 4)]);
-        assert_eq!(
-            split_batched_steps(21, 512, 4),
-            vec![(16, 16), (4, 4), (1, 4)]
-        );
-        assert_eq!(
-            split_batched_steps(1030, 512, 4),
-            vec![(512, 512), (512, 512), (4, 4), (2, 4)]
-        );
+        assert_eq!(batched_step_sizes(8, 3), vec![8, 4, 3, 2, 1]);
+        assert_eq!(split_batched_steps(5, 512, 8), vec![5]);
+        assert_eq!(split_batched_steps(21, 512, 4), vec![16, 4, 1]);
+        assert_eq!(split_batched_steps(1030, 512, 4), vec![512, 512, 4, 2]);
         for (nb, ns) in [(1, 4), (16, 3), (100, 8), (8, 8)] {
             let sizes = batched_step_sizes(nb, ns);
             for n in 1..400 {
                 let steps = split_batched_steps(n, nb, ns);
-                assert_eq!(steps.iter().map(|s| s.0).sum::<usize>(), n);
-                assert!(
-                    steps
-                        .iter()
-                        .all(|&(used, s)| used <= s && s >= MIN_BATCH_ROWS && sizes.contains(&s)),
-                    "{n} {nb} {ns}: {steps:?}"
-                );
+                assert_eq!(steps.iter().sum::<usize>(), n);
+                assert!(steps.iter().all(|s| sizes.contains(s)), "{n} {nb} {ns}");
             }
         }
     }

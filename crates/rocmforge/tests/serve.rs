@@ -187,7 +187,6 @@ fn assert_usage(usage: &Value, completion_max: u64) -> (u64, u64) {
     (p, c)
 }
 
-/// The text of a streamed chat, chunk shapes checked on the way.
 /// The usage of a request sent again: the same tokens, and all of the
 /// prompt but its last token found in a slot's cache (the first request
 /// found none).
@@ -207,6 +206,7 @@ fn assert_same_usage_from_the_cache(again: &Value, first: &Value) {
     }
 }
 
+/// The text of a streamed chat, chunk shapes checked on the way.
 fn chat_stream_text(data: &[String]) -> (String, Value, Value) {
     let chunks = chunks(data);
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
@@ -627,6 +627,83 @@ fn api_key_guards_the_api() {
     assert_eq!(get(&s, "/health").0, 200);
     assert_eq!(get(&s, "/metrics").0, 200);
     assert!(!s.stderr.lock().unwrap().contains("warning"));
+}
+
+/// A chat that shares a long system prompt with an earlier one reads only
+/// what follows it (`usage.prompt_tokens_details.cached_tokens`), and
+/// answers as it does from an empty cache (`cache_prompt: false`), to the
+/// byte.
+#[test]
+fn a_shared_system_prompt_is_read_once() {
+    // 2048 tokens a slot.
+    let s = Server::start(&["-c", "8192"]);
+    let system: String = (0..120)
+        .map(|i| format!("Rule {i}: answer briefly and well. "))
+        .collect();
+    let body = |question: &str, cache: bool| {
+        json!({
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": question},
+            ],
+            "temperature": 0,
+            "max_tokens": 8,
+            "cache_prompt": cache,
+        })
+    };
+    let first = post_json(&s, "/v1/chat/completions", &body("What is rust?", true));
+    let prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        prompt >= 1000,
+        "a system prompt of {prompt} tokens is too short"
+    );
+    assert_eq!(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    let second = post_json(&s, "/v1/chat/completions", &body("And zinc?", true));
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    let second_prompt = second["usage"]["prompt_tokens"].as_u64().unwrap();
+    // All but the question's few tokens and the turn markers after them.
+    assert!(
+        cached + 24 >= second_prompt && cached < second_prompt,
+        "{cached} of {second_prompt} prompt tokens from the cache"
+    );
+    assert!(metric(&s, "rocmforge_prompt_tokens_cached_total") >= cached);
+    let uncached = post_json(&s, "/v1/chat/completions", &body("And zinc?", false));
+    assert_eq!(
+        uncached["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "{uncached}"
+    );
+    assert_eq!(
+        uncached["choices"][0]["message"]["content"], second["choices"][0]["message"]["content"],
+        "a reply from the cache differs from the reply without it"
+    );
+}
+
+/// Requests at once are batched: the slots fill, and the steps hold more
+/// than one token on average.
+#[test]
+fn concurrent_requests_share_steps() {
+    let s = Server::start(&["-np", "4"]);
+    assert_eq!(metric(&s, "rocmforge_slots"), 4);
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let base = s.base.clone();
+            std::thread::spawn(move || {
+                timed_stream(&base, &format!("Question {i} about the weather."), 48).1
+            })
+        })
+        .collect();
+    let generated: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(generated > 4, "{generated}");
+    let steps = metric(&s, "rocmforge_batch_steps_total");
+    let tokens = metric(&s, "rocmforge_batch_tokens_total");
+    assert!(
+        steps > 0 && tokens > 2 * steps,
+        "{tokens} tokens in {steps} steps"
+    );
+    assert_eq!(metric(&s, "rocmforge_slots_busy"), 0);
+    assert_eq!(metric(&s, "rocmforge_requests_running"), 0);
 }
 
 /// Every interface and no key: the server says so once.

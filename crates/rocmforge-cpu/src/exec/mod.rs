@@ -102,10 +102,6 @@ impl ScratchLayout {
     }
 }
 
-/// The sequence of a batched step's padding rows
-/// ([`rocmforge_core::backend::RowPos::PAD`]).
-const PAD_SEQ: usize = u32::MAX as usize;
-
 fn activation_row_bytes(weight: QuantType, k: usize) -> usize {
     let act = quant_dot::activation_type(weight);
     act.bytes_for(k as u64).expect("row length checked at load") as usize
@@ -145,6 +141,16 @@ impl Step<'_> {
         layout.decode(words)
     }
 
+    /// The matmul kernels this step may take: a batched step's rows must
+    /// get the same bits whatever else the step holds, so it takes no
+    /// panels (`quant_dot::Panels`).
+    fn panels(&self) -> quant_dot::Panels {
+        match self.graph.batched {
+            true => quant_dot::Panels::Never,
+            false => quant_dot::Panels::WhenTheyPay,
+        }
+    }
+
     /// A batched step's (sequence, position) word pairs and picked rows.
     fn batch_rows(&self) -> Option<(&[u32], &[u32])> {
         let layout = self.plan.step_inputs;
@@ -154,7 +160,7 @@ impl Step<'_> {
     }
 
     /// Row `r`'s sequence and position: its own in a batched step, else
-    /// sequence 0 at `pos0 + r`. A padding row's sequence is [`PAD_SEQ`].
+    /// sequence 0 at `pos0 + r`.
     fn row_pos(&self, r: usize) -> (usize, usize) {
         match self.batch_rows() {
             Some((rows, _)) => (rows[2 * r] as usize, rows[2 * r + 1] as usize),
@@ -373,9 +379,6 @@ impl Step<'_> {
                     let (k_src, v_src) = (self.input(k), self.input(v));
                     for r in rows {
                         let (seq, pos) = self.row_pos(r);
-                        if seq == PAD_SEQ {
-                            continue;
-                        }
                         let slot = l.cell(layer, seq, pos);
                         let (kb, vb) = (l.k_row_bytes(), l.v_row_bytes());
                         let kd = self.kv.bytes(l.k_at(layer) + slot * kb, kb);
@@ -574,6 +577,7 @@ impl Step<'_> {
                             n,
                             out_rows,
                             n_out,
+                            self.panels(),
                         );
                     }
                     if let Some(b) = bias.map(|b| self.weights[b].f32s()) {
@@ -749,11 +753,6 @@ impl Step<'_> {
             let (t, h) = (item / spec.n_head, item % spec.n_head);
             let (seq, pos) = self.row_pos(t);
             let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
-            if seq == PAD_SEQ {
-                // Attends to nothing: zeros, as over no positions.
-                f(0, h, span, 0..0, (h / group) * hd);
-                continue;
-            }
             let n_kv = pos + 1;
             let first = window.map_or(0, |w| n_kv.saturating_sub(w));
             f(seq, h, span, first..n_kv, (h / group) * hd);

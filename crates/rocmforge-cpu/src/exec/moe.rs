@@ -168,6 +168,7 @@ impl Step<'_> {
                     1,
                     dst.add(p * n_out + rows.start),
                     n_out,
+                    self.panels(),
                 );
                 if let Some(b) = bias {
                     // ggml's add_id: the chosen expert's bias row.
@@ -246,6 +247,7 @@ impl Step<'_> {
                     count,
                     results.add(first * n_out + rows.start),
                     n_out,
+                    self.panels(),
                 );
             }
         }

@@ -57,7 +57,7 @@ mod tests;
 use rocmforge_core::quant::QuantType;
 
 pub use activation::{quantize_activation, quantize_activation_into};
-pub use tile::{matmul_rows_strided, matmul_tile};
+pub use tile::{matmul_rows_strided, matmul_tile, Panels};
 
 pub(crate) use super::isa::{detected_isa, Isa};
 
@@ -114,6 +114,7 @@ pub(crate) fn vec_dot_with(isa: Isa, weight: QuantType, k: usize, w_row: &[u8], 
             act,
             1,
             tile::OutRows::new(out.as_mut_ptr(), 1),
+            tile::Panels::WhenTheyPay,
         )
     };
     out[0]

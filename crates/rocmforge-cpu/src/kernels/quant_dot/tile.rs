@@ -25,6 +25,22 @@ const ROW_BLOCK_BYTES: usize = 128 * 1024;
 /// Tokens from which packing weight rows into panels pays for itself.
 const PANEL_MIN_TOKENS: usize = 4;
 
+/// Whether a call may pack weight rows into panels for its tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Panels {
+    /// From [`PANEL_MIN_TOKENS`] tokens on, for the types that have them:
+    /// the fastest kernels for each token count.
+    WhenTheyPay,
+    /// Never: every token count takes the token-group kernels, whose sums
+    /// for a token do not depend on the other tokens of the call, so a row
+    /// gets the same bits in a call of one token or of many (a batched
+    /// step's sequences, `rocmforge_core::session`). On a few tokens they
+    /// are as fast as the panels (measured: 4-8 token decode steps of
+    /// qwen2-0.5b Q4_0 were faster without them; docs/measurements.md,
+    /// session 25).
+    Never,
+}
+
 /// A group of at most [`TOKENS_PER_CALL`] activation rows, each with its side
 /// information (empty where the kernel needs none).
 pub(super) type TokenGroup<'a> = [(&'a [u8], &'a [f32])];
@@ -92,12 +108,25 @@ pub fn matmul_tile(
     );
     let out = OutRows::new(out.as_mut_ptr(), width);
     // SAFETY: `out` was checked to hold n_tokens rows of `width` floats.
-    unsafe { tile_with(detected_isa(), weight, k, w, rows, acts, n_tokens, out) };
+    unsafe {
+        tile_with(
+            detected_isa(),
+            weight,
+            k,
+            w,
+            rows,
+            acts,
+            n_tokens,
+            out,
+            Panels::WhenTheyPay,
+        )
+    };
 }
 
 /// [`matmul_tile`] writing token `t`'s results at `out + t * out_stride`:
 /// straight into a row-major tensor of `out_stride` columns, where several
-/// threads fill disjoint column ranges at once.
+/// threads fill disjoint column ranges at once; `panels` says whether it
+/// may take the panel kernels.
 ///
 /// # Safety
 /// `out + t * out_stride .. + rows.len()` must be valid for writes, and
@@ -115,6 +144,7 @@ pub unsafe fn matmul_rows_strided(
     n_tokens: usize,
     out: *mut f32,
     out_stride: usize,
+    panels: Panels,
 ) {
     check_inputs(weight, k, w, &rows, acts, n_tokens);
     assert!(
@@ -126,7 +156,19 @@ pub unsafe fn matmul_rows_strided(
     // SAFETY: the lengths were checked above, and every output row `t <
     // n_tokens` is valid for `rows.len()` writes by this call alone (this
     // fn's contract), which is the room `tile_with` needs.
-    unsafe { tile_with(detected_isa(), weight, k, w, rows, acts, n_tokens, out) };
+    unsafe {
+        tile_with(
+            detected_isa(),
+            weight,
+            k,
+            w,
+            rows,
+            acts,
+            n_tokens,
+            out,
+            panels,
+        )
+    };
 }
 
 fn check_inputs(
@@ -205,8 +247,10 @@ pub(super) unsafe fn tile_with(
     acts: &[u8],
     n_tokens: usize,
     out: OutRows,
+    panels: Panels,
 ) {
     let width = rows.len();
+    let panels = panels == Panels::WhenTheyPay;
     if k == 0 || width == 0 {
         for t in 0..n_tokens {
             // SAFETY: `out` has room for `n_tokens` rows of `width` (this
@@ -233,7 +277,7 @@ pub(super) unsafe fn tile_with(
             }
         }
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx2 && t_end - t0 >= PANEL_MIN_TOKENS {
+        if panels && isa == Isa::Avx2 && t_end - t0 >= PANEL_MIN_TOKENS {
             use super::avx2_panel_kquant::rows_times_tokens as panels;
             use super::{avx2_panel_q4k::Q4K, avx2_panel_q6k::Q6K};
             let run = match weight {
@@ -252,7 +296,7 @@ pub(super) unsafe fn tile_with(
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(kind) = super::avx2_panel::kind_of(weight)
-            .filter(|_| isa == Isa::Avx2 && t_end - t0 >= PANEL_MIN_TOKENS)
+            .filter(|_| panels && isa == Isa::Avx2 && t_end - t0 >= PANEL_MIN_TOKENS)
         {
             // SAFETY: AVX2/FMA/F16C detected; lengths checked by the entry
             // points, side filled for every token of the chunk, and `out` has
