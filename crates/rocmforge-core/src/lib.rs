@@ -10,6 +10,7 @@ pub mod chat;
 pub mod expert_offload;
 pub mod gguf;
 pub mod gpu;
+pub mod grammar;
 pub mod graph;
 pub mod model;
 pub mod perplexity;

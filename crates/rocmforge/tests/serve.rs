@@ -706,6 +706,146 @@ fn concurrent_requests_share_steps() {
     assert_eq!(metric(&s, "rocmforge_requests_running"), 0);
 }
 
+/// `response_format` json_schema: 100 replies sampled at temperature 1
+/// (eight clients at once) are JSON that the schema accepts, whole and
+/// streamed; json_object replies are objects; llama-server's GBNF
+/// `grammar` is followed; a schema or grammar that cannot be compiled is
+/// a 400 in OpenAI's shape, naming the field.
+#[test]
+fn structured_output_follows_its_schema_or_grammar() {
+    let s = Server::start(&["-np", "8", "-c", "4096"]);
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 10},
+            "age": {"type": "integer", "minimum": 0, "maximum": 130},
+            "pet": {"enum": ["cat", "dog", "none"]},
+        },
+        "required": ["name", "age", "pet"],
+        "additionalProperties": false,
+    });
+    let format = json!({"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": true}});
+    let valid = |text: &str| {
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        let o = v
+            .as_object()
+            .unwrap_or_else(|| panic!("not an object: {text}"));
+        assert_eq!(o.len(), 3, "{text}");
+        assert!(
+            o["name"].as_str().is_some_and(|n| n.chars().count() <= 10),
+            "{text}"
+        );
+        assert!(o["age"].as_u64().is_some_and(|a| a <= 130), "{text}");
+        assert!(
+            ["cat", "dog", "none"].contains(&o["pet"].as_str().unwrap()),
+            "{text}"
+        );
+    };
+    let handles: Vec<_> = (0..8)
+        .map(|c| {
+            let (base, format) = (s.base.clone(), format.clone());
+            std::thread::spawn(move || {
+                (0..13)
+                    .map(|r| {
+                        let body = chat_body(
+                            &format!("Describe person {c}-{r}."),
+                            json!({"temperature": 1.0, "seed": c * 100 + r, "max_tokens": 200, "response_format": format}),
+                        );
+                        let (status, text) = send(
+                            agent().post(&format!("{base}/v1/chat/completions")),
+                            Some(&body.to_string()),
+                        );
+                        assert_eq!(status, 200, "{text}");
+                        let v: Value = serde_json::from_str(&text).unwrap();
+                        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+                        v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let replies: Vec<String> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    assert!(replies.len() >= 100);
+    for r in &replies {
+        valid(r);
+    }
+    // Greedy, whole and streamed.
+    let body = chat_body(
+        "Who?",
+        json!({"max_tokens": 200, "response_format": format}),
+    );
+    let whole = post_json(&s, "/v1/chat/completions", &body);
+    let text = whole["choices"][0]["message"]["content"].as_str().unwrap();
+    valid(text);
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (stream_text, _, _) = chat_stream_text(&stream(&s, "/v1/chat/completions", &streamed));
+    assert_eq!(stream_text, text);
+    // Any JSON object.
+    let object = post_json(
+        &s,
+        "/v1/chat/completions",
+        &chat_body(
+            "Anything.",
+            json!({"max_tokens": 60, "response_format": {"type": "json_object"}}),
+        ),
+    );
+    let text = object["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with('{'), "{text}");
+    if object["choices"][0]["finish_reason"] == "stop" {
+        assert!(
+            serde_json::from_str::<Value>(text).unwrap().is_object(),
+            "{text}"
+        );
+    }
+    // llama-server's GBNF grammar, on a completion.
+    let answer = post_json(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "Is it?", "max_tokens": 10, "grammar": "root ::= (\"yes\" | \"no\") \".\""}),
+    );
+    let text = answer["choices"][0]["text"].as_str().unwrap();
+    assert!(text == "yes." || text == "no.", "{text:?}");
+    // What cannot be compiled.
+    for (body, param) in [
+        (
+            chat_body(
+                "x",
+                json!({"response_format": {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "no-such-type"}}}}),
+            ),
+            "response_format",
+        ),
+        (
+            chat_body("x", json!({"response_format": {"type": "yaml"}})),
+            "response_format",
+        ),
+        (
+            chat_body("x", json!({"response_format": {"type": "json_schema"}})),
+            "response_format",
+        ),
+        (
+            chat_body("x", json!({"grammar": "root ::= [a-z"})),
+            "grammar",
+        ),
+    ] {
+        let (code, text) = post(&s, "/v1/chat/completions", &body.to_string());
+        let e = assert_error(code, &text, 400);
+        assert_eq!(e["param"], param, "{text}");
+        assert_eq!(e["type"], "invalid_request_error", "{text}");
+    }
+    // And a bad schema on a stream is refused before the stream starts.
+    let mut bad = chat_body(
+        "x",
+        json!({"response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": {"type": "no-such-type"}}}}),
+    );
+    bad["stream"] = json!(true);
+    let (code, text) = post(&s, "/v1/chat/completions", &bad.to_string());
+    assert_error(code, &text, 400);
+}
+
 /// Every interface and no key: the server says so once.
 #[test]
 fn an_open_server_warns() {

@@ -249,6 +249,7 @@ impl Load {
             metrics,
             special_in_content: self.special_in_content,
             step_tokens: self.batch_size,
+            grammars: None,
         })
     }
 }

@@ -62,6 +62,11 @@ pub struct Sampling {
     /// llama-server's: `false` evaluates the whole prompt again instead of
     /// reusing a slot's cached prefix.
     pub cache_prompt: Option<bool>,
+    /// OpenAI's structured output: `{"type": "text" | "json_object" |
+    /// "json_schema", "json_schema": {"name", "schema", "strict"}}`.
+    pub response_format: Option<serde_json::Value>,
+    /// llama-server's: a GBNF grammar the reply follows.
+    pub grammar: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -30,7 +30,7 @@ use super::openai::{
     ChunkChoice, Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Content,
     Delta, FinishReason, ModelEntry, ModelList, Prompt, Sampling, TokenLogprob, Usage,
 };
-use super::worker::{Event, Generation, Input, Job};
+use super::worker::{Event, Generation, Input, Job, OutputFormat};
 
 /// Request bodies above this are refused with 413: a chat that fills any
 /// context this server runs is far smaller, and an unbounded body is memory
@@ -462,13 +462,54 @@ fn generation(
     let max_tokens = s
         .max_tokens
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let format = output_format(s.response_format.as_ref(), s.grammar)?;
     Ok(Generation {
         sampler,
         max_tokens,
         stops: s.stop.map(|s| s.into_vec()).unwrap_or_default(),
         top_logprobs,
         cache_prompt: s.cache_prompt.unwrap_or(true),
+        format,
     })
+}
+
+/// `response_format` and `grammar` checked for shape; the schema or
+/// grammar itself is compiled by the worker, which refuses a bad one.
+fn output_format(
+    response_format: Option<&serde_json::Value>,
+    grammar: Option<String>,
+) -> Result<Option<OutputFormat>, ApiError> {
+    let bad = |m: String| ApiError::invalid(m, Some("response_format"));
+    let format = match response_format {
+        None => None,
+        Some(f) => match f.get("type").and_then(|t| t.as_str()) {
+            Some("text") => None,
+            Some("json_object") => Some(OutputFormat::JsonObject),
+            Some("json_schema") => {
+                let schema = f
+                    .get("json_schema")
+                    .and_then(|j| j.get("schema"))
+                    .ok_or_else(|| {
+                        bad("response_format json_schema needs json_schema.schema".into())
+                    })?;
+                Some(OutputFormat::JsonSchema(schema.clone()))
+            }
+            Some(other) => {
+                return Err(bad(format!(
+                    "response_format type '{other}' is not one of text, json_object, json_schema"
+                )))
+            }
+            None => return Err(bad("response_format needs a type".into())),
+        },
+    };
+    match (format, grammar) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "give response_format or grammar, not both",
+            Some("grammar"),
+        )),
+        (f, None) => Ok(f),
+        (None, Some(g)) => Ok(Some(OutputFormat::Gbnf(g))),
+    }
 }
 
 /// A seed that differs between requests, as OpenAI's are without `seed`.

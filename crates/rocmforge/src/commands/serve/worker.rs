@@ -28,6 +28,7 @@ use std::sync::Arc;
 use rocmforge_core::chat::{
     message_prompt_tokens, prompt_tokens, ChatTemplate, Message, RenderOptions, StopStrings,
 };
+use rocmforge_core::grammar::{Constraint, Grammars};
 use rocmforge_core::sampler::{Sampler, SamplerConfig};
 use rocmforge_core::session::{SeqTokens, Session};
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
@@ -56,6 +57,17 @@ pub struct Generation {
     pub top_logprobs: Option<usize>,
     /// Reuse a slot's cached prefix (llama-server's `cache_prompt`).
     pub cache_prompt: bool,
+    /// What the reply must be (constrained decoding); `None`: free text.
+    pub format: Option<OutputFormat>,
+}
+
+/// A reply's required form: `response_format` or `grammar`.
+#[derive(Debug, Clone)]
+pub enum OutputFormat {
+    JsonObject,
+    JsonSchema(serde_json::Value),
+    /// llama.cpp's GBNF.
+    Gbnf(String),
 }
 
 pub struct Job {
@@ -113,6 +125,9 @@ pub struct Worker {
     /// Tokens one step evaluates at most (prompt chunks beside the
     /// streams' next tokens).
     pub step_tokens: usize,
+    /// The vocabulary as the grammar engine sees it, built on the first
+    /// request that asks for a format.
+    pub grammars: Option<Grammars>,
 }
 
 /// One sequence of the session.
@@ -139,6 +154,9 @@ struct Stream {
     next: Option<u32>,
     /// Order of arrival: prompts are read first come, first served.
     order: u64,
+    /// The reply's grammar, and the logits it masks.
+    constraint: Option<Constraint>,
+    masked: Vec<f32>,
 }
 
 /// What became of a stream after its logits were sampled.
@@ -146,6 +164,8 @@ enum Outcome {
     Going,
     Finished(FinishReason),
     Left,
+    /// The stream's grammar failed (its event is sent).
+    Failed,
 }
 
 impl Worker {
@@ -244,6 +264,14 @@ impl Worker {
                 return;
             }
         };
+        let constraint = match g.format.as_ref().map(|f| self.constraint(f)) {
+            None => None,
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                let _ = events.send(Event::Rejected(e));
+                return;
+            }
+        };
         if events
             .send(Event::Started {
                 prompt_tokens: prompt.len(),
@@ -294,7 +322,30 @@ impl Worker {
             generated: 0,
             next: None,
             order,
+            constraint,
+            masked: Vec::new(),
         });
+    }
+
+    /// The grammar `format` asks for, or the 400 that names what is wrong
+    /// with it.
+    fn constraint(&mut self, format: &OutputFormat) -> Result<Constraint, ApiError> {
+        if self.grammars.is_none() {
+            let g = Grammars::new(&self.tok).map_err(|e| ApiError::invalid(e.to_string(), None))?;
+            self.grammars = Some(g);
+        }
+        let g = self.grammars.as_ref().expect("built above");
+        let (c, param) = match format {
+            OutputFormat::JsonObject => (g.json_object(), "response_format"),
+            OutputFormat::JsonSchema(schema) => (g.json_schema(schema), "response_format"),
+            OutputFormat::Gbnf(src) => (g.gbnf(src), "grammar"),
+        };
+        c.map_err(|e| {
+            // llguidance's reasons can run over lines.
+            let first = e.to_string();
+            let first = first.lines().next().unwrap_or("").to_string();
+            ApiError::invalid(format!("{param}: {first}"), Some(param))
+        })
     }
 
     /// One step: every generating slot's next token and prompt chunks of
@@ -368,6 +419,10 @@ impl Worker {
                     Metrics::add(&self.metrics.cancelled_requests, 1);
                     Metrics::sub(&self.metrics.running, 1);
                 }
+                Outcome::Failed => {
+                    slot.stream = None;
+                    Metrics::sub(&self.metrics.running, 1);
+                }
             }
         }
         Ok(())
@@ -380,7 +435,23 @@ impl Worker {
         if st.g.max_tokens.is_some_and(|n| st.generated >= n) {
             return Outcome::Finished(FinishReason::Length);
         }
-        let id = st.sampler.sample(logits);
+        let id = match st.constraint.as_mut() {
+            None => st.sampler.sample(logits),
+            Some(c) => {
+                st.masked.clear();
+                st.masked.extend_from_slice(logits);
+                let sampled = c
+                    .mask(&mut st.masked)
+                    .map(|()| st.sampler.sample(&st.masked));
+                match sampled.and_then(|id| c.accept(id).map(|()| id)) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        let _ = st.events.send(Event::Failed(e.to_string()));
+                        return Outcome::Failed;
+                    }
+                }
+            }
+        };
         st.sampler.accept(id);
         st.generated += 1;
         Metrics::add(&self.metrics.generated_tokens, 1);
