@@ -61,12 +61,13 @@ def environment():
     return env
 
 
-def render(env, case, conversations):
+def render(env, case, conversations, spec_tools):
     source = (HERE / case["template"]).read_text(encoding="utf-8")
     variables = {
         "messages": conversations[case["conversation"]],
-        # transformers passes these even when the caller has none.
-        "tools": None,
+        # transformers passes these even when the caller has none; a case
+        # with "tools": true gets the spec's tools list.
+        "tools": spec_tools if case.get("tools") else None,
         "documents": None,
         "add_generation_prompt": case.get("add_generation_prompt", True),
         "bos_token": case["bos"],
@@ -86,7 +87,7 @@ def main():
     env = environment()
     for case in spec["cases"]:
         try:
-            text, ext = render(env, case, spec["conversations"]), "txt"
+            text, ext = render(env, case, spec["conversations"], spec["tools"]), "txt"
         except RaisedException as e:
             text, ext = str(e), "error"
         (out_dir / f"{case['name']}.{ext}").write_bytes(text.encode("utf-8"))

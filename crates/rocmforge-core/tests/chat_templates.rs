@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rocmforge_core::chat::{
     content_spans, message_prompt_tokens, prompt_tokens, CachedText, ChatTemplate, Clock, Feed,
-    Message, RenderOptions, TemplateError,
+    Message, RenderOptions, TemplateError, ToolCall,
 };
 use rocmforge_core::gguf::GgufFile;
 use rocmforge_core::tokenizer::Tokenizer;
@@ -32,7 +32,23 @@ fn messages(conversation: &Json) -> Vec<Message> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .map(|m| {
+            let mut message =
+                Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap());
+            if let Some(calls) = m["tool_calls"].as_array() {
+                message.tool_calls = calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        id: c["id"].as_str().unwrap().into(),
+                        name: c["function"]["name"].as_str().unwrap().into(),
+                        arguments: c["function"]["arguments"].to_string(),
+                    })
+                    .collect();
+            }
+            message.tool_call_id = m["tool_call_id"].as_str().map(Into::into);
+            message.name = m["name"].as_str().map(Into::into);
+            message
+        })
         .collect()
 }
 
@@ -67,6 +83,10 @@ fn every_case_matches_jinja2() {
             bos_token: case["bos"].as_str().unwrap().into(),
             eos_token: case["eos"].as_str().unwrap().into(),
             enable_thinking: case.get("enable_thinking").map(|v| v.as_bool().unwrap()),
+            tools: case
+                .get("tools")
+                .filter(|t| t.as_bool() == Some(true))
+                .map(|_| spec["tools"].to_string()),
         };
         let conversation = &spec["conversations"][case["conversation"].as_str().unwrap()];
         let ours = template.render(&messages(conversation), &opts);

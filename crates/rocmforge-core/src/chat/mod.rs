@@ -11,6 +11,8 @@
 //!   already holds, so a turn evaluates only its new tokens.
 //! - [`content_spans`]: the messages' contents kept as plain text when the
 //!   rendering is tokenized, so a user cannot write a turn marker.
+//! - [`tools`]: function calls in the family's own format, found in a
+//!   reply, and the grammar of a reply that must be one.
 //!
 //! The command line's `chat` and a server share these.
 
@@ -19,10 +21,13 @@ pub mod content_spans;
 pub mod stop;
 pub mod template;
 mod tojson;
+pub mod tools;
 
 pub use cached_text::{prompt_tokens, prompt_tokens_with_plain, CachedText, Feed};
 pub use content_spans::{content_spans, message_prompt_tokens, plain_ranges, ControlTextError};
 pub use stop::{StopStep, StopStrings};
 pub use template::{
-    ChatTemplate, Clock, Message, RenderOptions, TemplateError, TemplateOrigin, CHAT_TEMPLATE_KEY,
+    ChatTemplate, Clock, Message, RenderOptions, TemplateError, TemplateOrigin, ToolCall,
+    CHAT_TEMPLATE_KEY,
 };
+pub use tools::ToolFormat;

@@ -53,6 +53,21 @@ pub struct Message {
     /// `tool`).
     pub role: String,
     pub content: String,
+    /// An assistant turn's function calls (OpenAI's `tool_calls`).
+    pub tool_calls: Vec<ToolCall>,
+    /// A `tool` turn's answer to this call (`tool_call_id`).
+    pub tool_call_id: Option<String>,
+    /// A `tool` turn's function name, where the client gives it.
+    pub name: Option<String>,
+}
+
+/// One function call of an assistant turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text (an object).
+    pub arguments: String,
 }
 
 impl Message {
@@ -60,6 +75,9 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
         }
     }
 }
@@ -78,6 +96,9 @@ pub struct RenderOptions {
     /// `None` leaves the variable undefined, which such templates read as
     /// their default.
     pub enable_thinking: Option<bool>,
+    /// The functions the model may call, as the JSON text of OpenAI's
+    /// `tools` list; `None`: the template's `tools` is none.
+    pub tools: Option<String>,
 }
 
 /// Where a template came from.
@@ -120,15 +141,45 @@ struct MessageValue(Message);
 
 impl Object for MessageValue {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let m = &self.0;
         match key.as_str()? {
-            "role" => Some(Value::from(self.0.role.as_str())),
-            "content" => Some(Value::from(self.0.content.as_str())),
+            "role" => Some(Value::from(m.role.as_str())),
+            "content" => Some(Value::from(m.content.as_str())),
+            // As transformers' callers pass them: OpenAI's shape, the
+            // arguments an object (llama.cpp parses them too).
+            "tool_calls" if !m.tool_calls.is_empty() => Some(Value::from(
+                m.tool_calls
+                    .iter()
+                    .map(|c| {
+                        let arguments: serde_json::Value = serde_json::from_str(&c.arguments)
+                            .unwrap_or(serde_json::Value::String(c.arguments.clone()));
+                        json_value(&serde_json::json!({
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": arguments},
+                        }))
+                    })
+                    .collect::<Vec<_>>(),
+            )),
+            "tool_call_id" => m.tool_call_id.as_deref().map(Value::from),
+            "name" => m.name.as_deref().map(Value::from),
             _ => None,
         }
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Str(&["role", "content"])
+        let m = &self.0;
+        let mut keys = vec!["role", "content"];
+        if !m.tool_calls.is_empty() {
+            keys.push("tool_calls");
+        }
+        if m.tool_call_id.is_some() {
+            keys.push("tool_call_id");
+        }
+        if m.name.is_some() {
+            keys.push("name");
+        }
+        Enumerator::Values(keys.into_iter().map(Value::from).collect())
     }
 }
 
@@ -142,6 +193,7 @@ struct RaisedByTemplate(String);
 pub struct ChatTemplate {
     env: Environment<'static>,
     origin: TemplateOrigin,
+    tool_format: Option<super::tools::ToolFormat>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -185,6 +237,11 @@ impl ChatTemplate {
         self.origin
     }
 
+    /// The format the template writes function calls in, if any.
+    pub fn tool_format(&self) -> Option<super::tools::ToolFormat> {
+        self.tool_format
+    }
+
     /// Makes `strftime_now` read `clock` (the local time by default).
     pub fn with_clock(mut self, clock: Clock) -> ChatTemplate {
         self.env.add_function("strftime_now", move |format: &str| {
@@ -214,7 +271,13 @@ impl ChatTemplate {
         );
         env.add_template_owned(NAME, source.to_owned())
             .map_err(TemplateError::Syntax)?;
-        Ok(ChatTemplate { env, origin }.with_clock(Clock::Local))
+        let tool_format = super::tools::ToolFormat::of_template(source);
+        Ok(ChatTemplate {
+            env,
+            origin,
+            tool_format,
+        }
+        .with_clock(Clock::Local))
     }
 
     /// The prompt text for `messages`.
@@ -236,7 +299,7 @@ impl ChatTemplate {
             ("bos_token", Value::from(opts.bos_token.as_str())),
             ("eos_token", Value::from(opts.eos_token.as_str())),
             // transformers passes both, as none when the caller has none.
-            ("tools", Value::from(())),
+            ("tools", tools_value(opts.tools.as_deref())),
             ("documents", Value::from(())),
         ]);
         if let Some(on) = opts.enable_thinking {
@@ -252,6 +315,30 @@ impl ChatTemplate {
                 Some(message) => TemplateError::Raised { message },
                 None => TemplateError::Render(e),
             })
+    }
+}
+
+/// The template's `tools`: the list the caller gave (JSON text), or none.
+fn tools_value(tools: Option<&str>) -> Value {
+    tools
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+        .map_or(Value::from(()), |t| json_value(&t))
+}
+
+/// A JSON value as a template value, object keys in their order.
+fn json_value(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::from(()),
+        J::Bool(b) => Value::from(*b),
+        J::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Value::from(i),
+            (None, Some(u)) => Value::from(u),
+            _ => Value::from(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::from(s.as_str()),
+        J::Array(a) => Value::from(a.iter().map(json_value).collect::<Vec<_>>()),
+        J::Object(o) => Value::from_pairs(o.iter().map(|(k, v)| (k.as_str(), json_value(v)))),
     }
 }
 

@@ -107,6 +107,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 bos_token: token_text(&tok, tok.bos()),
                 eos_token: token_text(&tok, tok.eos()),
                 enable_thinking: a.no_think.then_some(false),
+                tools: None,
             };
             let mut chat = Chat {
                 session,

@@ -13,6 +13,7 @@ mod limits;
 mod metrics;
 mod openai;
 mod routes;
+mod tools;
 mod worker;
 
 use std::path::{Path, PathBuf};
@@ -119,6 +120,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 let info = ModelInfo {
                     n_ctx: worker.session.n_ctx(),
                     slots: worker.session.n_seq(),
+                    tool_format: worker.template.tool_format(),
                 };
                 let _ = ready.send(Ok(info));
                 worker.serve(queue);
@@ -141,6 +143,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         next_id: AtomicU64::new(1),
         limits: limits.clone(),
         body_budget: Default::default(),
+        tool_format: info.tool_format,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -240,6 +243,7 @@ impl Load {
             bos_token: token_text(&tok, tok.bos()),
             eos_token: token_text(&tok, tok.eos()),
             enable_thinking: None,
+            tools: None,
         };
         Ok(Worker {
             session,

@@ -44,6 +44,30 @@ pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<Content>,
+    /// An assistant turn's calls, sent back with the conversation.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<InToolCall>>,
+    /// A `tool` turn: the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// A call in a request's assistant turn.
+#[derive(Debug, Deserialize)]
+pub struct InToolCall {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub function: InFunction,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct InFunction {
+    pub name: String,
+    /// JSON text (OpenAI's), or an object (some clients').
+    #[serde(default)]
+    pub arguments: Option<serde_json::Value>,
 }
 
 /// The sampling fields both endpoints share.
@@ -77,6 +101,12 @@ pub struct ChatRequest {
     #[serde(default)]
     pub logprobs: bool,
     pub top_logprobs: Option<u64>,
+    /// Functions the model may call (`{"type": "function", "function":
+    /// {"name", "description", "parameters"}}`).
+    pub tools: Option<Vec<serde_json::Value>>,
+    /// `auto`, `none`, `required` or `{"type": "function", "function":
+    /// {"name": ...}}`.
+    pub tool_choice: Option<serde_json::Value>,
     #[serde(flatten)]
     pub sampling: Sampling,
 }
@@ -106,6 +136,9 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens`, or the context filled up.
     Length,
+    /// The reply is function calls.
+    #[serde(rename = "tool_calls")]
+    ToolCalls,
 }
 
 #[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
@@ -160,7 +193,10 @@ pub struct ChatLogprobs {
 #[derive(Debug, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    /// Null when the reply is only calls, as OpenAI's.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<super::tools::ApiToolCall>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -187,6 +223,8 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<super::tools::ApiToolCall>>,
 }
 
 #[derive(Debug, Serialize)]

@@ -15,7 +15,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use rocmforge_core::chat::Message;
+use rocmforge_core::chat::{Message, ToolCall};
 use rocmforge_core::sampler::SamplerConfig;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
@@ -30,6 +30,7 @@ use super::openai::{
     ChunkChoice, Completion, CompletionChoice, CompletionLogprobs, CompletionRequest, Content,
     Delta, FinishReason, ModelEntry, ModelList, Prompt, Sampling, TokenLogprob, Usage,
 };
+use super::tools::{api_calls, tool_request};
 use super::worker::{Event, Generation, Input, Job, OutputFormat};
 
 /// Request bodies above this are refused with 413: a chat that fills any
@@ -60,6 +61,8 @@ pub struct AppState {
     pub limits: Limits,
     /// Request bodies being read, against `limits.max_buffered`.
     pub body_budget: Arc<BodyBudget>,
+    /// How the chat template writes function calls, if it does.
+    pub tool_format: Option<rocmforge_core::chat::ToolFormat>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -217,7 +220,25 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
                     text
                 }
             };
-            Ok(Message::new(m.role, content))
+            let mut message = Message::new(m.role, content);
+            message.tool_calls = m
+                .tool_calls
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| ToolCall {
+                    id: c.id.unwrap_or_else(|| format!("call_{i}")),
+                    name: c.function.name,
+                    arguments: match c.function.arguments {
+                        None => "{}".into(),
+                        Some(serde_json::Value::String(s)) => s,
+                        Some(v) => v.to_string(),
+                    },
+                })
+                .collect();
+            message.tool_call_id = m.tool_call_id;
+            message.name = m.name;
+            Ok(message)
         })
         .collect::<Result<Vec<_>, _>>()?;
     if messages.is_empty() {
@@ -229,8 +250,20 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let mut sampling = req.sampling;
     sampling.max_tokens = sampling.max_tokens.or(req.max_completion_tokens);
     let stream = sampling.stream;
-    let generation = generation(st, sampling, top_logprobs)?;
-    let mut events = submit(st, Input::Chat(messages), generation)?;
+    let tools = tool_request(req.tools, req.tool_choice.as_ref(), st.tool_format)?;
+    let mut generation = generation(st, sampling, top_logprobs)?;
+    if let Some(grammar) = tools.as_ref().and_then(|t| t.grammar.clone()) {
+        if generation.format.is_some() {
+            return Err(ApiError::invalid(
+                "a required tool call cannot also follow response_format or grammar",
+                Some("tool_choice"),
+            ));
+        }
+        generation.format = Some(OutputFormat::Lark(grammar));
+    }
+    let parse = tools.as_ref().and_then(|t| t.parse);
+    let rendered_tools = tools.map(|t| t.rendered);
+    let mut events = submit(st, Input::Chat(messages, rendered_tools), generation)?;
     let prompt_tokens = started(&mut events).await?;
     let id = format!("chatcmpl-{}", st.next_id.fetch_add(1, Ordering::Relaxed));
     let created = now();
@@ -259,16 +292,64 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
             Delta {
                 role: Some("assistant"),
                 content: Some(String::new()),
+                tool_calls: None,
             },
             None,
             None,
             None,
         );
+        if let Some(format) = parse {
+            // A reply that may hold calls is read whole, then sent as its
+            // text and its calls.
+            let reply = collect(&mut events, prompt_tokens).await;
+            let chunks = match reply {
+                Err(e) => vec![sse_json(&e.body())],
+                Ok(reply) => {
+                    let parsed = format.parse(&reply.text);
+                    let mut out = Vec::new();
+                    if !parsed.content.is_empty() {
+                        out.push(chunk(
+                            Delta {
+                                content: Some(parsed.content),
+                                ..Delta::default()
+                            },
+                            None,
+                            None,
+                            None,
+                        ));
+                    }
+                    let finish = if parsed.calls.is_empty() {
+                        reply.finish_reason
+                    } else {
+                        out.push(chunk(
+                            Delta {
+                                tool_calls: Some(api_calls(&parsed.calls, true)),
+                                ..Delta::default()
+                            },
+                            None,
+                            None,
+                            None,
+                        ));
+                        FinishReason::ToolCalls
+                    };
+                    out.push(chunk(
+                        Delta::default(),
+                        None,
+                        Some(finish),
+                        Some(reply.usage),
+                    ));
+                    out
+                }
+            };
+            return Ok(sse(tokio_stream::iter(
+                std::iter::once(first).chain(chunks),
+            )));
+        }
         let rest = UnboundedReceiverStream::new(events).map(move |ev| match ev {
             Event::Token { text, logprob } => chunk(
                 Delta {
-                    role: None,
                     content: Some(text),
+                    ..Delta::default()
                 },
                 logprob.map(|lp| ChatLogprobs { content: vec![lp] }),
                 None,
@@ -299,6 +380,14 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let logprobs = top_logprobs.map(|_| ChatLogprobs {
         content: reply.logprobs,
     });
+    let (content, tool_calls, finish_reason) = match parse.map(|f| f.parse(&reply.text)) {
+        Some(p) if !p.calls.is_empty() => (
+            (!p.content.is_empty()).then_some(p.content),
+            Some(api_calls(&p.calls, false)),
+            FinishReason::ToolCalls,
+        ),
+        _ => (Some(reply.text), None, reply.finish_reason),
+    };
     Ok(Json(ChatCompletion {
         id,
         object: "chat.completion",
@@ -308,10 +397,11 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
             index: 0,
             message: AssistantMessage {
                 role: "assistant",
-                content: reply.text,
+                content,
+                tool_calls,
             },
             logprobs,
-            finish_reason: reply.finish_reason,
+            finish_reason,
         }],
         usage: reply.usage,
     })

@@ -40,8 +40,9 @@ use super::openai::{FinishReason, TokenLogprob, TopLogprob};
 
 /// What to evaluate.
 pub enum Input {
-    /// Rendered with the model's chat template, generation prompt added.
-    Chat(Vec<Message>),
+    /// Rendered with the model's chat template, generation prompt added,
+    /// with the tools (OpenAI's list as JSON text) where there are any.
+    Chat(Vec<Message>, Option<String>),
     /// Tokenized as is (special-token text parsed, BOS as the model wants).
     Text(String),
 }
@@ -68,6 +69,8 @@ pub enum OutputFormat {
     JsonSchema(serde_json::Value),
     /// llama.cpp's GBNF.
     Gbnf(String),
+    /// llguidance's Lark (a function call a reply must be).
+    Lark(String),
 }
 
 pub struct Job {
@@ -110,6 +113,8 @@ pub struct ModelInfo {
     /// Context of one slot.
     pub n_ctx: usize,
     pub slots: usize,
+    /// How the chat template writes function calls, if it does.
+    pub tool_format: Option<rocmforge_core::chat::ToolFormat>,
 }
 
 /// Everything the worker thread owns.
@@ -339,6 +344,7 @@ impl Worker {
             OutputFormat::JsonObject => (g.json_object(), "response_format"),
             OutputFormat::JsonSchema(schema) => (g.json_schema(schema), "response_format"),
             OutputFormat::Gbnf(src) => (g.gbnf(src), "grammar"),
+            OutputFormat::Lark(src) => (g.lark(src), "tool_choice"),
         };
         c.map_err(|e| {
             // llguidance's reasons can run over lines.
@@ -521,15 +527,19 @@ impl Worker {
 
     fn prompt(&self, input: &Input) -> Result<Vec<u32>, ApiError> {
         match input {
-            Input::Chat(messages) => {
-                let rendered = self.template.render(messages, &self.render).map_err(|e| {
+            Input::Chat(messages, tools) => {
+                let opts = RenderOptions {
+                    tools: tools.clone(),
+                    ..self.render.clone()
+                };
+                let rendered = self.template.render(messages, &opts).map_err(|e| {
                     ApiError::invalid(format!("chat template: {e}"), Some("messages"))
                 })?;
                 if self.special_in_content {
                     return Ok(prompt_tokens(&self.tok, &rendered));
                 }
                 // What a client wrote stays text: no turn markers from it.
-                let (tok, template, opts) = (&self.tok, &self.template, &self.render);
+                let (tok, template, opts) = (&self.tok, &self.template, &opts);
                 message_prompt_tokens(tok, template, messages, opts, &rendered)
                     .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))
             }

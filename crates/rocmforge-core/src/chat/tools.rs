@@ -1,0 +1,275 @@
+//! Function calls in a model's own format: found in a reply, and the
+//! grammar that makes a reply one (OpenAI's `tool_choice: required` or a
+//! named function).
+//!
+//! Each family writes calls its own way, as its chat template shows (the
+//! format is read off the template's text):
+//! - Hermes / Qwen 2.5 and 3: `<tool_call>\n{"name": ..., "arguments":
+//!   {...}}\n</tool_call>`, one block per call;
+//! - Llama 3.1 and 3.2: the reply is one JSON object `{"name": ...,
+//!   "parameters": {...}}`;
+//! - Mistral (Nemo, Small): `[TOOL_CALLS][{"name": ..., "arguments":
+//!   {...}}, ...]`.
+//!
+//! A call found is given an id (`call` and five digits: Mistral's
+//! templates take nine letters and digits only), its arguments kept as
+//! JSON text, as OpenAI's `tool_calls` carry them.
+
+use serde_json::{json, Value};
+
+use super::template::ToolCall;
+
+/// How a family's replies call functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    Hermes,
+    Llama3,
+    Mistral,
+}
+
+/// A reply split into its text and its calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub content: String,
+    pub calls: Vec<ToolCall>,
+}
+
+impl ToolFormat {
+    /// The format a chat template's text writes calls in; `None` for a
+    /// template that renders no calls.
+    pub fn of_template(source: &str) -> Option<ToolFormat> {
+        if source.contains("<tool_call>") {
+            Some(ToolFormat::Hermes)
+        } else if source.contains("[TOOL_CALLS]") {
+            Some(ToolFormat::Mistral)
+        } else if source.contains("<|python_tag|>") || source.contains("\"parameters\": ") {
+            Some(ToolFormat::Llama3)
+        } else {
+            None
+        }
+    }
+
+    /// The calls in `text` and what is left of it; text that is no call
+    /// of this format stays content.
+    pub fn parse(self, text: &str) -> Reply {
+        let mut calls = Vec::new();
+        let content = match self {
+            ToolFormat::Hermes => {
+                let mut rest = String::new();
+                let mut s = text;
+                while let Some(start) = s.find("<tool_call>") {
+                    let body = &s[start + "<tool_call>".len()..];
+                    let Some(end) = body.find("</tool_call>") else {
+                        break;
+                    };
+                    match call_of(body[..end].trim(), "arguments") {
+                        Some(c) => {
+                            rest.push_str(&s[..start]);
+                            calls.push(c);
+                        }
+                        None => rest.push_str(
+                            &s[..start + "<tool_call>".len() + end + "</tool_call>".len()],
+                        ),
+                    }
+                    s = &body[end + "</tool_call>".len()..];
+                }
+                rest.push_str(s);
+                rest
+            }
+            ToolFormat::Llama3 => {
+                let t = text.trim().trim_start_matches("<|python_tag|>");
+                match call_of(t, "parameters").or_else(|| call_of(t, "arguments")) {
+                    Some(c) => {
+                        calls.push(c);
+                        String::new()
+                    }
+                    None => text.to_string(),
+                }
+            }
+            ToolFormat::Mistral => match text.find("[TOOL_CALLS]") {
+                Some(at) => {
+                    let list = text[at + "[TOOL_CALLS]".len()..].trim();
+                    let found: Option<Vec<ToolCall>> = serde_json::from_str::<Vec<Value>>(list)
+                        .ok()
+                        .and_then(|items| {
+                            items
+                                .iter()
+                                .map(|v| call_of(&v.to_string(), "arguments"))
+                                .collect()
+                        });
+                    match found {
+                        Some(c) => {
+                            calls = c;
+                            text[..at].to_string()
+                        }
+                        None => text.to_string(),
+                    }
+                }
+                None => text.to_string(),
+            },
+        };
+        // Nine letters and digits: Mistral's templates refuse other ids.
+        for (i, c) in calls.iter_mut().enumerate() {
+            c.id = format!("call{i:05}");
+        }
+        Reply {
+            content: content.trim().to_string(),
+            calls,
+        }
+    }
+
+    /// A Lark grammar (llguidance's) of replies that are one call of one
+    /// of `functions` (OpenAI `tools` entries' `function` objects: `name`,
+    /// `parameters`).
+    pub fn call_grammar(self, functions: &[Value]) -> Result<String, String> {
+        let args_key = match self {
+            ToolFormat::Llama3 => "parameters",
+            ToolFormat::Hermes | ToolFormat::Mistral => "arguments",
+        };
+        let one_of: Vec<Value> = functions
+            .iter()
+            .map(|f| {
+                let name = f
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or("a function needs a name")?;
+                let params = f
+                    .get("parameters")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object"}));
+                Ok(json!({
+                    "type": "object",
+                    "properties": {"name": {"const": name}, args_key: params},
+                    "required": ["name", args_key],
+                    "additionalProperties": false,
+                }))
+            })
+            .collect::<Result<_, String>>()?;
+        if one_of.is_empty() {
+            return Err("no function to call".into());
+        }
+        let call = json!({
+            "anyOf": one_of,
+            "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
+        });
+        Ok(match self {
+            ToolFormat::Hermes => {
+                format!("start: \"<tool_call>\\n\" %json {call} \"\\n</tool_call>\"")
+            }
+            ToolFormat::Llama3 => format!("start: %json {call}"),
+            ToolFormat::Mistral => {
+                let list = json!({
+                    "type": "array", "items": {"anyOf": call["anyOf"]}, "minItems": 1, "maxItems": 1,
+                    "x-guidance": call["x-guidance"],
+                });
+                format!("start: \"[TOOL_CALLS]\" %json {list}")
+            }
+        })
+    }
+}
+
+/// `{"name": ..., "<args_key>": {...}}` as a call.
+fn call_of(text: &str, args_key: &str) -> Option<ToolCall> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let name = v.get("name")?.as_str()?.to_string();
+    let args = v.get(args_key).cloned().unwrap_or_else(|| json!({}));
+    let arguments = match args {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    Some(ToolCall {
+        id: String::new(),
+        name,
+        arguments,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
+    #[test]
+    fn formats_are_read_off_templates() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/chat-templates/"
+        );
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
+        assert_eq!(
+            ToolFormat::of_template(&read("qwen3.jinja")),
+            Some(ToolFormat::Hermes)
+        );
+        assert_eq!(
+            ToolFormat::of_template(&read("qwen2.5.jinja")),
+            Some(ToolFormat::Hermes)
+        );
+        assert_eq!(
+            ToolFormat::of_template(&read("llama3.1.jinja")),
+            Some(ToolFormat::Llama3)
+        );
+        assert_eq!(
+            ToolFormat::of_template(&read("mistral-nemo.jinja")),
+            Some(ToolFormat::Mistral)
+        );
+        assert_eq!(ToolFormat::of_template(&read("gemma3.jinja")), None);
+    }
+
+    #[test]
+    fn calls_are_found_and_the_rest_is_content() {
+        let r = ToolFormat::Hermes.parse(
+            "Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"time\", \"arguments\": {}}\n</tool_call>",
+        );
+        assert_eq!(r.content, "Let me look.");
+        assert_eq!(
+            r.calls,
+            [
+                call("call00000", "weather", r#"{"city":"Oslo"}"#),
+                call("call00001", "time", "{}")
+            ]
+        );
+        // Not JSON: left as text.
+        let r = ToolFormat::Hermes.parse("<tool_call>oops</tool_call> hi");
+        assert_eq!(
+            (r.content.as_str(), r.calls.len()),
+            ("<tool_call>oops</tool_call> hi", 0)
+        );
+        let r = ToolFormat::Llama3
+            .parse("{\"name\": \"weather\", \"parameters\": {\"city\": \"Oslo\"}}");
+        assert_eq!(
+            r.calls,
+            [call("call00000", "weather", r#"{"city":"Oslo"}"#)]
+        );
+        assert_eq!(ToolFormat::Llama3.parse("Hello there").calls, []);
+        let r =
+            ToolFormat::Mistral.parse("[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}]");
+        assert_eq!(r.calls, [call("call00000", "a", r#"{"x":1}"#)]);
+    }
+
+    #[test]
+    fn call_grammars_name_every_function() {
+        let f = [
+            json!({"name": "weather", "parameters": {"type": "object"}}),
+            json!({"name": "time"}),
+        ];
+        let g = ToolFormat::Hermes.call_grammar(&f).unwrap();
+        assert!(g.starts_with("start: \"<tool_call>\\n\" %json {"), "{g}");
+        assert!(
+            g.contains("\"const\":\"weather\"") && g.contains("\"const\":\"time\""),
+            "{g}"
+        );
+        assert!(ToolFormat::Mistral
+            .call_grammar(&f)
+            .unwrap()
+            .contains("[TOOL_CALLS]"));
+        assert!(ToolFormat::Llama3.call_grammar(&[json!({})]).is_err());
+        assert!(ToolFormat::Llama3.call_grammar(&[]).is_err());
+    }
+}
