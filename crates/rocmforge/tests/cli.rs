@@ -567,3 +567,62 @@ fn cache_types_take_llama_cpp_flags() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("(K q8_0, V q4_0)"), "{err}");
 }
+
+/// `--json-schema` and `--grammar` (llama-cli's) constrain the completion;
+/// a schema or grammar that cannot be compiled is one line and a non-zero
+/// exit, before anything is generated.
+#[test]
+fn grammars_and_schemas_constrain_the_completion() {
+    let gguf = fixture("tiny-qwen3-Q8_0.gguf");
+    let gen = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "-m",
+            gguf.to_str().unwrap(),
+            "-p",
+            "Data:",
+            "-n",
+            "120",
+            "--temp",
+            "0.8",
+            "-s",
+            "3",
+            "--backend",
+            "cpu",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let schema = r#"{"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}}, "required": ["n", "ok"], "additionalProperties": false}"#;
+    let o = gen(&["--json-schema", schema]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&common::stdout(&o)).unwrap();
+    assert_eq!(v["stop_reason"], "end of generation", "{v}");
+    let reply: serde_json::Value = serde_json::from_str(v["text"].as_str().unwrap()).unwrap();
+    assert!(reply["n"].as_u64().is_some_and(|n| n <= 99), "{reply}");
+    assert!(reply["ok"].is_boolean(), "{reply}");
+    let o = gen(&["--grammar", r#"root ::= ("yes" | "no") "!""#]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&common::stdout(&o)).unwrap();
+    let text = v["text"].as_str().unwrap();
+    assert!(text == "yes!" || text == "no!", "{text:?}");
+    for (bad, needle) in [
+        (
+            &["--json-schema", "{not json"][..],
+            "--json-schema is not JSON",
+        ),
+        (
+            &["--json-schema", r#"{"type": "no-such-type"}"#],
+            "--json-schema:",
+        ),
+        (
+            &["--grammar", "root ::= [a-z"],
+            "--grammar: a character class",
+        ),
+        (&["--grammar-file", "/nonexistent/grammar.gbnf"], "grammar"),
+    ] {
+        let o = gen(bad);
+        assert_one_line_error(&o, 1, needle);
+    }
+}

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use rocmforge::registry::{self, BackendOptions};
 use rocmforge_core::backend::Backend;
+use rocmforge_core::grammar::{Constraint, Grammars};
 use rocmforge_core::model::Model;
 use rocmforge_core::sampler::Sampler;
 use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
@@ -85,6 +86,15 @@ pub struct Args {
     /// --n-cpu-moe, for mixture-of-experts models larger than the card).
     #[arg(long, value_name = "N", default_value_t = 0)]
     n_cpu_moe: usize,
+    /// A GBNF grammar (llama.cpp's) the completion follows.
+    #[arg(long, value_name = "GBNF", conflicts_with_all = ["grammar_file", "json_schema"])]
+    grammar: Option<String>,
+    /// A file holding a GBNF grammar the completion follows.
+    #[arg(long, value_name = "PATH", conflicts_with = "json_schema")]
+    grammar_file: Option<PathBuf>,
+    /// A JSON schema the completion is a value of (llama-cli's -j).
+    #[arg(long, short = 'j', value_name = "SCHEMA")]
+    json_schema: Option<String>,
 }
 
 /// How a generation ended, for the exit code.
@@ -159,6 +169,8 @@ struct Run<'s> {
 struct Input {
     model: Arc<Model>,
     tok: Tokenizer,
+    /// The grammar the completion follows (`--grammar`, `--json-schema`).
+    constraint: Option<Constraint>,
     /// The prompt as given, echoed before the completion.
     text: String,
     prompt: Vec<u32>,
@@ -178,6 +190,34 @@ fn prompt_text(a: &Args) -> Result<String, CliError> {
     }
 }
 
+/// The grammar `--grammar`, `--grammar-file` or `--json-schema` gives, if
+/// any, compiled for this vocabulary.
+fn constraint(a: &Args, tok: &Tokenizer) -> Result<Option<Constraint>, CliError> {
+    let (flag, compiled) = match (&a.grammar, &a.grammar_file, &a.json_schema) {
+        (None, None, None) => return Ok(None),
+        (Some(g), _, _) => ("--grammar", Grammars::new(tok).and_then(|gs| gs.gbnf(g))),
+        (_, Some(path), _) => {
+            let g = read_text(path, "the grammar")?;
+            (
+                "--grammar-file",
+                Grammars::new(tok).and_then(|gs| gs.gbnf(&g)),
+            )
+        }
+        (_, _, Some(schema)) => {
+            let schema: serde_json::Value = serde_json::from_str(schema)
+                .map_err(|e| format!("--json-schema is not JSON: {e}"))?;
+            (
+                "--json-schema",
+                Grammars::new(tok).and_then(|gs| gs.json_schema(&schema)),
+            )
+        }
+    };
+    compiled.map(Some).map_err(|e| {
+        let reason = e.to_string();
+        format!("{flag}: {}", reason.lines().next().unwrap_or("")).into()
+    })
+}
+
 /// The model path, which clap requires unless --list-devices is given.
 fn model_path(path: &Option<PathBuf>) -> Result<&PathBuf, CliError> {
     path.as_ref()
@@ -191,6 +231,7 @@ fn read_input(a: &Args) -> Result<Input, CliError> {
     let t_load = Instant::now();
     let model = Arc::new(Model::load(path).map_err(|e| format!("{}: {e}", path.display()))?);
     let tok = Tokenizer::from_gguf(&model.file)?;
+    let constraint = constraint(a, &tok)?;
     let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
     let prompt = tok.encode(&text, tok.add_bos_default() && !a.no_bos, true);
     if prompt.is_empty() {
@@ -209,6 +250,7 @@ fn read_input(a: &Args) -> Result<Input, CliError> {
     Ok(Input {
         model,
         tok,
+        constraint,
         text,
         prompt,
         n_ctx,
@@ -260,6 +302,7 @@ fn generate(
     let Input {
         model,
         tok,
+        mut constraint,
         text,
         prompt,
         n_ctx,
@@ -333,7 +376,15 @@ fn generate(
             stop_reason = "interrupted";
             break;
         }
-        let id = sampler.sample(&logits);
+        let id = match constraint.as_mut() {
+            None => sampler.sample(&logits),
+            Some(c) => {
+                c.mask(&mut logits).map_err(|e| e.to_string())?;
+                let id = sampler.sample(&logits);
+                c.accept(id).map_err(|e| e.to_string())?;
+                id
+            }
+        };
         sampler.accept(id);
         tokens.push(id);
         match &mut sink {
