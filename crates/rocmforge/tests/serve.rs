@@ -1085,31 +1085,9 @@ fn openai_required() -> bool {
 #[test]
 fn official_openai_client_streams_a_chat() {
     let s = Server::start(&[]);
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/server/openai_stream.py");
-    let out = match std::process::Command::new("python3")
-        .arg(&script)
-        .args([&s.base, MODEL_ID])
-        .output()
-    {
-        Ok(out) => out,
-        Err(e) => {
-            assert!(!openai_required(), "python3 cannot run: {e}");
-            eprintln!("skipped: python3 cannot run: {e}");
-            return;
-        }
-    };
-    let err = String::from_utf8_lossy(&out.stderr);
-    if out.status.code() == Some(3) {
-        assert!(
-            !openai_required(),
-            "the openai package is not installed (CI or ROCMFORGE_REQUIRE_OPENAI=1): {err}"
-        );
-        eprintln!("skipped: the openai Python package is not installed");
+    let Some(got) = openai_script(&s, "openai_stream.py") else {
         return;
-    }
-    assert!(out.status.success(), "openai client failed: {err}");
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    };
     let whole = post_json(
         &s,
         "/v1/chat/completions",
