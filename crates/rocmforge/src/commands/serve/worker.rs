@@ -556,8 +556,9 @@ impl Worker {
         }
         if prompt.len() >= n_ctx {
             return Err(ApiError::context_overflow(format!(
-                "The prompt is {} tokens, and this server's context is {n_ctx} tokens a slot (it must leave room for one generated token)",
-                prompt.len()
+                "The prompt is {} tokens, and this server's context is {n_ctx} tokens a slot (it must leave room for one generated token; the server's -c is split over its {} slots)",
+                prompt.len(),
+                self.session.n_seq()
             )));
         }
         if let Some(n) = max_tokens {
@@ -565,8 +566,9 @@ impl Worker {
             // usize::MAX.
             if n > n_ctx - prompt.len() {
                 return Err(ApiError::context_overflow(format!(
-                    "The prompt ({} tokens) plus max_tokens ({n}) exceeds this server's context of {n_ctx} tokens a slot",
-                    prompt.len()
+                    "The prompt ({} tokens) plus max_tokens ({n}) exceeds this server's context of {n_ctx} tokens a slot (its -c split over {} slots)",
+                    prompt.len(),
+                    self.session.n_seq()
                 )));
             }
         }
