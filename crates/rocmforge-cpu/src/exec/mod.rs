@@ -616,13 +616,30 @@ impl Step<'_> {
             unsafe { self.attention_typed(m, layer, (q, out), window, sinks) };
             return;
         }
-        // A batched step (several sequences) walks every (token, head) on
-        // its own, whatever else the step holds: a row's arithmetic is then
-        // the same in a step of one row or of many, so a sequence served
-        // beside others gets exactly the tokens it gets alone.
+        // A batched step (several sequences) takes each row on its own, as
+        // a one-token step would (split over the cache where its view is
+        // long, else a walk of its heads), whatever else the step holds: a
+        // row's arithmetic is then the same in a step of one row or of
+        // many, so a sequence served beside others gets exactly the tokens
+        // it gets alone. The choice depends only on the row, so every
+        // member makes the same one (and meets the same barriers).
         if self.graph.batched {
-            // SAFETY: this fn's contract.
-            unsafe { self.attention_heads(m, layer, (q, out), sinks, window) };
+            for t in 0..n {
+                let n_kv = self.row_pos(t).1 + 1;
+                match attention::KvSplit::new(n_kv, l.capacity(layer), m.nth) {
+                    // SAFETY: this fn's contract; the barrier after it
+                    // ends every member's reads of the others' partials
+                    // before the next row writes its own.
+                    Some(split) => unsafe {
+                        self.attention_split(m, barrier, layer, (q, out), window, sinks, split, t);
+                        barrier.wait();
+                    },
+                    // SAFETY: this fn's contract.
+                    None => unsafe {
+                        self.attention_heads(m, layer, (q, out), sinks, window, t..t + 1)
+                    },
+                }
+            }
             return;
         }
         // One token over a long view: ggml's split-KV path. The choice
@@ -633,7 +650,7 @@ impl Step<'_> {
             if let Some(split) = attention::KvSplit::new(n_kv, l.capacity(layer), m.nth) {
                 // SAFETY: this fn's contract.
                 unsafe {
-                    self.attention_split(m, barrier, layer, (q, out), window, sinks, split);
+                    self.attention_split(m, barrier, layer, (q, out), window, sinks, split, 0);
                 }
                 return;
             }
@@ -644,10 +661,11 @@ impl Step<'_> {
             return;
         }
         // SAFETY: this fn's contract.
-        unsafe { self.attention_heads(m, layer, (q, out), sinks, window) };
+        unsafe { self.attention_heads(m, layer, (q, out), sinks, window, 0..n) };
     }
 
-    /// The f16 cache's per-(token, head) walk (`attention::attend_head`).
+    /// The f16 cache's per-(token, head) walk (`attention::attend_head`)
+    /// of the step's rows `rows`.
     ///
     /// # Safety
     /// As for `run_op`.
@@ -658,10 +676,10 @@ impl Step<'_> {
         (q, out): (TensorId, TensorId),
         sinks: Option<&[f32]>,
         window: Option<usize>,
+        rows: std::ops::Range<usize>,
     ) {
         let spec = &self.graph.attention;
         let hd = spec.head_dim;
-        let n = self.graph.tensor(q).rows;
         // SAFETY: this op writes none of the cache or `q`; the scratch is
         // this member's, 64-byte aligned and sized for the scores (see
         // `ScratchLayout`); item `(t, h)` of `out` is written by the one
@@ -669,7 +687,7 @@ impl Step<'_> {
         unsafe {
             let qs = self.input(q);
             let scores = self.thread_scratch(m);
-            self.head_items(m, n, window, |seq, h, span, positions, offset| {
+            self.head_items(m, rows, window, |seq, h, span, positions, offset| {
                 let blocks = self.layer_cache(layer, seq);
                 let kv = attention::KvHead { offset, ..blocks };
                 attention::attend_head(
@@ -710,7 +728,7 @@ impl Step<'_> {
         unsafe {
             let (kb, vb) = (l.k_seq_bytes(layer), l.v_seq_bytes(layer));
             let qs = self.input(q);
-            self.head_items(m, n, window, |seq, h, span, positions, offset| {
+            self.head_items(m, 0..n, window, |seq, h, span, positions, offset| {
                 let kv = attention::TypedKvHead {
                     k: self.kv.bytes_ref(l.k_at(layer) + seq * kb, kb),
                     v: self.kv.bytes_ref(l.v_at(layer) + seq * vb, vb),
@@ -733,8 +751,8 @@ impl Step<'_> {
         }
     }
 
-    /// The (token, head) items of an `n`-token step that member `m` takes
-    /// in a per-head walk: `f(the token's sequence, head, its span of q
+    /// The (token, head) items of the step's rows `rows` that member `m`
+    /// takes in a per-head walk: `f(the token's sequence, head, its span of q
     /// and out, the positions it attends to, its KV head's offset in a
     /// cache row)`. Strided, not contiguous: with the causal mask a late
     /// token costs more than an early one, and taking every nth item gives
@@ -742,15 +760,15 @@ impl Step<'_> {
     fn head_items(
         &self,
         m: Member,
-        n: usize,
+        rows: std::ops::Range<usize>,
         window: Option<usize>,
         mut f: impl FnMut(usize, usize, std::ops::Range<usize>, std::ops::Range<usize>, usize),
     ) {
         let spec = &self.graph.attention;
         let hd = spec.head_dim;
         let (q_dim, group) = (spec.n_head * hd, spec.n_head / spec.n_head_kv);
-        for item in (m.ith..n * spec.n_head).step_by(m.nth) {
-            let (t, h) = (item / spec.n_head, item % spec.n_head);
+        for item in (m.ith..rows.len() * spec.n_head).step_by(m.nth) {
+            let (t, h) = (rows.start + item / spec.n_head, item % spec.n_head);
             let (seq, pos) = self.row_pos(t);
             let span = t * q_dim + h * hd..t * q_dim + (h + 1) * hd;
             let n_kv = pos + 1;
@@ -844,7 +862,8 @@ impl Step<'_> {
         }
     }
 
-    /// ggml's split-KV attention of a one-token step: member `i` runs the
+    /// ggml's split-KV attention of row `t` (a one-token step's, or one row
+    /// of a batched step): member `i` runs the
     /// online softmax of every head over chunks `i`, `i + nth`, ... of the
     /// cache's cells (all query heads of a KV head together, see
     /// `attention::attend_cells`), leaving each head's partial result for
@@ -863,6 +882,7 @@ impl Step<'_> {
         window: Option<usize>,
         sinks: Option<&[f32]>,
         split: attention::KvSplit,
+        t: usize,
     ) {
         let spec = &self.graph.attention;
         let hd = spec.head_dim;
@@ -870,7 +890,8 @@ impl Step<'_> {
         let ring = l.capacity(layer);
         let plen = attention::partial_len(hd);
         let slot = spec.n_head * plen;
-        let (seq, pos) = self.row_pos(0);
+        let q_row = t * spec.n_head * hd;
+        let (seq, pos) = self.row_pos(t);
         let n_kv = pos + 1;
         let first = window.map_or(0, |w| n_kv.saturating_sub(w));
         let visible = attention::rows_of(first..n_kv, ring);
@@ -892,7 +913,7 @@ impl Step<'_> {
                 let cells = split.cells(c);
                 let rows = visible.clone().map(|r| attention::clip(&r, &cells));
                 attention::attend_cells(
-                    &qs[..spec.n_head * hd],
+                    &qs[q_row..q_row + spec.n_head * hd],
                     &kv,
                     spec.n_head_kv,
                     &rows,
@@ -922,7 +943,10 @@ impl Step<'_> {
                             plen,
                         )
                     });
-                attention::merge_partials(parts, self.output(out, h * hd..(h + 1) * hd));
+                attention::merge_partials(
+                    parts,
+                    self.output(out, q_row + h * hd..q_row + (h + 1) * hd),
+                );
             }
         }
     }
