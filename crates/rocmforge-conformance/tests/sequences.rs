@@ -290,3 +290,31 @@ fn a_batch_is_checked_before_anything_runs() {
         );
     }
 }
+
+/// A sequence cut back keeps its first positions, unless a sliding-window
+/// layer's ring no longer holds the positions the next token reaches back
+/// to: then it starts over (tiny-gemma3: a window of 8, rings of 8 + 16 - 1
+/// positions).
+#[test]
+fn a_cut_that_a_ring_cannot_serve_starts_over() {
+    for backend in backends_under_test() {
+        let _device = device_lock();
+        if create(backend).max_sequences() < 2 {
+            eprintln!("conformance: {backend} runs one sequence a step, left out");
+            continue;
+        }
+        let model = generated_model("tiny-gemma3", QuantType::Q4_0);
+        let mut s = session(&model, backend, options(2, KvTypes::default()));
+        let tokens = random_tokens(60, model.config.n_vocab, 5);
+        s.eval_batch(&[SeqTokens {
+            seq: 1,
+            tokens: &tokens,
+        }])
+        .unwrap();
+        // 10 positions back: within the ring's 23 - 8 = 15 spare ones.
+        assert_eq!(s.truncate_seq(1, 50), 50, "{backend}");
+        // 50 - 20 = 30 back: past the ring's 23 - 8 spare positions.
+        assert_eq!(s.truncate_seq(1, 20), 0, "{backend}");
+        assert_eq!(s.seq_n_past(1), 0, "{backend}");
+    }
+}

@@ -164,6 +164,8 @@ pub struct Session {
     /// Planned graphs by tokens per step; recorded on first use.
     graphs: HashMap<usize, StepGraph>,
     opts: SessionOptions,
+    /// The cache's layout, as the backend allocated it.
+    kv: KvLayout,
     /// Positions in the cache, per sequence.
     n_past: Vec<usize>,
     logits: Vec<f32>,
@@ -277,6 +279,7 @@ impl Session {
             backend,
             graphs,
             opts,
+            kv,
             n_past: vec![0; opts.n_seq],
             logits: Vec::new(),
         };
@@ -319,25 +322,23 @@ impl Session {
     /// cutting back further than the ring still holds forgets the whole
     /// sequence, as llama.cpp does. Returns the positions kept.
     pub fn truncate_seq(&mut self, seq: usize, keep: usize) -> usize {
-        let Some(n) = self.n_past.get_mut(seq) else {
+        let Some(&n) = self.n_past.get(seq) else {
             return 0;
         };
-        let keep = keep.min(*n);
-        let cfg = &self.model.config;
-        if let Some(window) = cfg
-            .sliding_window
-            .filter(|_| cfg.local_layers.contains(&true))
-        {
-            // The ring holds `window + n_batch - 1` positions: those from
-            // `keep - window` on must still be there.
-            let ring = window.saturating_add(self.opts.n_batch - 1);
-            if *n > keep && *n - keep > ring.saturating_sub(window) && keep > 0 {
-                *n = 0;
-                return 0;
-            }
-        }
-        *n = keep;
-        keep
+        let keep = keep.min(n);
+        // Each ring layer holds its last `capacity` positions: the cut's
+        // next token reaches back `window - 1` from `keep`, all of which
+        // must still be there.
+        let kv = &self.kv;
+        let lost = self.model.config.sliding_window.is_some_and(|window| {
+            (0..kv.n_layer).any(|l| {
+                let cap = kv.capacity(l);
+                cap < kv.n_ctx && keep > 0 && n - keep > cap.saturating_sub(window)
+            })
+        });
+        let kept = if lost { 0 } else { keep };
+        self.n_past[seq] = kept;
+        kept
     }
 
     /// Graphs recorded so far (at most ⌊log2(n_batch)⌋ + 2).
@@ -374,20 +375,8 @@ impl Session {
             return self.eval_batch(&[SeqTokens { seq: 0, tokens }]);
         }
         let all_logits = self.opts.all_logits;
-        if tokens.is_empty() {
-            return Err(SessionError::EmptyPrompt);
-        }
-        let needed = self.n_past[0] + tokens.len();
-        if needed > self.opts.n_ctx {
-            return Err(SessionError::ContextFull {
-                needed,
-                n_ctx: self.opts.n_ctx,
-            });
-        }
+        self.check_append(0, tokens)?;
         let n_vocab = self.model.config.n_vocab;
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(SessionError::TokenOutOfRange { id, n_vocab });
-        }
         let mut out = std::mem::take(&mut self.logits);
         out.clear();
         let mut start = 0;
@@ -423,20 +412,11 @@ impl Session {
     /// token, one row of `n_vocab` per item in the items' order. Every
     /// item needs tokens, and a sequence may appear once per batch.
     pub fn eval_batch(&mut self, batch: &[SeqTokens]) -> Result<&[f32], SessionError> {
-        if self.opts.n_seq == 1 {
-            return match batch {
-                [item] if item.seq == 0 => self.eval(item.tokens),
-                [] => Err(SessionError::EmptyPrompt),
-                _ => {
-                    let seq = batch.iter().map(|i| i.seq).find(|&s| s != 0).unwrap_or(0);
-                    match seq {
-                        0 => Err(SessionError::RepeatedSequence(0)),
-                        _ => Err(SessionError::NoSuchSequence { seq, n_seq: 1 }),
-                    }
-                }
-            };
-        }
         self.check_batch(batch)?;
+        if self.opts.n_seq == 1 {
+            // Checked: one item, of sequence 0.
+            return self.eval(batch[0].tokens);
+        }
         let n_vocab = self.model.config.n_vocab;
         // The rows in item order, each item's tokens together; the last
         // row of each item is one whose logits come back.
@@ -496,13 +476,32 @@ impl Session {
         Ok(&self.logits)
     }
 
+    /// The checks of appending `tokens` to sequence `seq`: some tokens,
+    /// room for them in its context, ids in the vocabulary.
+    fn check_append(&self, seq: usize, tokens: &[u32]) -> Result<(), SessionError> {
+        if tokens.is_empty() {
+            return Err(SessionError::EmptyPrompt);
+        }
+        let needed = self.n_past[seq] + tokens.len();
+        if needed > self.opts.n_ctx {
+            return Err(SessionError::ContextFull {
+                needed,
+                n_ctx: self.opts.n_ctx,
+            });
+        }
+        let n_vocab = self.model.config.n_vocab;
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(SessionError::TokenOutOfRange { id, n_vocab });
+        }
+        Ok(())
+    }
+
     /// A batch's checks, before anything runs: sequences that exist, once
     /// each, with tokens that fit their context and the vocabulary.
     fn check_batch(&self, batch: &[SeqTokens]) -> Result<(), SessionError> {
-        if batch.is_empty() || batch.iter().any(|i| i.tokens.is_empty()) {
+        if batch.is_empty() {
             return Err(SessionError::EmptyPrompt);
         }
-        let n_vocab = self.model.config.n_vocab;
         let mut seen = vec![false; self.opts.n_seq];
         for item in batch {
             let n_seq = self.opts.n_seq;
@@ -513,16 +512,7 @@ impl Session {
             if std::mem::replace(slot, true) {
                 return Err(SessionError::RepeatedSequence(item.seq));
             }
-            let needed = self.n_past[item.seq] + item.tokens.len();
-            if needed > self.opts.n_ctx {
-                return Err(SessionError::ContextFull {
-                    needed,
-                    n_ctx: self.opts.n_ctx,
-                });
-            }
-            if let Some(&id) = item.tokens.iter().find(|&&t| t as usize >= n_vocab) {
-                return Err(SessionError::TokenOutOfRange { id, n_vocab });
-            }
+            self.check_append(item.seq, item.tokens)?;
         }
         Ok(())
     }

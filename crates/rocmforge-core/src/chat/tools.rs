@@ -150,7 +150,7 @@ impl ToolFormat {
         }
         let call = json!({
             "anyOf": one_of,
-            "x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "},
+            "x-guidance": crate::grammar::openai_json_layout(),
         });
         Ok(match self {
             ToolFormat::Hermes => {

@@ -38,6 +38,17 @@ pub enum GrammarError {
     Failed(String),
 }
 
+/// llguidance's JSON options for OpenAI's layout (`", "` and `": "`, no
+/// other whitespace: left free, a sampler can pad a reply with whitespace
+/// for ever), as a schema's `x-guidance`.
+pub fn openai_json_layout() -> serde_json::Value {
+    serde_json::json!({
+        "whitespace_flexible": false,
+        "item_separator": ", ",
+        "key_separator": ": ",
+    })
+}
+
 /// The vocabulary as llguidance sees it, built once per tokenizer.
 pub struct Grammars {
     factory: Arc<ParserFactory>,
@@ -102,10 +113,9 @@ impl Grammars {
     }
 
     /// Replies that are one JSON value matching `schema` (OpenAI's
-    /// `response_format: json_schema`), laid out as OpenAI's are (`", "`
-    /// and `": "`, no other whitespace: left free, a sampler can pad a
-    /// reply with whitespace for ever). A schema's own `x-guidance`
-    /// options (llguidance's) win.
+    /// `response_format: json_schema`), laid out as OpenAI's are
+    /// ([`openai_json_layout`]). A schema's own `x-guidance` options
+    /// (llguidance's) win.
     pub fn json_schema(&self, schema: &serde_json::Value) -> Result<Constraint, GrammarError> {
         let mut schema = schema.clone();
         let Some(fields) = schema.as_object_mut() else {
@@ -113,13 +123,9 @@ impl Grammars {
                 "a JSON schema is an object, not {schema}"
             )));
         };
-        fields.entry("x-guidance").or_insert_with(|| {
-            serde_json::json!({
-                "whitespace_flexible": false,
-                "item_separator": ", ",
-                "key_separator": ": ",
-            })
-        });
+        fields
+            .entry("x-guidance")
+            .or_insert_with(openai_json_layout);
         self.constraint(TopLevelGrammar::from_json_schema(schema))
     }
 

@@ -199,12 +199,6 @@ impl KvLayout {
         self.capacity[layer]
     }
 
-    /// The row of layer `l`'s block that holds position `pos` (of
-    /// sequence 0).
-    pub fn slot(&self, layer: usize, pos: usize) -> usize {
-        pos % self.capacity[layer]
-    }
-
     /// The row of layer `l`'s block that holds position `pos` of sequence
     /// `seq`.
     pub fn cell(&self, layer: usize, seq: usize, pos: usize) -> usize {
@@ -316,7 +310,7 @@ mod tests {
         assert_eq!(l.k_at(2), l.v_at(1) + 1000 * 64);
         assert_eq!(l.bytes(), 2 * (11 + 1000 + 11) * 64);
         assert_eq!(l.bytes_u128(), l.bytes() as u128);
-        assert_eq!((l.slot(0, 23), l.slot(1, 23)), (1, 23));
+        assert_eq!((l.cell(0, 0, 23), l.cell(1, 0, 23)), (1, 23));
     }
 
     #[test]
@@ -363,7 +357,7 @@ mod tests {
         assert_eq!(three.bytes(), 3 * one.bytes());
         // Sequence 2's position 12 of the ring layer: row 2 * 11 + 1.
         assert_eq!((three.cell(0, 2, 12), three.cell(1, 2, 12)), (23, 212));
-        assert_eq!(three.cell(1, 0, 5), one.slot(1, 5));
+        assert_eq!(three.cell(1, 0, 5), one.cell(1, 0, 5));
     }
 
     #[test]

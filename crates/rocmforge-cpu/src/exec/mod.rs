@@ -777,24 +777,6 @@ impl Step<'_> {
         }
     }
 
-    /// The tiles of at most `Q_TILE` rows a tiled attention walks: runs of
-    /// consecutive rows of one sequence (the whole step for a step of one
-    /// sequence), cut every `Q_TILE` rows.
-    fn attention_tiles(&self, n: usize) -> Vec<std::ops::Range<usize>> {
-        let mut tiles = Vec::with_capacity(n.div_ceil(attention::Q_TILE));
-        let mut start = 0;
-        while start < n {
-            let seq = self.row_pos(start).0;
-            let mut end = start + 1;
-            while end < n && end - start < attention::Q_TILE && self.row_pos(end).0 == seq {
-                end += 1;
-            }
-            tiles.push(start..end);
-            start = end;
-        }
-        tiles
-    }
-
     /// ggml's tiled attention of a step of at least `Q_TILE` tokens (a
     /// prompt chunk): items are (head, tile of `Q_TILE` tokens), taken
     /// strided so every member gets early and late (cheap and dear) tiles.
@@ -814,7 +796,9 @@ impl Step<'_> {
         let group = spec.n_head / spec.n_head_kv;
         let q_dim = spec.n_head * hd;
         let n = self.graph.tensor(q).rows;
-        let tiles = self.attention_tiles(n);
+        let tiles = n.div_ceil(attention::Q_TILE);
+        // A step of one sequence (batched steps take each row on its own).
+        let past = self.inputs().0;
         // SAFETY: this op writes none of the cache or `q`; the scratch is
         // this member's (see `ScratchLayout`); item `(h, tile)` writes head
         // `h` of the tile's tokens in `out`, and one member takes it (this
@@ -824,15 +808,13 @@ impl Step<'_> {
             let scratch = self.thread_scratch(m);
             let (q_tile, rest) = scratch.split_at_mut(attention::Q_TILE * hd);
             let (o_tile, rest) = rest.split_at_mut(attention::Q_TILE * hd);
-            for item in (m.ith..spec.n_head * tiles.len()).step_by(m.nth) {
+            let blocks = self.layer_cache(layer, 0);
+            for item in (m.ith..spec.n_head * tiles).step_by(m.nth) {
                 let (h, j) = (item % spec.n_head, item / spec.n_head);
-                let tokens = tiles[j].clone();
-                let (seq, first_pos) = self.row_pos(tokens.start);
-                let blocks = self.layer_cache(layer, seq);
-                // A tile's rows are consecutive positions of one sequence.
+                let tokens = j * attention::Q_TILE..((j + 1) * attention::Q_TILE).min(n);
                 let positions: [std::ops::Range<usize>; attention::Q_TILE] =
                     std::array::from_fn(|r| {
-                        let end = first_pos + r + 1;
+                        let end = past + tokens.start + r + 1;
                         window.map_or(0, |w| end.saturating_sub(w))..end
                     });
                 for (r, t) in tokens.clone().enumerate() {

@@ -99,25 +99,24 @@ pub fn matmul_tile(
     n_tokens: usize,
     out: &mut [f32],
 ) {
-    check_inputs(weight, k, w, &rows, acts, n_tokens);
     let width = rows.len();
     assert!(
         n_tokens.checked_mul(width).is_some_and(|n| n <= out.len()),
         "output of {} floats for {n_tokens} x {width}",
         out.len()
     );
-    let out = OutRows::new(out.as_mut_ptr(), width);
-    // SAFETY: `out` was checked to hold n_tokens rows of `width` floats.
+    // SAFETY: `out` was checked to hold n_tokens rows of `width` floats,
+    // each this call's alone (it borrows `out` mutably).
     unsafe {
-        tile_with(
-            detected_isa(),
+        matmul_rows_strided(
             weight,
             k,
             w,
             rows,
             acts,
             n_tokens,
-            out,
+            out.as_mut_ptr(),
+            width,
             Panels::WhenTheyPay,
         )
     };

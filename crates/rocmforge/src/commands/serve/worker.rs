@@ -358,13 +358,11 @@ impl Worker {
     /// the others, evaluated together; then each stream samples.
     fn step(&mut self, slots: &mut [Slot]) -> Result<(), String> {
         let mut budget = self.step_tokens.max(1);
-        // (slot, tokens of its part)
-        let mut parts: Vec<(usize, usize)> = Vec::new();
-        let mut tokens: Vec<Vec<u32>> = Vec::new();
+        // Each part: a slot and the tokens it adds this step.
+        let mut parts: Vec<(usize, Vec<u32>)> = Vec::new();
         for (k, slot) in slots.iter().enumerate() {
             if let Some(t) = slot.stream.as_ref().and_then(|s| s.next) {
-                parts.push((k, 1));
-                tokens.push(vec![t]);
+                parts.push((k, vec![t]));
                 budget = budget.saturating_sub(1);
             }
         }
@@ -377,8 +375,7 @@ impl Worker {
             // Every stream reads at least a token a step: none waits
             // behind a long prompt for its turn.
             let n = (st.prompt.len() - st.fed).min(budget.max(1));
-            parts.push((k, n));
-            tokens.push(st.prompt[st.fed..st.fed + n].to_vec());
+            parts.push((k, st.prompt[st.fed..st.fed + n].to_vec()));
             budget = budget.saturating_sub(n);
         }
         if parts.is_empty() {
@@ -386,39 +383,40 @@ impl Worker {
         }
         let batch: Vec<SeqTokens> = parts
             .iter()
-            .zip(&tokens)
-            .map(|(&(k, _), t)| SeqTokens { seq: k, tokens: t })
+            .map(|(k, t)| SeqTokens { seq: *k, tokens: t })
             .collect();
-        let n_vocab = self.session.model().config.n_vocab;
-        let n_tokens: usize = tokens.iter().map(Vec::len).sum();
+        let n_tokens: usize = parts.iter().map(|(_, t)| t.len()).sum();
         Metrics::add(&self.metrics.steps, 1);
         Metrics::add(&self.metrics.step_tokens, n_tokens as u64);
         Metrics::set(&self.metrics.last_step_tokens, n_tokens as u64);
-        let logits = self
-            .session
-            .eval_batch(&batch)
-            .map_err(|e| e.to_string())?
-            .to_vec();
-        for (i, (&(k, n), t)) in parts.iter().zip(&tokens).enumerate() {
-            let slot = &mut slots[k];
+        let n_vocab = self.session.model().config.n_vocab;
+        let replier = Replier {
+            tok: &self.tok,
+            metrics: &self.metrics,
+            n_ctx: self.session.n_ctx(),
+        };
+        // Sampled where the session left them: no copy of the step's
+        // logits.
+        let logits = self.session.eval_batch(&batch).map_err(|e| e.to_string())?;
+        for (i, (k, t)) in parts.iter().enumerate() {
+            let slot = &mut slots[*k];
             slot.cached.extend_from_slice(t);
             let st = slot
                 .stream
                 .as_mut()
                 .expect("a slot in the batch has a stream");
             if st.next.is_none() {
-                st.fed += n;
+                st.fed += t.len();
                 if st.fed < st.prompt.len() {
                     continue;
                 }
             }
             let row = &logits[i * n_vocab..(i + 1) * n_vocab];
-            let outcome = self.sample(st, row, slot.cached.len());
-            match outcome {
+            match replier.sample(st, row, slot.cached.len()) {
                 Outcome::Going => {}
                 Outcome::Finished(reason) => {
                     let st = slot.stream.take().expect("checked above");
-                    self.finish(st, reason);
+                    replier.finish(st, reason);
                 }
                 Outcome::Left => {
                     slot.stream = None;
@@ -432,97 +430,6 @@ impl Worker {
             }
         }
         Ok(())
-    }
-
-    /// Samples the stream's next token from `logits` and sends its text;
-    /// `in_cache`: positions of the slot's sequence.
-    fn sample(&self, st: &mut Stream, logits: &[f32], in_cache: usize) -> Outcome {
-        st.next = None;
-        if st.g.max_tokens.is_some_and(|n| st.generated >= n) {
-            return Outcome::Finished(FinishReason::Length);
-        }
-        let id = match st.constraint.as_mut() {
-            None => st.sampler.sample(logits),
-            Some(c) => {
-                st.masked.clear();
-                st.masked.extend_from_slice(logits);
-                let sampled = c
-                    .mask(&mut st.masked)
-                    .map(|()| st.sampler.sample(&st.masked));
-                match sampled.and_then(|id| c.accept(id).map(|()| id)) {
-                    Ok(id) => id,
-                    Err(e) => {
-                        let _ = st.events.send(Event::Failed(e.to_string()));
-                        return Outcome::Failed;
-                    }
-                }
-            }
-        };
-        st.sampler.accept(id);
-        st.generated += 1;
-        Metrics::add(&self.metrics.generated_tokens, 1);
-        // As `chat` does: an end-of-generation token ends the reply and is
-        // neither shown nor evaluated.
-        if self.tok.is_eog(id) {
-            return Outcome::Finished(FinishReason::Stop);
-        }
-        let logprob =
-            st.g.top_logprobs
-                .map(|k| token_logprob(&self.tok, logits, id, k));
-        let step = st.stops.push(&st.decoder.push(&self.tok, id));
-        if st
-            .events
-            .send(Event::Token {
-                text: step.text,
-                logprob,
-            })
-            .is_err()
-        {
-            return Outcome::Left;
-        }
-        if step.stopped {
-            return Outcome::Finished(FinishReason::Stop);
-        }
-        // The prompt and the reply fill the context at most, as a
-        // max_tokens of the room left allows: no token is sampled past it.
-        if in_cache + 1 >= self.session.n_ctx() {
-            return Outcome::Finished(FinishReason::Length);
-        }
-        if st.g.max_tokens.is_some_and(|n| st.generated >= n) {
-            return Outcome::Finished(FinishReason::Length);
-        }
-        st.next = Some(id);
-        Outcome::Going
-    }
-
-    /// Sends a finished stream's held-back text and its end.
-    fn finish(&self, mut st: Stream, finish_reason: FinishReason) {
-        Metrics::sub(&self.metrics.running, 1);
-        // An unfinished character, and text held back as a possible stop
-        // string, belong to the reply unless a stop string ended it.
-        let tail = st.stops.push(&st.decoder.finish());
-        let tail = match tail.stopped {
-            true => tail.text,
-            false => tail.text + &st.stops.finish(),
-        };
-        if !tail.is_empty()
-            && st
-                .events
-                .send(Event::Token {
-                    text: tail,
-                    logprob: None,
-                })
-                .is_err()
-        {
-            Metrics::add(&self.metrics.cancelled_requests, 1);
-            return;
-        }
-        let _ = st.events.send(Event::Done {
-            finish_reason,
-            prompt_tokens: st.prompt.len(),
-            cached_tokens: st.cached_tokens,
-            completion_tokens: st.generated,
-        });
     }
 
     fn prompt(&self, input: &Input) -> Result<Vec<u32>, ApiError> {
@@ -573,6 +480,108 @@ impl Worker {
             }
         }
         Ok(())
+    }
+}
+
+/// What a stream's sampling and end need of the worker besides the
+/// session, so a step samples from the logits where the session left them.
+struct Replier<'a> {
+    tok: &'a Tokenizer,
+    metrics: &'a Metrics,
+    /// Positions of a slot.
+    n_ctx: usize,
+}
+
+impl Replier<'_> {
+    /// Samples the stream's next token from `logits` and sends its text;
+    /// `in_cache`: positions of the slot's sequence.
+    fn sample(&self, st: &mut Stream, logits: &[f32], in_cache: usize) -> Outcome {
+        st.next = None;
+        if st.g.max_tokens.is_some_and(|n| st.generated >= n) {
+            return Outcome::Finished(FinishReason::Length);
+        }
+        let id = match st.constraint.as_mut() {
+            None => st.sampler.sample(logits),
+            Some(c) => {
+                st.masked.clear();
+                st.masked.extend_from_slice(logits);
+                let sampled = c
+                    .mask(&mut st.masked)
+                    .map(|()| st.sampler.sample(&st.masked));
+                match sampled.and_then(|id| c.accept(id).map(|()| id)) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        let _ = st.events.send(Event::Failed(e.to_string()));
+                        return Outcome::Failed;
+                    }
+                }
+            }
+        };
+        st.sampler.accept(id);
+        st.generated += 1;
+        Metrics::add(&self.metrics.generated_tokens, 1);
+        // As `chat` does: an end-of-generation token ends the reply and is
+        // neither shown nor evaluated.
+        if self.tok.is_eog(id) {
+            return Outcome::Finished(FinishReason::Stop);
+        }
+        let logprob =
+            st.g.top_logprobs
+                .map(|k| token_logprob(self.tok, logits, id, k));
+        let step = st.stops.push(&st.decoder.push(self.tok, id));
+        if st
+            .events
+            .send(Event::Token {
+                text: step.text,
+                logprob,
+            })
+            .is_err()
+        {
+            return Outcome::Left;
+        }
+        if step.stopped {
+            return Outcome::Finished(FinishReason::Stop);
+        }
+        // The prompt and the reply fill the context at most, as a
+        // max_tokens of the room left allows: no token is sampled past it.
+        if in_cache + 1 >= self.n_ctx {
+            return Outcome::Finished(FinishReason::Length);
+        }
+        if st.g.max_tokens.is_some_and(|n| st.generated >= n) {
+            return Outcome::Finished(FinishReason::Length);
+        }
+        st.next = Some(id);
+        Outcome::Going
+    }
+
+    /// Sends a finished stream's held-back text and its end.
+    fn finish(&self, mut st: Stream, finish_reason: FinishReason) {
+        Metrics::sub(&self.metrics.running, 1);
+        // An unfinished character, and text held back as a possible stop
+        // string, belong to the reply unless a stop string ended it.
+        let tail = st.stops.push(&st.decoder.finish());
+        let tail = match tail.stopped {
+            true => tail.text,
+            false => tail.text + &st.stops.finish(),
+        };
+        if !tail.is_empty()
+            && st
+                .events
+                .send(Event::Token {
+                    text: tail,
+                    logprob: None,
+                })
+                .is_err()
+        {
+            Metrics::add(&self.metrics.cancelled_requests, 1);
+            return;
+        }
+        let _ = st.events.send(Event::Done {
+            finish_reason,
+            prompt_tokens: st.prompt.len(),
+            cached_tokens: st.cached_tokens,
+            completion_tokens: st.generated,
+        });
     }
 }
 
