@@ -380,6 +380,8 @@ fn hip_lowering(compute_units: u32) -> Lowering {
         compute_units,
         // Waves of 32 (RDNA, NVIDIA).
         subgroup_decode: true,
+        split_min: rocmforge_core::gpu::split::SPLIT_MIN_POSITIONS as u32,
+        int_teams: 1,
         matrix_attention: true,
     }
 }

@@ -47,6 +47,23 @@ pub fn open(opts: VulkanOptions, gpu: GpuOptions) -> Result<VulkanBackend, Backe
 /// (`gpu::expert_int_workgroup`).
 pub(crate) const EXPERT_INT_ROWS: u32 = 4;
 
+/// Teams a dense integer mat-vec workgroup of 64 splits into at least:
+/// two teams of 32 invocations, two rows each (the `_teams` variant), so
+/// a workgroup computes 4 rows. On the H200 this was +3% (qwen3-30b-a3b),
+/// +3% (gpt-oss-20b) and +4% (llama2-7b) tg128 over one team of 64
+/// invocations on 2 rows, and 4 teams of 16 lost 2-7%
+/// (docs/measurements.md, session 26).
+pub(crate) const INT_TEAMS: u32 = 2;
+
+/// Fewest positions a run of the split decode attention takes. 32 gives
+/// a short context several runs: at tg128 (spans of 1 to 128 positions)
+/// 4 runs of 32 were +4% (qwen3-30b-a3b), +3% (gpt-oss-20b) and +2%
+/// (llama2-7b) on the H200 over core's 128, whose single run walked up to
+/// 128 positions four groups at a time; 16 was no better
+/// (docs/measurements.md, session 26). Long contexts split as before: their
+/// runs are set by the workgroups that fill the device.
+pub(crate) const SPLIT_MIN: u32 = 32;
+
 /// A recorded part.
 pub struct VulkanPart {
     cb: vk::CommandBuffer,
@@ -187,6 +204,8 @@ impl GpuDevice for VulkanDevice {
             row_teams: true,
             compute_units: self.gpu.props.compute_units,
             subgroup_decode: self.gpu.props.subgroup.size >= 32,
+            split_min: SPLIT_MIN,
+            int_teams: INT_TEAMS,
             matrix_attention: self.pipes.coopmat,
         }
     }

@@ -230,6 +230,8 @@ pub struct Recorder<'a> {
     /// first dispatch and after each one, whose kernel goes to `kernels`.
     stamps: Option<vk::QueryPool>,
     pub kernels: Vec<String>,
+    /// Profile entries keyed by kernel and grid (`profile::by_grid`).
+    by_grid: bool,
 }
 
 impl<'a> Recorder<'a> {
@@ -266,6 +268,7 @@ impl<'a> Recorder<'a> {
             labels: Vec::new(),
             stamps,
             kernels: Vec::new(),
+            by_grid: stamps.is_some() && crate::profile::by_grid(),
         })
     }
 
@@ -324,7 +327,8 @@ impl<'a> Recorder<'a> {
                     stamp,
                 )
             };
-            self.kernels.push(kernel.to_owned());
+            self.kernels
+                .push(crate::profile::entry_name(kernel, groups, self.by_grid));
         }
     }
 

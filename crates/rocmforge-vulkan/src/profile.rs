@@ -24,6 +24,24 @@ pub fn wanted() -> bool {
     std::env::var("ROCMFORGE_VULKAN_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
+/// Whether the profile keeps launches of one kernel apart by their grid
+/// (`ROCMFORGE_VULKAN_PROFILE=groups`): a model's output head and its
+/// attention projections run one mat-vec kernel on grids of very different
+/// sizes, and this tells their times apart.
+pub fn by_grid() -> bool {
+    std::env::var("ROCMFORGE_VULKAN_PROFILE").is_ok_and(|v| v == "groups")
+}
+
+/// The name a dispatch of `kernel` over `groups` workgroups is profiled
+/// under.
+pub fn entry_name(kernel: &str, groups: u32, by_grid: bool) -> String {
+    if by_grid {
+        format!("{kernel} ({groups} groups)")
+    } else {
+        kernel.to_owned()
+    }
+}
+
 /// What a profiled part recorded: its query pool, and the kernel of each
 /// dispatch that has a timestamp after it.
 pub struct PartStamps {
@@ -134,5 +152,11 @@ mod tests {
         assert!(t.contains("| a | 2 | 40.0 | 20.00 | 66.7% |"), "{t}");
         assert!(t.contains("| b | 1 | 20.0 | 20.00 | 33.3% |"), "{t}");
         assert!(table(&stamps, &Totals::default(), 1.0).is_none());
+    }
+
+    #[test]
+    fn launches_of_one_kernel_are_told_apart_by_grid_when_asked() {
+        assert_eq!(entry_name("matvec", 7, false), "matvec");
+        assert_eq!(entry_name("matvec", 7, true), "matvec (7 groups)");
     }
 }

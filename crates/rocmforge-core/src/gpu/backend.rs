@@ -119,6 +119,8 @@ impl<D: GpuDevice> GpuBackend<D> {
             grouped_experts: from_device.grouped_experts && opts.grouped_experts,
             compute_units: opts.compute_units.unwrap_or(from_device.compute_units),
             matrix: matrix_tiles(from_device.matrix, opts.big_tiles),
+            split_min: opts.split_min.unwrap_or(from_device.split_min),
+            int_teams: opts.int_teams.unwrap_or(from_device.int_teams),
             ..from_device
         };
         GpuBackend {

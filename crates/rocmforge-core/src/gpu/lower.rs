@@ -36,7 +36,7 @@ use super::moe::{
     ScratchState,
 };
 use super::push::*;
-use super::split::{attention_splits, partials_bytes, MAX_SPLIT_TOKENS, SPLIT_MIN_POSITIONS};
+use super::split::{attention_splits, partials_bytes, MAX_SPLIT_TOKENS};
 use super::{groups_for, weight_suffix, KernelSink, Lowering};
 
 /// The form in which the scratch holds a tensor, for ops that can reuse it.
@@ -683,7 +683,13 @@ pub fn record_graph(
                 let ring = l.capacity(layer);
                 let attended = window.map_or(ring, |w| w.min(ring));
                 let n_split = if staged || quantized_runs {
-                    attention_splits(graph.n_tokens, s.n_head, attended, lw.compute_units)
+                    attention_splits(
+                        graph.n_tokens,
+                        s.n_head,
+                        attended,
+                        lw.compute_units,
+                        lw.split_min as usize,
+                    )
                 } else {
                     1
                 };
@@ -769,7 +775,7 @@ pub fn record_graph(
                     sinks: sinks.map_or(0, |w| a.weights[w].address),
                     partials: if by_runs { a.partials } else { 0 },
                     n_split: u32_of(n_split, "attention splits")?,
-                    split_min: u32_of(SPLIT_MIN_POSITIONS, "split positions")?,
+                    split_min: lw.split_min.max(1),
                     counters,
                 };
                 scratch = (q8 != 0).then_some((out, ScratchForm::Q8Packed));

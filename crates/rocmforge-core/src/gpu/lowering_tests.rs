@@ -1989,3 +1989,55 @@ fn the_clamped_swiglu_rounds_its_output_for_the_experts() {
     let at = kernels.iter().position(|&k| k == "swiglu_oai_q8").unwrap();
     assert!(kernels[at + 1].starts_with("matvec_id_int"), "{kernels:?}");
 }
+
+#[test]
+fn a_lowering_can_ask_for_teams_on_long_rows_too() {
+    // Vulkan's two teams of 32: every dense integer mat-vec takes the
+    // split kernel, 2 rows a team; rows short enough for more teams keep
+    // their split.
+    let two = Lowering {
+        row_teams: true,
+        int_teams: 2,
+        ..vulkan_lowering()
+    };
+    for (k, rows, teams) in [(4096, 1000, 2), (2048, 1000, 2), (256, 1000, 8)] {
+        let sink = one_matmul(QuantType::Q4_0, 1, k, rows, &two);
+        let p: MatPush = sink.launches[1].push_as();
+        assert_eq!(p.teams, teams, "k {k}");
+        let want = launch("matvec_int_teams_q4_0", rows.div_ceil(2 * teams as usize));
+        assert_eq!(seq(&sink)[1], want, "k {k}");
+    }
+    // Where workgroups take one row regardless (HIP), the ask is moot.
+    let hip = Lowering {
+        int_teams: 2,
+        ..hip_lowering()
+    };
+    let sink = one_matmul(QuantType::Q4_0, 1, 4096, 1000, &hip);
+    let p: MatPush = sink.launches[1].push_as();
+    assert_eq!(p.teams, 1);
+}
+
+#[test]
+fn decode_attention_runs_are_at_least_the_lowerings_split_min() {
+    let m = dense_llama(QuantType::Q4_0);
+    let g = m.graph(1);
+    let plan = naive_plan(&g);
+    for (split_min, runs) in [(128u32, 2u32), (64, 4), (32, 8), (1, 32)] {
+        let lw = Lowering {
+            compute_units: 16,
+            subgroup_decode: true,
+            split_min,
+            ..vulkan_lowering()
+        };
+        let sink = m.record(&lw, &g, &plan);
+        let pushes: Vec<AttentionPush> = sink.of("attention_decode").map(|l| l.push_as()).collect();
+        assert_eq!(pushes.len(), N_LAYER);
+        for p in pushes {
+            // 8 x 16 workgroups wanted over N_HEAD rows, at most N_CTX /
+            // split_min runs; the kernel cuts a run no shorter.
+            let want = ((128usize.div_ceil(N_HEAD)).min(N_CTX / split_min as usize)) as u32;
+            assert_eq!((p.n_split, p.split_min), (want, split_min));
+            assert_eq!(p.n_split, runs);
+        }
+    }
+}

@@ -240,6 +240,9 @@ pub fn record_matmuls(
         }
         let dot = if lw.int_dot_names { "_dot" } else { "" };
         push.teams = row_teams(lw, push.k as usize / 32);
+        if lw.row_teams {
+            push.teams = push.teams.max(lw.int_teams);
+        }
         let groups = row_groups((lw.int_rows * push.teams) as usize);
         let teams = teams_variant(push.teams);
         sink.dispatch(

@@ -375,6 +375,8 @@ pub(crate) fn vulkan_lowering() -> Lowering {
         // No split unless a test asks for one (gpu::split).
         compute_units: 0,
         subgroup_decode: false,
+        split_min: crate::gpu::split::SPLIT_MIN_POSITIONS as u32,
+        int_teams: 1,
         matrix_attention: false,
     }
 }

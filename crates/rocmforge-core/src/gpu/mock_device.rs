@@ -114,6 +114,8 @@ impl MockDevice {
             row_teams: true,
             compute_units: 0,
             subgroup_decode: false,
+            split_min: crate::gpu::split::SPLIT_MIN_POSITIONS as u32,
+            int_teams: 1,
             matrix_attention: false,
         };
         let device = MockDevice {

@@ -110,6 +110,14 @@ pub struct Lowering {
     /// The device's compute units (CUs, SMs): decode attention is split
     /// over positions until the workgroups fill them ([`split`]).
     pub compute_units: u32,
+    /// Fewest positions a run of a split decode attention takes
+    /// ([`split::SPLIT_MIN_POSITIONS`]; `ROCMFORGE_GPU_SPLIT_MIN`, for
+    /// measurement).
+    pub split_min: u32,
+    /// Teams a dense integer mat-vec workgroup splits into at least, for
+    /// measurement (`ROCMFORGE_GPU_INT_TEAMS`: fewer, wider workgroups on
+    /// long rows; only where [`Lowering::row_teams`]); 1 by default.
+    pub int_teams: u32,
     /// Subgroups of at least 32 invocations: decode attention runs
     /// `attention_decode`, whose subgroups read cache rows side by side
     /// (else `attention_split`, which stages rows in shared memory).

@@ -34,6 +34,8 @@ pub enum LogLaunches {
 /// | `ROCMFORGE_GPU_SUBMIT_MS` (milliseconds) | `submit_budget` |
 /// | `ROCMFORGE_GPU_COMPUTE_UNITS` (count) | `compute_units` |
 /// | `ROCMFORGE_GPU_BIG_TILES` (count) | `big_tiles` |
+/// | `ROCMFORGE_GPU_SPLIT_MIN` (positions) | `split_min` |
+/// | `ROCMFORGE_GPU_INT_TEAMS` (count) | `int_teams` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Bound on every wait for the device.
@@ -68,6 +70,12 @@ pub struct GpuOptions {
     /// rule, [`super::MatrixTiles::Auto`]; 0 puts every one there, for
     /// tests; measurement).
     pub big_tiles: Option<usize>,
+    /// The fewest positions a split decode attention run takes, in place
+    /// of [`super::split::SPLIT_MIN_POSITIONS`] (measurement; at least 1).
+    pub split_min: Option<u32>,
+    /// Teams every dense integer mat-vec workgroup splits into at least
+    /// (measurement; a power of two, on devices that split into teams).
+    pub int_teams: Option<u32>,
 }
 
 impl Default for GpuOptions {
@@ -83,6 +91,8 @@ impl Default for GpuOptions {
             submit_budget: DEFAULT_SUBMIT_BUDGET,
             compute_units: None,
             big_tiles: None,
+            split_min: None,
+            int_teams: None,
         }
     }
 }
@@ -119,6 +129,12 @@ impl GpuOptions {
                 .map_or(d.submit_budget, |ms| Duration::from_secs_f64(ms / 1e3)),
             compute_units: var("ROCMFORGE_GPU_COMPUTE_UNITS").and_then(|v| v.parse().ok()),
             big_tiles: var("ROCMFORGE_GPU_BIG_TILES").and_then(|v| v.parse().ok()),
+            split_min: var("ROCMFORGE_GPU_SPLIT_MIN")
+                .and_then(|v| v.parse().ok())
+                .filter(|&n| n > 0),
+            int_teams: var("ROCMFORGE_GPU_INT_TEAMS")
+                .and_then(|v| v.parse::<u32>().ok())
+                .filter(|n| n.is_power_of_two()),
         }
     }
 }
@@ -140,6 +156,8 @@ mod tests {
             ("ROCMFORGE_GPU_SUBMIT_MS", "250"),
             ("ROCMFORGE_GPU_COMPUTE_UNITS", "0"),
             ("ROCMFORGE_GPU_BIG_TILES", "0"),
+            ("ROCMFORGE_GPU_SPLIT_MIN", "16"),
+            ("ROCMFORGE_GPU_INT_TEAMS", "4"),
         ];
         let get = |k: &str| {
             vars.iter()
@@ -160,11 +178,21 @@ mod tests {
                 submit_budget: Duration::from_millis(250),
                 compute_units: Some(0),
                 big_tiles: Some(0),
+                split_min: Some(16),
+                int_teams: Some(4),
             }
         );
         assert_eq!(GpuOptions::from_vars(|_| None), GpuOptions::default());
         // Nonsense falls back to the default rather than to zero.
         let bad = GpuOptions::from_vars(|k| (k == "ROCMFORGE_GPU_TIMEOUT").then(|| "-1".into()));
         assert_eq!(bad.timeout, DEFAULT_TIMEOUT);
+        // Teams are a power of two, runs at least a position.
+        let odd = |k: &str| match k {
+            "ROCMFORGE_GPU_INT_TEAMS" => Some("3".into()),
+            "ROCMFORGE_GPU_SPLIT_MIN" => Some("0".into()),
+            _ => None,
+        };
+        let odd = GpuOptions::from_vars(odd);
+        assert_eq!((odd.int_teams, odd.split_min), (None, None));
     }
 }

@@ -25,8 +25,10 @@
 //! `i * head_dim ..`, then, after all `rows * n_split * head_dim` of those,
 //! the pair (maximum, sum) at floats `2i, 2i + 1`.
 
-/// Fewest positions a run takes: below this a run's fixed cost (its Q
-/// load, its partial's write and read) outweighs the positions it walks.
+/// Fewest positions a run takes by default: below this a run's fixed cost
+/// (its Q load, its partial's write and read) outweighs the positions it
+/// walks. A device's lowering may take fewer (`Lowering::split_min`:
+/// Vulkan takes 32, measured on the H200).
 pub const SPLIT_MIN_POSITIONS: usize = 128;
 /// Most runs per row (the combine reads them all).
 pub const MAX_SPLITS: usize = 64;
@@ -43,21 +45,21 @@ pub const MAX_SPLIT_TOKENS: usize = crate::plan::COUNTED_TOKENS;
 
 /// Runs per row for a graph of `n_tokens` tokens and `n_head` query heads
 /// whose layer attends to at most `positions` positions, on a device of
-/// `compute_units` (0: never split, a measurement switch); 1 means
-/// unsplit.
+/// `compute_units` (0: never split, a measurement switch), in runs of at
+/// least `split_min` positions; 1 means unsplit.
 pub fn attention_splits(
     n_tokens: usize,
     n_head: usize,
     positions: usize,
     compute_units: u32,
+    split_min: usize,
 ) -> usize {
     if n_tokens == 0 || n_tokens > MAX_SPLIT_TOKENS || compute_units == 0 {
         return 1;
     }
     let rows = n_tokens * n_head.max(1);
     let want = (WORKGROUPS_PER_CU * compute_units as usize).div_ceil(rows);
-    want.min(positions / SPLIT_MIN_POSITIONS)
-        .clamp(1, MAX_SPLITS)
+    want.min(positions / split_min.max(1)).clamp(1, MAX_SPLITS)
 }
 
 /// Bytes of partials for `runs` (rows times runs per row) of `head_dim`.
@@ -81,25 +83,35 @@ mod tests {
 
     #[test]
     fn short_contexts_and_prefill_are_not_split() {
-        assert_eq!(attention_splits(1, 14, 255, 132), 1);
-        assert_eq!(attention_splits(512, 14, 32768, 132), 1);
-        assert_eq!(attention_splits(9, 14, 32768, 132), 1);
-        assert_eq!(attention_splits(0, 14, 32768, 132), 1);
-        assert_eq!(attention_splits(1, 14, 32768, 0), 1, "the switch");
+        assert_eq!(attention_splits(1, 14, 255, 132, SPLIT_MIN_POSITIONS), 1);
+        assert_eq!(
+            attention_splits(512, 14, 32768, 132, SPLIT_MIN_POSITIONS),
+            1
+        );
+        assert_eq!(attention_splits(9, 14, 32768, 132, SPLIT_MIN_POSITIONS), 1);
+        assert_eq!(attention_splits(0, 14, 32768, 132, SPLIT_MIN_POSITIONS), 1);
+        assert_eq!(
+            attention_splits(1, 14, 32768, 0, SPLIT_MIN_POSITIONS),
+            1,
+            "the switch"
+        );
     }
 
     #[test]
     fn splits_fill_the_device_within_the_limits() {
         // 132 compute units, 32 heads: ⌈1056 / 32⌉ = 33 runs.
-        assert_eq!(attention_splits(1, 32, 8192, 132), 33);
+        assert_eq!(attention_splits(1, 32, 8192, 132, SPLIT_MIN_POSITIONS), 33);
         // At most one run per SPLIT_MIN_POSITIONS: 4096 / 128 = 32.
-        assert_eq!(attention_splits(1, 14, 4096, 132), 32);
+        assert_eq!(attention_splits(1, 14, 4096, 132, SPLIT_MIN_POSITIONS), 32);
         // Capped by the positions: 1024 / 128 = 8 runs.
-        assert_eq!(attention_splits(1, 14, 1024, 132), 8);
+        assert_eq!(attention_splits(1, 14, 1024, 132, SPLIT_MIN_POSITIONS), 8);
         // And by MAX_SPLITS.
-        assert_eq!(attention_splits(1, 1, 1 << 20, 1024), MAX_SPLITS);
+        assert_eq!(
+            attention_splits(1, 1, 1 << 20, 1024, SPLIT_MIN_POSITIONS),
+            MAX_SPLITS
+        );
         // Enough rows already: one run.
-        assert_eq!(attention_splits(8, 64, 1 << 20, 16), 1);
+        assert_eq!(attention_splits(8, 64, 1 << 20, 16, SPLIT_MIN_POSITIONS), 1);
     }
 
     #[test]
@@ -109,7 +121,7 @@ mod tests {
                 for positions in [128usize, 256, 1000, 4096, 131072] {
                     let bound = partials_bound(n_head, 128, cu);
                     for n in 1..=MAX_SPLIT_TOKENS {
-                        let s = attention_splits(n, n_head, positions, cu);
+                        let s = attention_splits(n, n_head, positions, cu, SPLIT_MIN_POSITIONS);
                         let need = partials_bytes(n * n_head * s, 128);
                         assert!(need <= bound, "{cu} {n_head} {positions} {n}");
                     }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# MoE decode on the lent GPU's Vulkan driver against llama.cpp's Vulkan
+# build (issue 23): qwen3-30b-a3b Q4_0 and gpt-oss-20b MXFP4 from
+# `gen-model`, ours through `.gpu/bin/xtask` (benches/device/build.sh) and
+# llama.cpp's `llama-bench` from `.llvk/` where it travelled (built on the
+# dev machine from the llama-cpp-python sdist, statically linked).
+#
+#   benches/device/moe.sh profile          # the grid-keyed Vulkan profile of a decode
+#   benches/device/moe.sh bench [VARS...]  # tg128 (and pp512) per variant, alternating
+#     each VARS is A=1+B=2 (environment switches, % for a space in a value;
+#     "-" for none), then llama-bench
+#   MOE_MODELS="qwen3-30b-a3b:Q4_0 gpt-oss-20b:MXFP4" (default) picks the files;
+#   MOE_RUNS (2) repeats the variants' round; MOE_TESTS (-p 0 -n 128) the tests.
+set -uo pipefail
+mode=${1:-bench}
+shift || true
+. "$(dirname "$0")/prelude.sh"
+for f in .llvk/*.gz; do [ -e "$f" ] && gunzip -f "$f" && chmod +x "${f%.gz}"; done
+
+models=${MOE_MODELS:-qwen3-30b-a3b:Q4_0 gpt-oss-20b:MXFP4}
+runs=${MOE_RUNS:-2}
+tests=${MOE_TESTS:--p 0 -n 128}
+for m in $models; do
+  f="$CARGO_TARGET_DIR/models/${m%%:*}-${m##*:}.gguf"
+  [ -f "$f" ] || /usr/bin/time -f "gen-model ${m%%:*} %e s" .gpu/bin/xtask gen-model \
+    --preset "${m%%:*}" --type "${m##*:}" --fast-kquants --out "$f" 2>&1 | tail -2
+done
+
+if [ "$mode" = profile ]; then
+  for m in $models; do
+    f="$CARGO_TARGET_DIR/models/${m%%:*}-${m##*:}.gguf"
+    echo "== profile ${m%%:*}"
+    ROCMFORGE_VULKAN_PROFILE=groups .gpu/bin/xtask bench --backend vulkan --model "$f" \
+      -p 0 -n 64 -r 1 2>&1 | grep -E "^\| (kernel|---|[a-z])|profile" | head -40 | tee -a "$out/profile.md"
+  done
+fi
+
+if [ "$mode" = bench ]; then
+  variants=${*:--}
+  for r in $(seq "$runs"); do
+    for m in $models; do
+      f="$CARGO_TARGET_DIR/models/${m%%:*}-${m##*:}.gguf"
+      for v in $variants; do
+        kv=()
+        [ "$v" = - ] || IFS=+ read -ra kv <<<"${v//%/ }"
+        # shellcheck disable=SC2086 # the tests are words.
+        env "${kv[@]}" .gpu/bin/xtask bench --backend vulkan \
+          --model "$f" $tests -r 2 -o md 2>&1 | grep -E "^\| [a-z].*\| (tg|pp)" |
+          sed "s/|.*markers: [^|]*|/|/; s/^/$r $v /" | tee -a "$out/moe-bench.md"
+      done
+    done
+  done
+  if [ -x .llvk/llama-bench ]; then
+    for m in $models; do
+      f="$CARGO_TARGET_DIR/models/${m%%:*}-${m##*:}.gguf"
+      # shellcheck disable=SC2086 # the tests are words.
+      .llvk/llama-bench -m "$f" $tests -r 3 -o md 2>&1 | grep -E "^\| [a-z]" |
+        sed "s/^/llama.cpp /" | tee -a "$out/moe-bench.md"
+    done
+  fi
+fi
