@@ -10,7 +10,8 @@
 #     each VARS is A=1+B=2 (environment switches, % for a space in a value;
 #     "-" for none), then llama-bench
 #   MOE_MODELS="qwen3-30b-a3b:Q4_0 gpt-oss-20b:MXFP4" (default) picks the files;
-#   MOE_RUNS (2) repeats the variants' round; MOE_TESTS (-p 0 -n 128) the tests.
+#   MOE_RUNS (2) repeats the variants' round and llama-bench's; MOE_TESTS
+#   (-p 0 -n 128) the tests.
 set -uo pipefail
 mode=${1:-bench}
 shift || true
@@ -51,11 +52,13 @@ if [ "$mode" = bench ]; then
     done
   done
   if [ -x .llvk/llama-bench ]; then
-    for m in $models; do
-      f="$CARGO_TARGET_DIR/models/${m%%:*}-${m##*:}.gguf"
-      # shellcheck disable=SC2086 # the tests are words.
-      .llvk/llama-bench -m "$f" $tests -r 3 -o md 2>&1 | grep -E "^\| [a-z]" |
-        sed "s/^/llama.cpp /" | tee -a "$out/moe-bench.md"
+    for r in $(seq "$runs"); do
+      for m in $models; do
+        f="$CARGO_TARGET_DIR/models/${m%%:*}-${m##*:}.gguf"
+        # shellcheck disable=SC2086 # the tests are words.
+        .llvk/llama-bench -m "$f" $tests -r 3 -o md 2>&1 | grep -E "^\| [a-z]" |
+          grep -v "^| model" | sed "s/^/$r llama.cpp /" | tee -a "$out/moe-bench.md"
+      done
     done
   fi
 fi
