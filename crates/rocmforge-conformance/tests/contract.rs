@@ -51,6 +51,12 @@ fn bad_token_ids_and_context_overflow_are_errors_and_the_session_goes_on() {
         s.reset();
         let again = s.eval(&[1, 2, 3]).unwrap().to_vec();
         assert_eq!(good, again, "{backend}: replay after errors differs");
+        // A decode step's launches are known from the start on a backend
+        // that launches kernels (the bench reports them), none on the CPU.
+        match (backend, s.step_launches(1)) {
+            ("cpu", launches) => assert_eq!(launches, None),
+            (_, launches) => assert!(launches.is_some_and(|n| n > 0), "{backend}: {launches:?}"),
+        }
     }
 }
 

@@ -448,6 +448,12 @@ pub trait Backend {
     /// provided, so a wrapper cannot forget to forward it.
     fn max_sequences(&self) -> usize;
 
+    /// Device launches (kernel dispatches) one replay of graph `id` makes,
+    /// for the bench's report; `None` for a backend that launches nothing
+    /// (the CPU) or a graph it does not know. Required, as
+    /// [`Backend::max_sequences`].
+    fn launches(&self, id: GraphId) -> Option<usize>;
+
     /// [`Backend::load_except`] keeping nothing out.
     fn load(
         &mut self,

@@ -254,6 +254,11 @@ impl Backend for ExpertOffload {
         self.device.max_sequences().min(self.host.max_sequences())
     }
 
+    /// The device side's launches (the host's experts launch nothing).
+    fn launches(&self, id: GraphId) -> Option<usize> {
+        self.device.launches(self.graphs.get(id.0)?.device)
+    }
+
     fn free_memory(&self) -> Option<FreeMemory> {
         self.device.free_memory().map(|m| FreeMemory {
             weights_kept_out: self.kept_out_bytes,

@@ -352,6 +352,14 @@ impl Session {
         self.n_past.fill(0);
     }
 
+    /// Device launches a step of `n_tokens` tokens replays, once its graph
+    /// is recorded (a decode step's always is: [`Session::new`] records
+    /// it); `None` on a backend that launches nothing.
+    pub fn step_launches(&self, n_tokens: usize) -> Option<usize> {
+        let id = self.graphs.get(&n_tokens)?.id?;
+        self.backend.launches(id)
+    }
+
     fn graph(&mut self, n_tokens: usize) -> Result<GraphId, SessionError> {
         let g = self
             .graphs

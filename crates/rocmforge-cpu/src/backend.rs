@@ -335,6 +335,10 @@ impl Backend for CpuBackend {
         u32::MAX as usize
     }
 
+    fn launches(&self, _: GraphId) -> Option<usize> {
+        None
+    }
+
     fn allocations(&self) -> AllocationStats {
         AllocationStats {
             device_allocations: self.allocations,

@@ -55,7 +55,8 @@ pub(crate) const EXPERT_INT_ROWS: u32 = 4;
 /// (docs/measurements.md, session 26).
 pub(crate) const INT_TEAMS: u32 = 2;
 
-/// Fewest positions a run of the split decode attention takes. 32 gives
+/// Fewest positions a run of the split decode attention takes on wide
+/// subgroups (`attention_decode`; narrower ones keep core's 128). 32 gives
 /// a short context several runs: at tg128 (spans of 1 to 128 positions)
 /// 4 runs of 32 were +4% (qwen3-30b-a3b), +3% (gpt-oss-20b) and +2%
 /// (llama2-7b) on the H200 over core's 128, whose single run walked up to
@@ -204,7 +205,13 @@ impl GpuDevice for VulkanDevice {
             row_teams: true,
             compute_units: self.gpu.props.compute_units,
             subgroup_decode: self.gpu.props.subgroup.size >= 32,
-            split_min: SPLIT_MIN,
+            // The short runs were measured for `attention_decode` (wide
+            // subgroups); the staged kernel of narrow ones keeps core's.
+            split_min: if self.gpu.props.subgroup.size >= 32 {
+                SPLIT_MIN
+            } else {
+                rocmforge_core::gpu::split::SPLIT_MIN_POSITIONS as u32
+            },
             int_teams: INT_TEAMS,
             matrix_attention: self.pipes.coopmat,
         }

@@ -183,6 +183,10 @@ impl Backend for FaultyBackend {
         self.inner.max_sequences()
     }
 
+    fn launches(&self, id: GraphId) -> Option<usize> {
+        self.inner.launches(id)
+    }
+
     fn free_memory(&self) -> Option<FreeMemory> {
         self.inner.free_memory()
     }

@@ -179,8 +179,14 @@ impl Runner {
         })
     }
 
+    /// The backend's device, and on a backend that launches kernels the
+    /// launches a decode step replays (issue 25's dispatches per token).
     pub fn device(&self) -> String {
-        self.session.backend().info().device
+        let device = self.session.backend().info().device;
+        match self.session.step_launches(1) {
+            Some(n) => format!("{device} | launches a token: {n}"),
+            None => device,
+        }
     }
 
     /// Positions in the cache now.

@@ -674,6 +674,17 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
         1
     }
 
+    fn launches(&self, id: GraphId) -> Option<usize> {
+        let g = self.graphs.get(id.0)?;
+        Some(
+            g.parts
+                .iter()
+                .flat_map(|p| &p.runs)
+                .map(|r| r.labels.len())
+                .sum(),
+        )
+    }
+
     fn allocations(&self) -> AllocationStats {
         AllocationStats {
             device_allocations: self.device.allocation_calls() - self.calls_at_load,

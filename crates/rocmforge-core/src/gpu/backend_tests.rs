@@ -353,3 +353,22 @@ fn the_default_budget_keeps_a_small_step_in_one_submission() {
     b.prepare(&g, &ArenaPlan::new(&g)).unwrap();
     assert_eq!(seen.recorded.borrow().len(), 1);
 }
+
+#[test]
+fn a_graph_reports_the_launches_it_replays() {
+    let t = with_bytes(dense_llama(QuantType::Q8_0));
+    let tight = GpuOptions {
+        submit_budget: Duration::ZERO,
+        ..GpuOptions::default()
+    };
+    for opts in [GpuOptions::default(), tight] {
+        let (mut b, seen) = loaded(&t, opts);
+        let g = t.graph(1);
+        let id = b.prepare(&g, &ArenaPlan::new(&g)).unwrap();
+        // Every submission's launches, however the step was cut.
+        let recorded: usize = seen.recorded.borrow().iter().map(Vec::len).sum();
+        assert!(recorded > 0);
+        assert_eq!(b.launches(id), Some(recorded));
+        assert_eq!(b.launches(GraphId(id.0 + 1)), None);
+    }
+}
