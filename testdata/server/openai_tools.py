@@ -61,7 +61,6 @@ for chunk in streamed:
 print(
     json.dumps(
         {
-            "version": openai.__version__,
             "finish_reason": choice.finish_reason,
             "content": choice.message.content,
             "name": call.function.name,

@@ -265,6 +265,7 @@ fn run(args: &BenchArgs) -> Result<(), BenchError> {
                 device: Some(device.clone()),
                 reason: None,
                 tests: Vec::new(),
+                launches: None,
             },
             Err(reason) => BackendResult::unavailable(t.backend.name(), reason.clone()),
         })
@@ -375,6 +376,7 @@ impl BackendRun<'_> {
             );
             let mut runner =
                 measure::Runner::start(backend, Arc::clone(self.model), self.plan, threads)?;
+            result.launches = runner.launches();
             for &test in self.tests {
                 let t = runner.run(test)?;
                 printer.row(&result.backend, &runner.device(), &t);

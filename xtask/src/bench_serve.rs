@@ -111,7 +111,7 @@ fn run(a: &BenchServeArgs) -> Result<(), ServeBenchError> {
         Some(p) => p.clone(),
         None => model_source::generated_model(a.preset, a.ty)?,
     };
-    let mut servers = vec![Kind::Ours];
+    let mut servers = vec![Kind::Ours(rocmforge_binary()?)];
     if let Some(p) = &a.vs_llama_server {
         servers.push(Kind::Llama(p.clone()));
     }
@@ -123,6 +123,10 @@ fn run(a: &BenchServeArgs) -> Result<(), ServeBenchError> {
     );
     let mut cache_lines = Vec::new();
     for kind in &servers {
+        // A fresh server per client count (the prompts repeat across
+        // counts, and a warm cache would answer them); the prompt cache's
+        // line reuses the last.
+        let mut last = None;
         for &clients in &a.clients {
             let server = Server::start(kind, &model, a)?;
             let r = load(&server.base, clients, a)?;
@@ -130,7 +134,7 @@ fn run(a: &BenchServeArgs) -> Result<(), ServeBenchError> {
                 "| {} | {} | {clients} | {} | {:.0} | {} | {:.2} s | {:.1} tokens/s | {:.3} s | {:.3} s | {:.2} s | {:.2} s |",
                 kind.name(),
                 a.parallel,
-                r.requests,
+                r.ttft.len(),
                 r.mean_prompt,
                 r.generated,
                 r.wall.as_secs_f64(),
@@ -140,9 +144,10 @@ fn run(a: &BenchServeArgs) -> Result<(), ServeBenchError> {
                 pct(&r.latency, 0.5),
                 pct(&r.latency, 0.99),
             );
+            last = Some(server);
         }
-        if a.shared_prefix > 0 {
-            let server = Server::start(kind, &model, a)?;
+        if let (true, Some(server)) = (a.shared_prefix > 0, &last) {
+            // Its chat prompts share no prefix with the load's completions.
             cache_lines.push(prompt_cache(kind, &server.base, a)?);
         }
     }
@@ -155,14 +160,15 @@ fn run(a: &BenchServeArgs) -> Result<(), ServeBenchError> {
 /// Which server a run starts.
 #[derive(Debug, Clone)]
 enum Kind {
-    Ours,
+    /// `rocmforge serve`, from this binary.
+    Ours(PathBuf),
     Llama(PathBuf),
 }
 
 impl Kind {
     fn name(&self) -> &'static str {
         match self {
-            Kind::Ours => "rocmforge",
+            Kind::Ours(_) => "rocmforge",
             Kind::Llama(_) => "llama-server",
         }
     }
@@ -178,13 +184,12 @@ impl Server {
     fn start(kind: &Kind, model: &Path, a: &BenchServeArgs) -> Result<Server, ServeBenchError> {
         let port = free_port()?;
         let (path, mut cmd) = match kind {
-            Kind::Ours => {
-                let path = rocmforge_binary()?;
-                let mut c = Command::new(&path);
+            Kind::Ours(path) => {
+                let mut c = Command::new(path);
                 c.arg("serve")
                     .args(["--backend", &a.backend])
                     .args(["--batch-size", "512"]);
-                (path, c)
+                (path.clone(), c)
             }
             Kind::Llama(path) => {
                 let mut c = Command::new(path);
@@ -227,6 +232,10 @@ impl Server {
                 .call()
                 .is_ok_and(|r| r.status() == 200);
             if healthy {
+                // One short request first, so the first measured one pays
+                // no one-time cost (a step size's first recording, lazy
+                // set-up); it shares no prefix with the measured prompts.
+                stream(&server.base, "warm up", None, 2)?;
                 return Ok(server);
             }
             let exited = matches!(server.child.try_wait(), Ok(Some(_)));
@@ -261,15 +270,15 @@ fn free_port() -> Result<u16, ServeBenchError> {
         .map_err(|e| ServeBenchError::Request(format!("no free port: {e}")))
 }
 
-/// The `rocmforge` binary beside this one (`cargo xtask` builds both into
-/// the same directory only if asked, so it is built here when missing).
+/// The `rocmforge` binary beside this one. Under cargo (`cargo xtask`,
+/// which builds release) it is built first, a no-op when it is up to date,
+/// so a changed server is never measured stale; a binary run on its own
+/// (carried to another machine) takes the one beside it.
 fn rocmforge_binary() -> Result<PathBuf, ServeBenchError> {
     let exe = std::env::current_exe()
         .map_err(|e| ServeBenchError::Request(format!("cannot find this program: {e}")))?;
     let path = exe.with_file_name(format!("rocmforge{}", std::env::consts::EXE_SUFFIX));
-    if !path.is_file() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        eprintln!("bench-serve: building the rocmforge binary");
+    if let Some(cargo) = std::env::var_os("CARGO") {
         let ok = Command::new(cargo)
             .args([
                 "build",
@@ -282,19 +291,23 @@ fn rocmforge_binary() -> Result<PathBuf, ServeBenchError> {
             ])
             .status()
             .is_ok_and(|s| s.success());
-        if !ok || !path.is_file() {
-            return Err(ServeBenchError::Request(format!(
-                "{} is missing and `cargo build --release -p rocmforge` did not make it",
-                path.display()
-            )));
+        if !ok {
+            return Err(ServeBenchError::Request(
+                "`cargo build --release -p rocmforge` failed".into(),
+            ));
         }
+    }
+    if !path.is_file() {
+        return Err(ServeBenchError::Request(format!(
+            "{} is missing (build it with `cargo build --release -p rocmforge`)",
+            path.display()
+        )));
     }
     Ok(path)
 }
 
 /// What one load run measured.
 struct LoadResult {
-    requests: usize,
     generated: u64,
     mean_prompt: f64,
     wall: Duration,
@@ -352,7 +365,6 @@ fn load(base: &str, clients: usize, a: &BenchServeArgs) -> Result<LoadResult, Se
     ttft.sort();
     latency.sort();
     Ok(LoadResult {
-        requests: all.len(),
         generated: all.iter().map(|t| t.generated).sum(),
         mean_prompt: all.iter().map(|t| t.prompt_tokens as f64).sum::<f64>() / all.len() as f64,
         wall,

@@ -93,36 +93,26 @@ pub struct SeqTokens<'a> {
     pub tokens: &'a [u32],
 }
 
-/// The step sizes a session uses: `n_batch`, then every power of two below
-/// it, largest first.
-pub fn step_sizes(n_batch: usize) -> Vec<usize> {
+/// The step sizes of a session of `n_seq` sequences: `n_batch`, every
+/// power of two below it, and every size up to `n_seq` (at most
+/// `n_batch`), largest first.
+pub fn step_sizes(n_batch: usize, n_seq: usize) -> Vec<usize> {
     let mut sizes = vec![n_batch];
-    let mut p = if n_batch.is_power_of_two() {
-        n_batch / 2
-    } else {
-        n_batch.next_power_of_two() / 2
-    };
+    let mut p = n_batch.next_power_of_two() / 2;
     while p >= 1 {
         sizes.push(p);
         p /= 2;
     }
-    sizes
-}
-
-/// The step sizes of a session of `n_seq` > 1 sequences: those of
-/// [`step_sizes`] and every size up to `n_seq` (at most `n_batch`).
-pub fn batched_step_sizes(n_batch: usize, n_seq: usize) -> Vec<usize> {
-    let mut sizes = step_sizes(n_batch);
     sizes.extend(1..=n_seq.min(n_batch));
     sizes.sort_unstable_by(|a, b| b.cmp(a));
     sizes.dedup();
     sizes
 }
 
-/// Cuts `n` rows of a batched step into [`batched_step_sizes`]: full
-/// `n_batch` steps, then powers of two while more than `n_seq` rows are
-/// left, then the rest in one step.
-pub fn split_batched_steps(n: usize, n_batch: usize, n_seq: usize) -> Vec<usize> {
+/// Cuts `n` rows into [`step_sizes`]: full `n_batch` steps, then powers of
+/// two while more than `n_seq` rows are left, then the rest in one step
+/// (one sequence: the remainder's binary decomposition, largest first).
+pub fn split_steps(n: usize, n_batch: usize, n_seq: usize) -> Vec<usize> {
     let mut steps = vec![n_batch; n / n_batch];
     let mut rest = n % n_batch;
     while rest > n_seq.min(n_batch) {
@@ -132,19 +122,6 @@ pub fn split_batched_steps(n: usize, n_batch: usize, n_seq: usize) -> Vec<usize>
     }
     if rest > 0 {
         steps.push(rest);
-    }
-    steps
-}
-
-/// Cuts `n` tokens into steps: full `n_batch` steps, then the remainder's
-/// binary decomposition, largest first.
-pub fn split_steps(n: usize, n_batch: usize) -> Vec<usize> {
-    let mut steps = vec![n_batch; n / n_batch];
-    let rest = n % n_batch;
-    for bit in (0..usize::BITS).rev() {
-        if rest & (1 << bit) != 0 {
-            steps.push(1 << bit);
-        }
     }
     steps
 }
@@ -238,10 +215,7 @@ impl Session {
                 )));
             }
         }
-        let sizes = match batched {
-            true => batched_step_sizes(opts.n_batch, opts.n_seq),
-            false => step_sizes(opts.n_batch),
-        };
+        let sizes = step_sizes(opts.n_batch, opts.n_seq);
         let mut graphs = HashMap::new();
         for n in sizes {
             let graph = match batched {
@@ -389,7 +363,7 @@ impl Session {
         out.clear();
         let mut start = 0;
         let mut last = 0;
-        for n in split_steps(tokens.len(), self.opts.n_batch) {
+        for n in split_steps(tokens.len(), self.opts.n_batch, 1) {
             let chunk = &tokens[start..start + n];
             start += n;
             let id = self.graph(n)?;
@@ -442,12 +416,19 @@ impl Session {
             }
             ends.push(rows.len() - 1);
         }
-        let mut out = std::mem::take(&mut self.logits);
-        out.clear();
-        out.resize(batch.len() * n_vocab, 0.0);
+        let steps = split_steps(rows.len(), self.opts.n_batch, self.opts.n_seq);
+        // One step (every decode step): all items end in it, in order, so
+        // its picked rows are the answer and nothing is copied.
+        let single = (steps.len() == 1).then_some(steps[0]);
+        let mut out = Vec::new();
+        if single.is_none() {
+            out = std::mem::take(&mut self.logits);
+            out.clear();
+            out.resize(batch.len() * n_vocab, 0.0);
+        }
         let mut start = 0;
         let mut item = 0;
-        for n in split_batched_steps(rows.len(), self.opts.n_batch, self.opts.n_seq) {
+        for n in steps {
             let id = self.graph(n)?;
             let g = self.graphs.get_mut(&n).expect("recorded above");
             let m = g.graph.tensor(g.graph.logits).rows;
@@ -471,14 +452,20 @@ impl Session {
             };
             self.backend.execute_part(id, 0, &inputs, &mut g.exchange)?;
             let logits = g.exchange.tensor(g.graph.logits);
-            for (k, &i) in picked.iter().enumerate() {
-                out[i * n_vocab..(i + 1) * n_vocab]
-                    .copy_from_slice(&logits[k * n_vocab..(k + 1) * n_vocab]);
+            if single.is_none() {
+                for (k, &i) in picked.iter().enumerate() {
+                    out[i * n_vocab..(i + 1) * n_vocab]
+                        .copy_from_slice(&logits[k * n_vocab..(k + 1) * n_vocab]);
+                }
             }
             start += n;
         }
         for item in batch {
             self.n_past[item.seq] += item.tokens.len();
+        }
+        if let Some(n) = single {
+            let g = &self.graphs[&n];
+            return Ok(&g.exchange.tensor(g.graph.logits)[..batch.len() * n_vocab]);
         }
         self.logits = out;
         Ok(&self.logits)
@@ -693,25 +680,25 @@ mod tests {
 
     #[test]
     fn step_sizes_are_the_batch_and_powers_of_two_below() {
-        assert_eq!(step_sizes(512).len(), 10);
-        assert_eq!(step_sizes(8), vec![8, 4, 2, 1]);
-        assert_eq!(step_sizes(100), vec![100, 64, 32, 16, 8, 4, 2, 1]);
-        assert_eq!(step_sizes(1), vec![1]);
+        assert_eq!(step_sizes(512, 1).len(), 10);
+        assert_eq!(step_sizes(8, 1), vec![8, 4, 2, 1]);
+        assert_eq!(step_sizes(100, 1), vec![100, 64, 32, 16, 8, 4, 2, 1]);
+        assert_eq!(step_sizes(1, 1), vec![1]);
         for nb in 1..300usize {
-            assert!(step_sizes(nb).len() <= nb.ilog2() as usize + 2);
+            assert!(step_sizes(nb, 1).len() <= nb.ilog2() as usize + 2);
         }
     }
 
     #[test]
     fn batched_steps_take_up_to_n_seq_rows_at_once() {
-        assert_eq!(batched_step_sizes(8, 3), vec![8, 4, 3, 2, 1]);
-        assert_eq!(split_batched_steps(5, 512, 8), vec![5]);
-        assert_eq!(split_batched_steps(21, 512, 4), vec![16, 4, 1]);
-        assert_eq!(split_batched_steps(1030, 512, 4), vec![512, 512, 4, 2]);
+        assert_eq!(step_sizes(8, 3), vec![8, 4, 3, 2, 1]);
+        assert_eq!(split_steps(5, 512, 8), vec![5]);
+        assert_eq!(split_steps(21, 512, 4), vec![16, 4, 1]);
+        assert_eq!(split_steps(1030, 512, 4), vec![512, 512, 4, 2]);
         for (nb, ns) in [(1, 4), (16, 3), (100, 8), (8, 8)] {
-            let sizes = batched_step_sizes(nb, ns);
+            let sizes = step_sizes(nb, ns);
             for n in 1..400 {
-                let steps = split_batched_steps(n, nb, ns);
+                let steps = split_steps(n, nb, ns);
                 assert_eq!(steps.iter().sum::<usize>(), n);
                 assert!(steps.iter().all(|s| sizes.contains(s)), "{n} {nb} {ns}");
             }
@@ -720,13 +707,13 @@ mod tests {
 
     #[test]
     fn steps_cover_the_prompt_with_planned_sizes() {
-        assert_eq!(split_steps(14, 512), vec![8, 4, 2]);
-        assert_eq!(split_steps(1030, 512), vec![512, 512, 4, 2]);
-        assert_eq!(split_steps(250, 100), vec![100, 100, 32, 16, 2]);
+        assert_eq!(split_steps(14, 512, 1), vec![8, 4, 2]);
+        assert_eq!(split_steps(1030, 512, 1), vec![512, 512, 4, 2]);
+        assert_eq!(split_steps(250, 100, 1), vec![100, 100, 32, 16, 2]);
         for nb in [1, 3, 16, 100] {
-            let sizes = step_sizes(nb);
+            let sizes = step_sizes(nb, 1);
             for n in 1..400 {
-                let steps = split_steps(n, nb);
+                let steps = split_steps(n, nb, 1);
                 assert_eq!(steps.iter().sum::<usize>(), n);
                 assert!(steps.iter().all(|s| sizes.contains(s)), "{n} {nb}");
             }

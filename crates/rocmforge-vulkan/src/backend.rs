@@ -191,6 +191,8 @@ impl GpuDevice for VulkanDevice {
         } else {
             MatrixTiles::Off
         };
+        // Subgroups of at least 32: decode attention by `attention_decode`.
+        let wide = self.gpu.props.subgroup.size >= 32;
         Lowering {
             fuse: true,
             int_matvec: true,
@@ -204,10 +206,10 @@ impl GpuDevice for VulkanDevice {
             expert_int_rows: EXPERT_INT_ROWS,
             row_teams: true,
             compute_units: self.gpu.props.compute_units,
-            subgroup_decode: self.gpu.props.subgroup.size >= 32,
-            // The short runs were measured for `attention_decode` (wide
-            // subgroups); the staged kernel of narrow ones keeps core's.
-            split_min: if self.gpu.props.subgroup.size >= 32 {
+            subgroup_decode: wide,
+            // The short runs were measured for `attention_decode`; the
+            // staged kernel of narrow subgroups keeps core's.
+            split_min: if wide {
                 SPLIT_MIN
             } else {
                 rocmforge_core::gpu::split::SPLIT_MIN_POSITIONS as u32

@@ -745,33 +745,30 @@ fn structured_output_follows_its_schema_or_grammar() {
             "{text}"
         );
     };
-    let handles: Vec<_> = (0..8)
-        .map(|c| {
-            let (base, format) = (s.base.clone(), format.clone());
-            std::thread::spawn(move || {
-                (0..13)
-                    .map(|r| {
-                        let body = chat_body(
-                            &format!("Describe person {c}-{r}."),
-                            json!({"temperature": 1.0, "seed": c * 100 + r, "max_tokens": 200, "response_format": format}),
-                        );
-                        let (status, text) = send(
-                            agent().post(&format!("{base}/v1/chat/completions")),
-                            Some(&body.to_string()),
-                        );
-                        assert_eq!(status, 200, "{text}");
-                        let v: Value = serde_json::from_str(&text).unwrap();
-                        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
-                        v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
-                    })
-                    .collect::<Vec<_>>()
+    let replies: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|c| {
+                let (s, format) = (&s, &format);
+                scope.spawn(move || {
+                    (0..13)
+                        .map(|r| {
+                            let body = chat_body(
+                                &format!("Describe person {c}-{r}."),
+                                json!({"temperature": 1.0, "seed": c * 100 + r, "max_tokens": 200, "response_format": format}),
+                            );
+                            let v = post_json(s, "/v1/chat/completions", &body);
+                            assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+                            v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+                        })
+                        .collect::<Vec<_>>()
+                })
             })
-        })
-        .collect();
-    let replies: Vec<String> = handles
-        .into_iter()
-        .flat_map(|h| h.join().unwrap())
-        .collect();
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
     assert!(replies.len() >= 100);
     for r in &replies {
         valid(r);
@@ -988,7 +985,12 @@ fn tool_calls_round_trip() {
         assert_eq!(got["finish_reason"], "tool_calls", "{got}");
         assert_eq!(got["name"], "get_weather", "{got}");
         assert!(got["arguments"]["city"].is_string(), "{got}");
+        assert!(got["content"].is_null(), "{got}");
         assert_eq!(got["answer_calls"], 0, "{got}");
+        assert!(
+            got["answer_finish"] == "stop" || got["answer_finish"] == "length",
+            "{got}"
+        );
         assert!(got["answer"].is_string(), "{got}");
         assert_eq!(got["stream_finish"], "tool_calls", "{got}");
         assert_eq!(

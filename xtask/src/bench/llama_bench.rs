@@ -153,5 +153,6 @@ pub fn parse(json: &str) -> Result<BackendResult, LlamaBenchError> {
         device: Some(device),
         reason: None,
         tests,
+        launches: None,
     })
 }

@@ -179,14 +179,14 @@ impl Runner {
         })
     }
 
-    /// The backend's device, and on a backend that launches kernels the
-    /// launches a decode step replays (issue 25's dispatches per token).
     pub fn device(&self) -> String {
-        let device = self.session.backend().info().device;
-        match self.session.step_launches(1) {
-            Some(n) => format!("{device} | launches a token: {n}"),
-            None => device,
-        }
+        self.session.backend().info().device
+    }
+
+    /// The kernel launches a decode step replays, on a backend that
+    /// launches any.
+    pub fn launches(&self) -> Option<usize> {
+        self.session.step_launches(1)
     }
 
     /// Positions in the cache now.

@@ -204,6 +204,9 @@ pub struct BackendResult {
     /// Why it did not run; `None` when it did.
     pub reason: Option<String>,
     pub tests: Vec<TestResult>,
+    /// Kernel launches a decode token replays, on a backend that launches
+    /// any (issue 25's dispatches per token): a line at the markdown's end.
+    pub launches: Option<usize>,
 }
 
 impl BackendResult {
@@ -213,6 +216,7 @@ impl BackendResult {
             device: None,
             reason: Some(reason),
             tests: Vec::new(),
+            launches: None,
         }
     }
 }
@@ -427,6 +431,19 @@ impl<W: std::io::Write> Printer<W> {
                 "backend {}: failed: {}",
                 b.backend,
                 b.reason.as_deref().unwrap_or("")
+            );
+        }
+        let launched: Vec<&BackendResult> =
+            backends.iter().filter(|b| b.launches.is_some()).collect();
+        if !launched.is_empty() {
+            self.buf.push('\n');
+        }
+        for b in launched {
+            let n = b.launches.unwrap_or_default();
+            let _ = writeln!(
+                self.buf,
+                "backend {}: {n} launches a decode token",
+                b.backend
             );
         }
         let ran: Vec<&BackendResult> = backends

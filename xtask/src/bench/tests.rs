@@ -129,6 +129,7 @@ fn result(backend: &str, pp: f64, tg: f64) -> BackendResult {
             ),
             TestResult::from_ns("tg4".into(), 0, 4, 2, vec![ns(4.0, tg), ns(4.0, tg)]),
         ],
+        launches: None,
     }
 }
 
@@ -216,6 +217,22 @@ fn markdown_layout() {
     assert!(md.contains("| rocm | 4.00 | 2.50 |"), "{md}");
     assert!(md.contains("| cpu | 2.00 | 0.50 |"), "{md}");
     assert!(md.contains("| rocm | 8.00 | 1.25 |"), "{md}");
+}
+
+#[test]
+fn a_gpu_backends_launches_are_a_line_after_the_table() {
+    let mut backends = sample_backends();
+    backends[2].launches = Some(435);
+    let md = render(OutputFormat::Md, &backends);
+    assert!(
+        md.contains("\nbackend rocm: 435 launches a decode token\n"),
+        "{md}"
+    );
+    assert!(!md.contains("cpu: 0 launches"), "{md}");
+    // The rows keep their columns.
+    for row in md.lines().filter(|l| l.starts_with("| qwen2")) {
+        assert_eq!(row.matches('|').count(), 9, "{row}");
+    }
 }
 
 #[test]

@@ -51,7 +51,12 @@ pub fn content_spans(
     let marked: Vec<Message> = messages
         .iter()
         .enumerate()
-        .map(|(i, m)| Message::new(m.role.clone(), format!("{OPEN}{i}{CLOSE}")))
+        // Only the content is marked: a turn's tool calls and names render
+        // as in the real prompt.
+        .map(|(i, m)| Message {
+            content: format!("{OPEN}{i}{CLOSE}"),
+            ..m.clone()
+        })
         .collect();
     let skeleton = template.render(&marked, opts).ok()?;
     let mut rebuilt = String::with_capacity(rendered.len());

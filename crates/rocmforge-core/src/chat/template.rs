@@ -96,9 +96,9 @@ pub struct RenderOptions {
     /// `None` leaves the variable undefined, which such templates read as
     /// their default.
     pub enable_thinking: Option<bool>,
-    /// The functions the model may call, as the JSON text of OpenAI's
-    /// `tools` list; `None`: the template's `tools` is none.
-    pub tools: Option<String>,
+    /// The functions the model may call: OpenAI's `tools` list; `None`:
+    /// the template's `tools` is none.
+    pub tools: Option<serde_json::Value>,
 }
 
 /// Where a template came from.
@@ -299,7 +299,10 @@ impl ChatTemplate {
             ("bos_token", Value::from(opts.bos_token.as_str())),
             ("eos_token", Value::from(opts.eos_token.as_str())),
             // transformers passes both, as none when the caller has none.
-            ("tools", tools_value(opts.tools.as_deref())),
+            (
+                "tools",
+                opts.tools.as_ref().map_or(Value::from(()), json_value),
+            ),
             ("documents", Value::from(())),
         ]);
         if let Some(on) = opts.enable_thinking {
@@ -316,13 +319,6 @@ impl ChatTemplate {
                 None => TemplateError::Render(e),
             })
     }
-}
-
-/// The template's `tools`: the list the caller gave (JSON text), or none.
-fn tools_value(tools: Option<&str>) -> Value {
-    tools
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
-        .map_or(Value::from(()), |t| json_value(&t))
 }
 
 /// A JSON value as a template value, object keys in their order.

@@ -94,7 +94,7 @@ impl ToolFormat {
                         .and_then(|items| {
                             items
                                 .iter()
-                                .map(|v| call_of(&v.to_string(), "arguments"))
+                                .map(|v| call_of_value(v, "arguments"))
                                 .collect()
                         });
                     match found {
@@ -108,9 +108,8 @@ impl ToolFormat {
                 None => text.to_string(),
             },
         };
-        // Nine letters and digits: Mistral's templates refuse other ids.
         for (i, c) in calls.iter_mut().enumerate() {
-            c.id = format!("call{i:05}");
+            c.id = call_id(i);
         }
         Reply {
             content: content.trim().to_string(),
@@ -168,19 +167,34 @@ impl ToolFormat {
     }
 }
 
-/// `{"name": ..., "<args_key>": {...}}` as a call.
-fn call_of(text: &str, args_key: &str) -> Option<ToolCall> {
-    let v: Value = serde_json::from_str(text).ok()?;
-    let name = v.get("name")?.as_str()?.to_string();
-    let args = v.get(args_key).cloned().unwrap_or_else(|| json!({}));
-    let arguments = match args {
+/// The id of a reply's call `i`, or of a client's call that came without
+/// one: nine letters and digits, as Mistral's templates demand.
+pub fn call_id(i: usize) -> String {
+    format!("call{i:05}")
+}
+
+/// A call's arguments as the text OpenAI's `arguments` holds: a JSON
+/// string as it is, any other value (an object) serialised.
+pub fn arguments_text(args: Value) -> String {
+    match args {
         Value::String(s) => s,
         other => other.to_string(),
-    };
+    }
+}
+
+/// `{"name": ..., "<args_key>": {...}}` as a call.
+fn call_of(text: &str, args_key: &str) -> Option<ToolCall> {
+    call_of_value(&serde_json::from_str(text).ok()?, args_key)
+}
+
+/// [`call_of`] of a value already parsed.
+fn call_of_value(v: &Value, args_key: &str) -> Option<ToolCall> {
+    let name = v.get("name")?.as_str()?.to_string();
+    let args = v.get(args_key).cloned().unwrap_or_else(|| json!({}));
     Some(ToolCall {
         id: String::new(),
         name,
-        arguments,
+        arguments: arguments_text(args),
     })
 }
 
@@ -194,6 +208,17 @@ mod tests {
             name: name.into(),
             arguments: arguments.into(),
         }
+    }
+
+    #[test]
+    fn call_ids_are_nine_letters_and_digits_and_arguments_are_text() {
+        for i in [0, 7, 12345] {
+            let id = call_id(i);
+            assert_eq!(id.len(), 9, "{id}");
+            assert!(id.chars().all(|c| c.is_ascii_alphanumeric()), "{id}");
+        }
+        assert_eq!(arguments_text(json!("{\"a\": 1}")), "{\"a\": 1}");
+        assert_eq!(arguments_text(json!({"a": 1})), "{\"a\":1}");
     }
 
     #[test]

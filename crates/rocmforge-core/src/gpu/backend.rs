@@ -101,6 +101,15 @@ pub struct GpuBackend<D: GpuDevice> {
     stopped: Option<Cause>,
 }
 
+/// Launches a replay of `parts` makes: one a label, over every submission.
+fn launch_count<P>(parts: &[RecordedPart<P>]) -> usize {
+    parts
+        .iter()
+        .flat_map(|p| &p.runs)
+        .map(|r| r.labels.len())
+        .sum()
+}
+
 /// The matrix tiles a device offers, with [`GpuOptions::big_tiles`]
 /// applied where it has any.
 pub(super) fn matrix_tiles(device: MatrixTiles, big_tiles: Option<usize>) -> MatrixTiles {
@@ -502,7 +511,7 @@ impl<D: GpuDevice> GpuBackend<D> {
             return;
         }
         let runs: Vec<&Run<D::Part>> = parts.iter().flat_map(|p| &p.runs).collect();
-        let n: usize = runs.iter().map(|r| r.labels.len()).sum();
+        let n = launch_count(parts);
         let how = runs.first().and_then(|r| self.device.describe(&r.part));
         eprintln!(
             "{}: graph of {} tokens records {n} launches in {} part(s), {} submission(s){}",
@@ -675,14 +684,7 @@ impl<D: GpuDevice> Backend for GpuBackend<D> {
     }
 
     fn launches(&self, id: GraphId) -> Option<usize> {
-        let g = self.graphs.get(id.0)?;
-        Some(
-            g.parts
-                .iter()
-                .flat_map(|p| &p.runs)
-                .map(|r| r.labels.len())
-                .sum(),
-        )
+        Some(launch_count(&self.graphs.get(id.0)?.parts))
     }
 
     fn allocations(&self) -> AllocationStats {

@@ -114,9 +114,9 @@ pub struct Lowering {
     /// ([`split::SPLIT_MIN_POSITIONS`]; `ROCMFORGE_GPU_SPLIT_MIN`, for
     /// measurement).
     pub split_min: u32,
-    /// Teams a dense integer mat-vec workgroup splits into at least, for
-    /// measurement (`ROCMFORGE_GPU_INT_TEAMS`: fewer, wider workgroups on
-    /// long rows; only where [`Lowering::row_teams`]); 1 by default.
+    /// Teams a dense integer mat-vec workgroup splits into at least, long
+    /// rows too (only where [`Lowering::row_teams`]): 2 on Vulkan (4 rows a
+    /// workgroup), 1 elsewhere; `ROCMFORGE_GPU_INT_TEAMS` for measurement.
     pub int_teams: u32,
     /// Subgroups of at least 32 invocations: decode attention runs
     /// `attention_decode`, whose subgroups read cache rows side by side

@@ -27,7 +27,7 @@ use crate::tokenizer::Tokenizer;
 #[derive(Debug, thiserror::Error)]
 pub enum GrammarError {
     /// The schema or grammar a request gave cannot be compiled; the text
-    /// is llguidance's reason.
+    /// is llguidance's reason, its first line ([`GrammarError::invalid`]).
     #[error("{0}")]
     Invalid(String),
     /// The tokenizer cannot be described to llguidance (no end token).
@@ -36,6 +36,16 @@ pub enum GrammarError {
     /// The parser failed mid-way (a token it did not allow, a limit).
     #[error("constrained decoding failed: {0}")]
     Failed(String),
+}
+
+impl GrammarError {
+    /// [`GrammarError::Invalid`] of llguidance's reason, which can run over
+    /// lines: the first says what is wrong, and a caller's error is one
+    /// line.
+    pub fn invalid(reason: impl std::fmt::Display) -> GrammarError {
+        let reason = reason.to_string();
+        GrammarError::Invalid(reason.lines().next().unwrap_or("").to_string())
+    }
 }
 
 /// llguidance's JSON options for OpenAI's layout (`", "` and `": "`, no
@@ -104,8 +114,7 @@ impl Grammars {
             trie,
             tok: tok.clone(),
         });
-        let mut factory =
-            ParserFactory::new_simple(&env).map_err(|e| GrammarError::Invalid(e.to_string()))?;
+        let mut factory = ParserFactory::new_simple(&env).map_err(GrammarError::invalid)?;
         factory.quiet();
         Ok(Grammars {
             factory: Arc::new(factory),
@@ -137,7 +146,7 @@ impl Grammars {
     /// Replies in a llama.cpp GBNF grammar (llama-server's `grammar`),
     /// read as llguidance's Lark ([`gbnf::to_lark`]).
     pub fn gbnf(&self, grammar: &str) -> Result<Constraint, GrammarError> {
-        let lark = gbnf::to_lark(grammar).map_err(GrammarError::Invalid)?;
+        let lark = gbnf::to_lark(grammar).map_err(GrammarError::invalid)?;
         self.lark(&lark)
     }
 
@@ -150,10 +159,10 @@ impl Grammars {
         let parser = self
             .factory
             .create_parser(grammar)
-            .map_err(|e| GrammarError::Invalid(e.to_string()))?;
+            .map_err(GrammarError::invalid)?;
         let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
-            return Err(GrammarError::Invalid(e));
+            return Err(GrammarError::invalid(e));
         }
         Ok(Constraint { matcher })
     }
@@ -189,6 +198,19 @@ impl Constraint {
         self.matcher
             .consume_token(id as TokenId)
             .map_err(|e| GrammarError::Failed(e.to_string()))
+    }
+
+    /// The next token under the grammar: `logits` masked ([`Self::mask`]),
+    /// sampled by `sampler`, and the pick accepted ([`Self::accept`]).
+    pub fn sample(
+        &mut self,
+        logits: &mut [f32],
+        sampler: &mut crate::sampler::Sampler,
+    ) -> Result<u32, GrammarError> {
+        self.mask(logits)?;
+        let id = sampler.sample(logits);
+        self.accept(id)?;
+        Ok(id)
     }
 
     /// Whether the grammar has ended (an end token was taken).

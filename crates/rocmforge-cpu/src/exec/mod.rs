@@ -616,23 +616,26 @@ impl Step<'_> {
             unsafe { self.attention_typed(m, layer, (q, out), window, sinks) };
             return;
         }
-        // A batched step (several sequences) takes each row on its own, as
-        // a one-token step would (split over the cache where its view is
-        // long, else a walk of its heads), whatever else the step holds: a
-        // row's arithmetic is then the same in a step of one row or of
-        // many, so a sequence served beside others gets exactly the tokens
-        // it gets alone. The choice depends only on the row, so every
-        // member makes the same one (and meets the same barriers).
-        if self.graph.batched {
+        // One token, or a batched step (several sequences): each row on its
+        // own, split over the cache where its view is long (ggml's split-KV
+        // path), else a walk of its heads. In a batched step a row's
+        // arithmetic is then the same in a step of one row or of many, so a
+        // sequence served beside others gets exactly the tokens it gets
+        // alone. The choice depends only on the row, so every member makes
+        // the same one (and meets the same barriers).
+        if self.graph.batched || n == 1 {
             for t in 0..n {
                 let n_kv = self.row_pos(t).1 + 1;
                 match attention::KvSplit::new(n_kv, l.capacity(layer), m.nth) {
-                    // SAFETY: this fn's contract; the barrier after it
-                    // ends every member's reads of the others' partials
-                    // before the next row writes its own.
+                    // SAFETY: this fn's contract; the barrier after a row
+                    // that is not the last ends every member's reads of the
+                    // others' partials before the next row writes its own
+                    // (after the last, the step's barrier after the op).
                     Some(split) => unsafe {
                         self.attention_split(m, barrier, layer, (q, out), window, sinks, split, t);
-                        barrier.wait();
+                        if t + 1 < n {
+                            barrier.wait();
+                        }
                     },
                     // SAFETY: this fn's contract.
                     None => unsafe {
@@ -641,19 +644,6 @@ impl Step<'_> {
                 }
             }
             return;
-        }
-        // One token over a long view: ggml's split-KV path. The choice
-        // depends only on the step, so every member makes the same one (and
-        // meets the same barrier).
-        if n == 1 {
-            let n_kv = self.row_pos(0).1 + 1;
-            if let Some(split) = attention::KvSplit::new(n_kv, l.capacity(layer), m.nth) {
-                // SAFETY: this fn's contract.
-                unsafe {
-                    self.attention_split(m, barrier, layer, (q, out), window, sinks, split, 0);
-                }
-                return;
-            }
         }
         if n >= attention::Q_TILE {
             // SAFETY: this fn's contract.

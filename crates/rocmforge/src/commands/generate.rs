@@ -212,10 +212,9 @@ fn constraint(a: &Args, tok: &Tokenizer) -> Result<Option<Constraint>, CliError>
             )
         }
     };
-    compiled.map(Some).map_err(|e| {
-        let reason = e.to_string();
-        format!("{flag}: {}", reason.lines().next().unwrap_or("")).into()
-    })
+    compiled
+        .map(Some)
+        .map_err(|e| format!("{flag}: {e}").into())
 }
 
 /// The model path, which clap requires unless --list-devices is given.
@@ -378,12 +377,7 @@ fn generate(
         }
         let id = match constraint.as_mut() {
             None => sampler.sample(&logits),
-            Some(c) => {
-                c.mask(&mut logits).map_err(|e| e.to_string())?;
-                let id = sampler.sample(&logits);
-                c.accept(id).map_err(|e| e.to_string())?;
-                id
-            }
+            Some(c) => c.sample(&mut logits, sampler).map_err(|e| e.to_string())?,
         };
         sampler.accept(id);
         tokens.push(id);

@@ -15,7 +15,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use rocmforge_core::chat::{Message, ToolCall};
+use rocmforge_core::chat::{tools, Message, ToolCall};
 use rocmforge_core::sampler::SamplerConfig;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
@@ -227,13 +227,12 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
                 .into_iter()
                 .enumerate()
                 .map(|(i, c)| ToolCall {
-                    id: c.id.unwrap_or_else(|| format!("call_{i}")),
+                    id: c.id.unwrap_or_else(|| tools::call_id(i)),
                     name: c.function.name,
-                    arguments: match c.function.arguments {
-                        None => "{}".into(),
-                        Some(serde_json::Value::String(s)) => s,
-                        Some(v) => v.to_string(),
-                    },
+                    arguments: c
+                        .function
+                        .arguments
+                        .map_or_else(|| "{}".into(), tools::arguments_text),
                 })
                 .collect();
             message.tool_call_id = m.tool_call_id;
@@ -262,8 +261,8 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
         generation.format = Some(OutputFormat::Lark(grammar));
     }
     let parse = tools.as_ref().and_then(|t| t.parse);
-    let rendered_tools = tools.map(|t| t.rendered);
-    let mut events = submit(st, Input::Chat(messages, rendered_tools), generation)?;
+    let tools_list = tools.map(|t| t.list);
+    let mut events = submit(st, Input::Chat(messages, tools_list), generation)?;
     let prompt_tokens = started(&mut events).await?;
     let id = format!("chatcmpl-{}", st.next_id.fetch_add(1, Ordering::Relaxed));
     let created = now();
@@ -305,12 +304,13 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
             let chunks = match reply {
                 Err(e) => vec![sse_json(&e.body())],
                 Ok(reply) => {
-                    let parsed = format.parse(&reply.text);
+                    let (content, calls, finish) =
+                        split_reply(Some(format), reply.text, reply.finish_reason);
                     let mut out = Vec::new();
-                    if !parsed.content.is_empty() {
+                    if let Some(content) = content.filter(|c| !c.is_empty()) {
                         out.push(chunk(
                             Delta {
-                                content: Some(parsed.content),
+                                content: Some(content),
                                 ..Delta::default()
                             },
                             None,
@@ -318,20 +318,17 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
                             None,
                         ));
                     }
-                    let finish = if parsed.calls.is_empty() {
-                        reply.finish_reason
-                    } else {
+                    if !calls.is_empty() {
                         out.push(chunk(
                             Delta {
-                                tool_calls: Some(api_calls(&parsed.calls, true)),
+                                tool_calls: Some(api_calls(&calls, true)),
                                 ..Delta::default()
                             },
                             None,
                             None,
                             None,
                         ));
-                        FinishReason::ToolCalls
-                    };
+                    }
                     out.push(chunk(
                         Delta::default(),
                         None,
@@ -380,14 +377,8 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let logprobs = top_logprobs.map(|_| ChatLogprobs {
         content: reply.logprobs,
     });
-    let (content, tool_calls, finish_reason) = match parse.map(|f| f.parse(&reply.text)) {
-        Some(p) if !p.calls.is_empty() => (
-            (!p.content.is_empty()).then_some(p.content),
-            Some(api_calls(&p.calls, false)),
-            FinishReason::ToolCalls,
-        ),
-        _ => (Some(reply.text), None, reply.finish_reason),
-    };
+    let (content, calls, finish_reason) = split_reply(parse, reply.text, reply.finish_reason);
+    let tool_calls = (!calls.is_empty()).then(|| api_calls(&calls, false));
     Ok(Json(ChatCompletion {
         id,
         object: "chat.completion",
@@ -723,4 +714,23 @@ fn sse(
 ) -> Response {
     let done = tokio_stream::once(Ok(SseEvent::default().data("[DONE]")));
     Sse::new(events.chain(done)).into_response()
+}
+
+/// A finished chat reply as the client gets it, whole or streamed: where
+/// it holds calls in `parse`'s format, the text around them (none if
+/// empty), the calls and `tool_calls` as the finish; else its text as it
+/// is, no calls and `finish`.
+fn split_reply(
+    parse: Option<rocmforge_core::chat::ToolFormat>,
+    text: String,
+    finish: FinishReason,
+) -> (Option<String>, Vec<ToolCall>, FinishReason) {
+    match parse.map(|f| f.parse(&text)) {
+        Some(p) if !p.calls.is_empty() => (
+            (!p.content.is_empty()).then_some(p.content),
+            p.calls,
+            FinishReason::ToolCalls,
+        ),
+        _ => (Some(text), Vec::new(), finish),
+    }
 }

@@ -19,8 +19,8 @@ use super::errors::ApiError;
 
 /// What a request's tools ask of the reply.
 pub struct ToolRequest {
-    /// The `tools` list as JSON text, for the template.
-    pub rendered: String,
+    /// The `tools` list, for the template.
+    pub list: Value,
     /// The format replies are parsed in; `None` with `tool_choice: none`.
     pub parse: Option<ToolFormat>,
     /// The grammar of a call the reply must be (required / named).
@@ -61,7 +61,6 @@ pub fn tool_request(
             .ok_or_else(|| bad(format!("a tool needs function.name: {t}")))?;
         functions.push(f.clone());
     }
-    let rendered = serde_json::to_string(&tools).map_err(|e| bad(e.to_string()))?;
     let bad_choice = |m: String| ApiError::invalid(m, Some("tool_choice"));
     let must: Option<Vec<Value>> = match choice {
         None => None,
@@ -69,7 +68,7 @@ pub fn tool_request(
             "auto" => None,
             "none" => {
                 return Ok(Some(ToolRequest {
-                    rendered,
+                    list: Value::Array(tools),
                     parse: None,
                     grammar: None,
                 }))
@@ -109,7 +108,7 @@ pub fn tool_request(
         (Some(fs), Some(f)) => Some(f.call_grammar(fs).map_err(bad)?),
     };
     Ok(Some(ToolRequest {
-        rendered,
+        list: Value::Array(tools),
         parse: format,
         grammar,
     }))

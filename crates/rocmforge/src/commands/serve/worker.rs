@@ -41,8 +41,8 @@ use super::openai::{FinishReason, TokenLogprob, TopLogprob};
 /// What to evaluate.
 pub enum Input {
     /// Rendered with the model's chat template, generation prompt added,
-    /// with the tools (OpenAI's list as JSON text) where there are any.
-    Chat(Vec<Message>, Option<String>),
+    /// with the tools (OpenAI's list) where there are any.
+    Chat(Vec<Message>, Option<serde_json::Value>),
     /// Tokenized as is (special-token text parsed, BOS as the model wants).
     Text(String),
 }
@@ -346,12 +346,7 @@ impl Worker {
             OutputFormat::Gbnf(src) => (g.gbnf(src), "grammar"),
             OutputFormat::Lark(src) => (g.lark(src), "tool_choice"),
         };
-        c.map_err(|e| {
-            // llguidance's reasons can run over lines.
-            let first = e.to_string();
-            let first = first.lines().next().unwrap_or("").to_string();
-            ApiError::invalid(format!("{param}: {first}"), Some(param))
-        })
+        c.map_err(|e| ApiError::invalid(format!("{param}: {e}"), Some(param)))
     }
 
     /// One step: every generating slot's next token and prompt chunks of
@@ -503,12 +498,10 @@ impl Replier<'_> {
         let id = match st.constraint.as_mut() {
             None => st.sampler.sample(logits),
             Some(c) => {
+                // The session's logits are shared: masked in a copy.
                 st.masked.clear();
                 st.masked.extend_from_slice(logits);
-                let sampled = c
-                    .mask(&mut st.masked)
-                    .map(|()| st.sampler.sample(&st.masked));
-                match sampled.and_then(|id| c.accept(id).map(|()| id)) {
+                match c.sample(&mut st.masked, &mut st.sampler) {
                     Ok(id) => id,
                     Err(e) => {
                         let _ = st.events.send(Event::Failed(e.to_string()));
