@@ -8,10 +8,12 @@
 #   benches/device/moe.sh profile          # the grid-keyed Vulkan profile of a decode
 #   benches/device/moe.sh bench [VARS...]  # tg128 (and pp512) per variant, alternating
 #     each VARS is A=1+B=2 (environment switches, % for a space in a value;
-#     "-" for none), then llama-bench
+#     "-" for none; BIN=name runs .gpu/bin/name instead of xtask, and
+#     BACKEND=rocm the HIP backend through the CUDA driver), then llama-bench
 #   MOE_MODELS="qwen3-30b-a3b:Q4_0 gpt-oss-20b:MXFP4" (default) picks the files;
 #   MOE_RUNS (2) repeats the variants' round and llama-bench's; MOE_TESTS
-#   (-p 0 -n 128) the tests.
+#   (-p 0 -n 128) the tests; MOE_LLAMA_REPS (3) llama-bench's repetitions,
+#   each printed with their mean and median (its first is often slow).
 set -uo pipefail
 mode=${1:-bench}
 shift || true
@@ -44,8 +46,16 @@ if [ "$mode" = bench ]; then
       for v in $variants; do
         kv=()
         [ "$v" = - ] || IFS=+ read -ra kv <<<"${v//%/ }"
+        bin=xtask backend=vulkan envs=(ROCMFORGE_HIP_RUNTIME=cuda)
+        for a in "${kv[@]}"; do
+          case "$a" in
+            BIN=*) bin=${a#BIN=} ;;
+            BACKEND=*) backend=${a#BACKEND=} ;;
+            *) envs+=("$a") ;;
+          esac
+        done
         # shellcheck disable=SC2086 # the tests are words.
-        env "${kv[@]}" .gpu/bin/xtask bench --backend vulkan \
+        env "${envs[@]}" ".gpu/bin/$bin" bench --backend "$backend" \
           --model "$f" $tests -r 2 -o md 2>&1 | grep -E "^\| [a-z].*\| (tg|pp)" |
           sed "s/|.*markers: [^|]*|/|/; s/^/$r $v /" | tee -a "$out/moe-bench.md"
       done
@@ -56,8 +66,16 @@ if [ "$mode" = bench ]; then
       for m in $models; do
         f="$CARGO_TARGET_DIR/models/${m%%:*}-${m##*:}.gguf"
         # shellcheck disable=SC2086 # the tests are words.
-        .llvk/llama-bench -m "$f" $tests -r 3 -o md 2>&1 | grep -E "^\| [a-z]" |
-          grep -v "^| model" | sed "s/^/$r llama.cpp /" | tee -a "$out/moe-bench.md"
+        .llvk/llama-bench -m "$f" $tests -r "${MOE_LLAMA_REPS:-3}" -o jsonl 2>/dev/null |
+          python3 -c '
+import json, statistics, sys
+for line in sys.stdin:
+    j = json.loads(line)
+    ts = j["samples_ts"]
+    test = "pp%d" % j["n_prompt"] if j["n_gen"] == 0 else "tg%d" % j["n_gen"]
+    print("%s %s: mean %.1f median %.1f samples %s" % (j["model_filename"].split("/")[-1], test,
+          statistics.mean(ts), statistics.median(ts), " ".join("%.1f" % t for t in ts)))
+' | sed "s/^/$r llama.cpp /" | tee -a "$out/moe-bench.md"
       done
     done
   fi

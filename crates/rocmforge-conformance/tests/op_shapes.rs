@@ -14,7 +14,8 @@
 //! - 1, 3 and 9 tokens (the decode mat-vec, its multi-token form, and the
 //!   tiled prefill matmul);
 //! - experts: 1, 3 and 8 experts with 1, 3 and 8 used, the expert input
-//!   shared by a token's choices (gate, up) or one row per choice (down);
+//!   shared by a token's choices (gate, up) or one row per choice (down),
+//!   rows of the ragged lengths above and of 65 blocks;
 //! - the routing top-k and the weighted sum at those counts, and the top-k
 //!   of 60, 128 and 200 experts, and a decode step's f32 router with the
 //!   routing of its logits, with and without the FFN norm in front (one
@@ -202,9 +203,12 @@ fn expert_cases(c: &mut Cases, ty: QuantType, rng: &mut Rng) {
     for (i, &(e, k_used)) in shapes.iter().enumerate() {
         for &n in &[1usize, 3] {
             // Gate/up form (one input row per token) and down form (one
-            // per choice), with row lengths cycling through the ragged ones.
+            // per choice), with row lengths cycling through the ragged ones
+            // and one of more blocks than an expert mat-vec workgroup has
+            // invocations (65: a second pass, and Vulkan's second block an
+            // invocation).
             for (form, per_choice) in [("shared input", false), ("input per choice", true)] {
-                let blocks = [1usize, 2, 3, 5, 9][(i + usize::from(per_choice) + n) % 5];
+                let blocks = [1usize, 2, 3, 5, 9, 65][(i + usize::from(per_choice) + n) % 6];
                 let k = blocks * b;
                 // The biased case (gpt-oss) has 24 rows: the bias is a
                 // matrix of one row per expert, and a GPU backend takes

@@ -363,6 +363,9 @@ impl GpuDevice for HipDevice {
     }
 }
 
+/// Fewest positions a run of the split decode attention takes.
+const SPLIT_MIN: u32 = 32;
+
 fn hip_lowering(compute_units: u32) -> Lowering {
     Lowering {
         fuse: true,
@@ -380,8 +383,15 @@ fn hip_lowering(compute_units: u32) -> Lowering {
         compute_units,
         // Waves of 32 (RDNA, NVIDIA).
         subgroup_decode: true,
-        split_min: rocmforge_core::gpu::split::SPLIT_MIN_POSITIONS as u32,
+        // Runs of 32 positions give a short context several workgroups a
+        // head: qwen3-30b-a3b tg128 +1.1% over core's 128 through the CUDA
+        // driver (docs/measurements.md, session 26), as on Vulkan.
+        split_min: SPLIT_MIN,
         int_teams: 1,
+        // A launch in a captured graph costs little; the tail that folded
+        // the SwiGLU into gate and up's launch lost 13-23% here
+        // (docs/measurements.md, session 24).
+        swiglu_in_experts: 0,
         matrix_attention: true,
     }
 }
