@@ -259,11 +259,6 @@ struct MatIdPush {
     uint64_t up_w;
     uint64_t up_out;
     uint64_t up_bias;
-    // matvec_id_int*_swiglu*_ (Vulkan only): the up rows of the SwiGLU the
-    // kernel computes as its input, gpt-oss's alpha and limit.
-    uint64_t act_up;
-    float alpha;
-    float limit;
 };
 
 // moe_group: the pairs of ids sorted by expert into a table of `slots`
@@ -500,9 +495,7 @@ static_assert(sizeof(AttnTempPush) == 32, "AttnTempPush size");
 RF_PUSH_AT(AttnTempPush, step, 8);
 RF_PUSH_AT(AttnTempPush, floor, 28);
 
-static_assert(sizeof(MatIdPush) == 112, "MatIdPush size");
-RF_PUSH_AT(MatIdPush, act_up, 96);
-RF_PUSH_AT(MatIdPush, limit, 108);
+static_assert(sizeof(MatIdPush) == 96, "MatIdPush size");
 RF_PUSH_AT(MatIdPush, up_w, 72);
 RF_PUSH_AT(MatIdPush, up_bias, 88);
 RF_PUSH_AT(MatIdPush, x, 0);

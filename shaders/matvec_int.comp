@@ -25,15 +25,6 @@
 // rows of one pair. With up_w set, a second stack of the same shape read
 // with the same input and ids (up beside gate): the grid doubles and its
 // second half computes it.
-//
-// SWIGLU / SWIGLU_OAI (matvec_id_int*_swiglu[_oai]_*, MAT_ID only): the
-// input is the SwiGLU of gate rows at x and up rows at act_up (f32, a row
-// per pair), computed here: each invocation takes a block's 32 gate and up
-// values, computes them as quantize_act.comp's SWIGLU / SWIGLU_OAI does and
-// rounds them to a Q8 block as it does (q8_packed.glsl's pack_q8), so the
-// sums are those of swiglu_q8 then matvec_id_int, one launch fewer. Every
-// workgroup of a pair redoes its rounding: for rows of few blocks only
-// (rocmforge_core::gpu::Lowering::swiglu_in_experts).
 #version 460
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -41,9 +32,6 @@
 // The weight types' integer forms (block_q8), with their tables.
 #define QUANT_INT 1
 #include "quant.glsl"
-#if defined(SWIGLU) || defined(SWIGLU_OAI)
-#include "q8_packed.glsl"
-#endif
 #ifdef INT_DOT
 #extension GL_EXT_integer_dot_product : require
 #endif
@@ -68,9 +56,6 @@ layout(push_constant, std430) uniform Push {
     uint64_t up_w; // 0: none
     uint64_t up_out;
     uint64_t up_bias;
-    uint64_t act_up; // SWIGLU / SWIGLU_OAI only
-    float alpha;     // SWIGLU_OAI only
-    float limit;
 } pc;
 #else
 layout(push_constant, std430) uniform Push {
@@ -197,30 +182,6 @@ float workgroup_sums(float acc[NR][MV_MAX_TOKENS], uint n) {
 }
 
 #ifdef MAT_ID
-// Activation block xb: its quants (x0, x1) and (d, s), read Q8-packed or,
-// with SWIGLU / SWIGLU_OAI, computed from the gate and up rows.
-void activation_block(uint xb, out uvec4 x0, out uvec4 x1, out vec2 xsc) {
-#if defined(SWIGLU) || defined(SWIGLU_OAI)
-    // The block's gate and up values as eight vec4 loads each, issued
-    // together (rows are 16-aligned).
-    V4s gv = V4s(pc.x + uint64_t(xb) * 128u);
-    V4s uv = V4s(pc.act_up + uint64_t(xb) * 128u);
-    vec4 v[8];
-    for (uint w = 0u; w < 8u; w++) {
-#ifdef SWIGLU
-        v[w] = swiglu4(gv.v[w], uv.v[w]);
-#else
-        v[w] = swiglu_oai4(gv.v[w], uv.v[w], pc.alpha, pc.limit);
-#endif
-    }
-    pack_q8(v, x0, x1, xsc);
-#else
-    x0 = U4s(pc.x).v[2u * xb];
-    x1 = U4s(pc.x).v[2u * xb + 1u];
-    xsc = V2s(pc.x_scales).v[xb];
-#endif
-}
-
 void main() {
     init_tables();
     uint groups = (pc.rows + NR - 1u) / NR;
@@ -241,57 +202,20 @@ void main() {
     uint64_t row_bytes = uint64_t(nb) * QUANT_BLOCK_BYTES;
     uint64_t w = (second ? pc.up_w : pc.w) + uint64_t(e) * pc.expert_bytes;
     uint xb0 = (p / pc.x_div) * nb;
+    U4s xq = U4s(pc.x);
+    V2s xs = V2s(pc.x_scales);
     float acc[NR][MV_MAX_TOKENS];
     for (uint r = 0u; r < NR; r++) {
         for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
             acc[r][t] = 0.0;
         }
     }
-#ifdef BLOCKS_2
-    // Two blocks an invocation a pass, b and b + WG_SIZE, every load of
-    // both issued before either is summed: rows of up to 2 * WG_SIZE blocks
-    // take one trip to memory. The sums are added in the one-block order.
-    for (uint b = gl_LocalInvocationID.x; b < nb; b += 2u * WG_SIZE) {
-        uint b2 = b + WG_SIZE;
-        bool more = b2 < nb;
-        uint q[NR][8];
-        vec2 dm[NR];
-        uint q2[NR][8];
-        vec2 dm2[NR];
-        for (uint r = 0u; r < NR; r++) {
-            // Rows past the end read the last row again (never written out).
-            uint64_t row = w + uint64_t(min(r0 + r, pc.rows - 1u)) * row_bytes;
-            block_q8(row, b, q[r], dm[r]);
-            if (more) {
-                block_q8(row, b2, q2[r], dm2[r]);
-            }
-        }
-        uvec4 x0;
-        uvec4 x1;
-        vec2 xsc;
-        activation_block(xb0 + b, x0, x1, xsc);
-        pair_activations(x0, x1);
-        uvec4 y0 = uvec4(0u);
-        uvec4 y1 = uvec4(0u);
-        vec2 ysc = vec2(0.0);
-        if (more) {
-            activation_block(xb0 + b2, y0, y1, ysc);
-            pair_activations(y0, y1);
-        }
-        for (uint r = 0u; r < NR; r++) {
-            acc[r][0] += block_term(q[r], dm[r], x0, x1, xsc);
-            if (more) {
-                acc[r][0] += block_term(q2[r], dm2[r], y0, y1, ysc);
-            }
-        }
-    }
-#else
     for (uint b = gl_LocalInvocationID.x; b < nb; b += WG_SIZE) {
-        uvec4 x0;
-        uvec4 x1;
-        vec2 xsc;
-        activation_block(xb0 + b, x0, x1, xsc);
+        uint xb = xb0 + b;
+        uvec4 x0 = xq.v[2u * xb];
+        uvec4 x1 = xq.v[2u * xb + 1u];
         pair_activations(x0, x1);
+        vec2 xsc = xs.v[xb];
         for (uint r = 0u; r < NR; r++) {
             uint q[8];
             vec2 dm;
@@ -301,7 +225,6 @@ void main() {
             acc[r][0] += block_term(q, dm, x0, x1, xsc);
         }
     }
-#endif
     float s = workgroup_sums(acc, 1u);
     uint r = r0 + gl_LocalInvocationID.x;
     if (gl_LocalInvocationID.x < NR && r < pc.rows) {

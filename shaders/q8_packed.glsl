@@ -19,10 +19,8 @@ float div_rn(float a, float b) {
     return fma(r, 1.0 / b, q);
 }
 
-// The 32 values `v` quantized: their quants as eight words (element 4i + j
-// in byte j of word i) in x0, x1, and (d, s) rounded to f16 as they are
-// stored.
-void pack_q8(vec4 v[8], out uvec4 x0, out uvec4 x1, out vec2 ds) {
+// Quantizes the 32 values `v` and stores them as block `b`.
+void store_q8_packed(vec4 v[8], uint64_t quants, uint64_t scales, uint b) {
     vec4 m4 = vec4(0.0);
     for (uint w = 0u; w < 8u; w++) {
         m4 = max(m4, abs(v[w]));
@@ -39,36 +37,12 @@ void pack_q8(vec4 v[8], out uvec4 x0, out uvec4 x1, out vec2 ds) {
         words[w / 4u][w % 4u] = u.x | (u.y << 8) | (u.z << 16) | (u.w << 24);
     }
     int sum = sum4.x + sum4.y + sum4.z + sum4.w;
-    x0 = words[0];
-    x1 = words[1];
-    ds = vec2(round_f16(d), round_f16(d * float(sum)));
-}
-
-// Quantizes the 32 values `v` and stores them as block `b`.
-void store_q8_packed(vec4 v[8], uint64_t quants, uint64_t scales, uint b) {
-    uvec4 x0;
-    uvec4 x1;
-    vec2 ds;
-    pack_q8(v, x0, x1, ds);
     U4s qo = U4s(quants + uint64_t(b) * 32u);
-    qo.v[0] = x0;
-    qo.v[1] = x1;
+    qo.v[0] = words[0];
+    qo.v[1] = words[1];
     F32s so = F32s(scales + uint64_t(b) * 8u);
-    so.v[0] = ds.x;
-    so.v[1] = ds.y;
-}
-
-// SwiGLU of four values, as eltwise.comp's OP_SWIGLU computes each.
-vec4 swiglu4(vec4 g, vec4 u) {
-    return g / (1.0 + exp(-g)) * u;
-}
-
-// gpt-oss's clamped SwiGLU of four values, as eltwise.comp's OP_SWIGLU_OAI
-// computes each.
-vec4 swiglu_oai4(vec4 g, vec4 u, float alpha, float limit) {
-    vec4 x = min(g, limit);
-    vec4 y = clamp(u, -limit, limit);
-    return x / (1.0 + exp(alpha * -x)) * (y + 1.0);
+    so.v[0] = round_f16(d);
+    so.v[1] = round_f16(d * float(sum));
 }
 
 #endif

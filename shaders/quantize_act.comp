@@ -71,9 +71,13 @@ void main() {
     for (uint w = 0u; w < 8u; w++) {
         vec4 g = xv.v[w];
 #ifdef SWIGLU
-        v[w] = swiglu4(g, uv.v[w]);
+        // As eltwise.comp's OP_SWIGLU, component by component.
+        v[w] = g / (1.0 + exp(-g)) * uv.v[w];
 #else
-        v[w] = swiglu_oai4(g, uv.v[w], pc.alpha, pc.limit);
+        // As eltwise.comp's OP_SWIGLU_OAI, component by component.
+        vec4 x = min(g, pc.limit);
+        vec4 y = clamp(uv.v[w], -pc.limit, pc.limit);
+        v[w] = x / (1.0 + exp(pc.alpha * -x)) * (y + 1.0);
 #endif
         av.v[w] = v[w];
     }

@@ -137,12 +137,7 @@ const INT_KERNELS: &[(&str, &str, Defines)] = &[
     (
         "matvec_id_int",
         "matvec_int.comp",
-        &[
-            ("WG_SIZE", "32"),
-            ("NR", "4"),
-            ("MAT_ID", "1"),
-            ("BLOCKS_2", "1"),
-        ],
+        &[("WG_SIZE", "32"), ("NR", "4"), ("MAT_ID", "1")],
     ),
     (
         "matvec_id_int_dot",
@@ -151,56 +146,7 @@ const INT_KERNELS: &[(&str, &str, Defines)] = &[
             ("WG_SIZE", "32"),
             ("NR", "4"),
             ("MAT_ID", "1"),
-            ("BLOCKS_2", "1"),
             ("INT_DOT", "1"),
-        ],
-    ),
-    // The down expert mat-vec computing its input's SwiGLU (or gpt-oss's)
-    // and Q8 rounding itself (`Lowering::swiglu_in_experts`).
-    (
-        "matvec_id_int_swiglu",
-        "matvec_int.comp",
-        &[
-            ("WG_SIZE", "32"),
-            ("NR", "4"),
-            ("MAT_ID", "1"),
-            ("BLOCKS_2", "1"),
-            ("SWIGLU", "1"),
-        ],
-    ),
-    (
-        "matvec_id_int_dot_swiglu",
-        "matvec_int.comp",
-        &[
-            ("WG_SIZE", "32"),
-            ("NR", "4"),
-            ("MAT_ID", "1"),
-            ("BLOCKS_2", "1"),
-            ("INT_DOT", "1"),
-            ("SWIGLU", "1"),
-        ],
-    ),
-    (
-        "matvec_id_int_swiglu_oai",
-        "matvec_int.comp",
-        &[
-            ("WG_SIZE", "32"),
-            ("NR", "4"),
-            ("MAT_ID", "1"),
-            ("BLOCKS_2", "1"),
-            ("SWIGLU_OAI", "1"),
-        ],
-    ),
-    (
-        "matvec_id_int_dot_swiglu_oai",
-        "matvec_int.comp",
-        &[
-            ("WG_SIZE", "32"),
-            ("NR", "4"),
-            ("MAT_ID", "1"),
-            ("BLOCKS_2", "1"),
-            ("INT_DOT", "1"),
-            ("SWIGLU_OAI", "1"),
         ],
     ),
 ];

@@ -363,7 +363,11 @@ impl GpuDevice for HipDevice {
     }
 }
 
-/// Fewest positions a run of the split decode attention takes.
+/// Fewest positions a run of the split decode attention takes, as on
+/// Vulkan's wide subgroups. At tg128 on the H200 through the CUDA driver:
+/// qwen3-30b-a3b 335.9 / 337.5 t/s against 331.4 / 332.9 with core's 128
+/// (+1.4%), gpt-oss-20b 401.5 / 397.6 against 399.0 / 395.3 (+0.6%)
+/// (docs/measurements.md, session 27).
 const SPLIT_MIN: u32 = 32;
 
 fn hip_lowering(compute_units: u32) -> Lowering {
@@ -383,15 +387,9 @@ fn hip_lowering(compute_units: u32) -> Lowering {
         compute_units,
         // Waves of 32 (RDNA, NVIDIA).
         subgroup_decode: true,
-        // Runs of 32 positions give a short context several workgroups a
-        // head: qwen3-30b-a3b tg128 +1.1% over core's 128 through the CUDA
-        // driver (docs/measurements.md, session 26), as on Vulkan.
+        // A short context gets several workgroups a head.
         split_min: SPLIT_MIN,
         int_teams: 1,
-        // A launch in a captured graph costs little; the tail that folded
-        // the SwiGLU into gate and up's launch lost 13-23% here
-        // (docs/measurements.md, session 24).
-        swiglu_in_experts: 0,
         matrix_attention: true,
     }
 }

@@ -65,11 +65,6 @@ pub(crate) const INT_TEAMS: u32 = 2;
 /// runs are set by the workgroups that fill the device.
 pub(crate) const SPLIT_MIN: u32 = 32;
 
-/// The longest expert input rows (in Q8 blocks) whose SwiGLU the down
-/// expert mat-vec computes itself: one block an invocation of its 32
-/// (`Lowering::swiglu_in_experts`; qwen3-30b-a3b's 768 values are 24).
-pub(crate) const SWIGLU_IN_EXPERTS: u32 = 32;
-
 /// A recorded part.
 pub struct VulkanPart {
     cb: vk::CommandBuffer,
@@ -220,7 +215,6 @@ impl GpuDevice for VulkanDevice {
                 rocmforge_core::gpu::split::SPLIT_MIN_POSITIONS as u32
             },
             int_teams: INT_TEAMS,
-            swiglu_in_experts: SWIGLU_IN_EXPERTS,
             matrix_attention: self.pipes.coopmat,
         }
     }

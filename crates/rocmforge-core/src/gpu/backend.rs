@@ -130,9 +130,6 @@ impl<D: GpuDevice> GpuBackend<D> {
             matrix: matrix_tiles(from_device.matrix, opts.big_tiles),
             split_min: opts.split_min.unwrap_or(from_device.split_min),
             int_teams: opts.int_teams.unwrap_or(from_device.int_teams),
-            swiglu_in_experts: opts
-                .swiglu_in_experts
-                .unwrap_or(from_device.swiglu_in_experts),
             ..from_device
         };
         GpuBackend {

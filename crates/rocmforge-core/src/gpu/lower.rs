@@ -32,8 +32,8 @@ use super::matmul::{
     int_route, leaves_scratch, matmul_weight, q8_packed_at, record_matmuls, MatmulRun, ScratchUse,
 };
 use super::moe::{
-    fused_router, int_expert_route, record_moe_op, record_moe_sum, record_swiglu_in_experts,
-    table_offset, GroupTable, ScratchState,
+    fused_router, int_expert_route, record_moe_op, record_moe_sum, table_offset, GroupTable,
+    ScratchState,
 };
 use super::push::*;
 use super::split::{attention_splits, partials_bytes, MAX_SPLIT_TOKENS};
@@ -419,19 +419,6 @@ pub fn record_graph(
                     label(i, format!("Rope+StoreKv layer {}", rs.layer)),
                 )?;
                 i += 3;
-                continue;
-            }
-        }
-        // A MoE layer's SwiGLU computed inside its down expert mat-vec.
-        if fuse && fits(i + 2) && matches!(op, Op::SwiGlu { .. } | Op::SwiGluOai { .. }) {
-            let name = if matches!(op, Op::SwiGlu { .. }) {
-                "SwiGlu"
-            } else {
-                "SwiGluOai"
-            };
-            let what = label(i, format!("{name}+MatMulId"));
-            if record_swiglu_in_experts(sink, lw, graph, i, a, &t, what)? {
-                i += 2;
                 continue;
             }
         }

@@ -1502,13 +1502,6 @@ fn check_regions(m: &TinyModel, g: &Graph, lw: &Lowering) {
                 let n = (p.n * p.k) as usize;
                 assert_eq!(p.x_scales, s + n.next_multiple_of(256) as u64);
             }
-            // The SwiGLU computed in the mat-vec: its input from the
-            // arena, the scratch neither read nor written.
-            k if k.starts_with("matvec_id_int") && k.contains("_swiglu") => {
-                let p: MatIdPush = l.push_as();
-                assert!(p.x_scales == 0 && p.act_up != 0, "{}", context(l));
-                assert!(p.x < s && p.act_up < s, "{}", context(l));
-            }
             k if k.starts_with("matvec_id_int") => {
                 let p: MatIdPush = l.push_as();
                 assert_eq!(Some((p.x, p.x_scales)), q8, "{}", context(l));
@@ -1552,17 +1545,7 @@ fn launches_keep_to_their_regions_and_the_scratch_layout() {
         fuse: false,
         ..hip_lowering()
     };
-    let swiglu_in_experts = Lowering {
-        swiglu_in_experts: 32,
-        ..vulkan_lowering()
-    };
-    let lowerings = [
-        vulkan_lowering(),
-        hip_lowering(),
-        f32_route,
-        unfused,
-        swiglu_in_experts,
-    ];
+    let lowerings = [vulkan_lowering(), hip_lowering(), f32_route, unfused];
     let models = [
         dense_llama(Q4_0),
         dense_llama(Q8_0),
@@ -2005,86 +1988,6 @@ fn the_clamped_swiglu_rounds_its_output_for_the_experts() {
     // of its own.
     let at = kernels.iter().position(|&k| k == "swiglu_oai_q8").unwrap();
     assert!(kernels[at + 1].starts_with("matvec_id_int"), "{kernels:?}");
-}
-
-/// Where the lowering computes a MoE layer's SwiGLU in the down expert
-/// mat-vec (`swiglu_in_experts`, Vulkan's), a decode step's layer has no
-/// `swiglu_q8`: down reads gate and up (f32, a row per pair) and gets the
-/// clamped SwiGLU's alpha and limit; rows longer than the limit, and
-/// prompts (grouped by expert), keep the separate pass.
-#[test]
-fn the_down_expert_mat_vec_can_compute_its_swiglu() {
-    let fold = Lowering {
-        swiglu_in_experts: 32,
-        ..vulkan_lowering()
-    };
-    let oai = ExpertActivation::SwiGluOai {
-        alpha: OAI_ALPHA,
-        limit: OAI_LIMIT,
-    };
-    for (act, kernel, params) in [
-        (
-            ExpertActivation::SwiGlu,
-            "matvec_id_int_swiglu_q4_0",
-            (0.0, 0.0),
-        ),
-        (oai, "matvec_id_int_swiglu_oai_q4_0", (OAI_ALPHA, OAI_LIMIT)),
-    ] {
-        let m = qwen3_moe_with(QuantType::Q4_0, QuantType::Q4_0, act);
-        let g = m.graph(1);
-        let plan = ArenaPlan::new(&g);
-        let t = |id: TensorId| ARENA_BASE + plan.offsets[id] as u64;
-        let sink = m.record(&fold, &g, &plan);
-        let kernels = sink.kernels();
-        assert!(
-            !kernels.iter().any(|k| k.starts_with("swiglu")),
-            "{kernels:?}"
-        );
-        let downs: Vec<_> = sink.of(kernel).collect();
-        assert_eq!(downs.len(), N_LAYER, "{kernels:?}");
-        // One launch a layer fewer than without.
-        let apart = m.record(&vulkan_lowering(), &g, &plan);
-        assert_eq!(apart.launches.len(), sink.launches.len() + N_LAYER);
-        // Block 0's gate, up and down, in graph order.
-        let experts: Vec<&Op> = g
-            .ops
-            .iter()
-            .filter(|op| matches!(op, Op::MatMulId { .. }))
-            .take(3)
-            .collect();
-        let (gate, up) = (out_of(experts[0]), out_of(experts[1]));
-        let Op::MatMulId { out: down, .. } = *experts[2] else {
-            unreachable!()
-        };
-        let p: MatIdPush = downs[0].push_as();
-        assert_eq!(
-            (p.x, p.act_up, p.x_scales, p.out),
-            (t(gate), t(up), 0, t(down))
-        );
-        assert_eq!((p.alpha, p.limit), params);
-        assert_eq!(
-            (p.rows, p.k, p.n_pairs, p.x_div),
-            (N_EMBD as u32, N_FF_EXP as u32, N_EXPERT_USED as u32, 1)
-        );
-        assert_eq!(downs[0].groups as usize, N_EXPERT_USED * N_EMBD.div_ceil(2));
-        // The plan keeps gate and up clear of down's output.
-        let span = |id: TensorId| plan.offsets[id]..plan.offsets[id] + g.tensor(id).bytes();
-        for input in [gate, up] {
-            let (a, b) = (span(input), span(down));
-            assert!(a.end <= b.start || b.end <= a.start, "{a:?} {b:?}");
-        }
-    }
-    // Rows of more blocks than the limit, and a prompt: the separate pass.
-    let short = Lowering {
-        swiglu_in_experts: (N_FF_EXP / 32 - 1) as u32,
-        ..vulkan_lowering()
-    };
-    let m = qwen3_moe(QuantType::Q4_0, QuantType::Q4_0);
-    for (lw, n) in [(&short, 1), (&fold, 64)] {
-        let g = m.graph(n);
-        let kernels = m.record(lw, &g, &ArenaPlan::new(&g)).kernels().join(" ");
-        assert!(!kernels.contains("_swiglu_"), "{kernels}");
-    }
 }
 
 #[test]

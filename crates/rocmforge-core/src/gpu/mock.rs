@@ -119,7 +119,6 @@ pub(crate) fn addresses(l: &Launch) -> Vec<(&'static str, u64)> {
             ("up_w", p.up_w),
             ("up_out", p.up_out),
             ("up_bias", p.up_bias),
-            ("act_up", p.act_up),
         ]
     } else if family("matmul_id_") {
         let p: MatGroupPush = l.push_as();
@@ -382,8 +381,6 @@ pub(crate) fn vulkan_lowering() -> Lowering {
         subgroup_decode: false,
         split_min: crate::gpu::split::SPLIT_MIN_POSITIONS as u32,
         int_teams: 1,
-        // No SwiGLU in the expert mat-vec unless a test asks for it.
-        swiglu_in_experts: 0,
         matrix_attention: false,
     }
 }

@@ -116,7 +116,6 @@ impl MockDevice {
             subgroup_decode: false,
             split_min: crate::gpu::split::SPLIT_MIN_POSITIONS as u32,
             int_teams: 1,
-            swiglu_in_experts: 0,
             matrix_attention: false,
         };
         let device = MockDevice {

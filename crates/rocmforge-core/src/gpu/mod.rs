@@ -118,16 +118,6 @@ pub struct Lowering {
     /// rows too (only where [`Lowering::row_teams`]): 2 on Vulkan (4 rows a
     /// workgroup), 1 elsewhere; `ROCMFORGE_GPU_INT_TEAMS` for measurement.
     pub int_teams: u32,
-    /// The expert mat-vec after a SwiGLU (a MoE layer's down projection)
-    /// computes the SwiGLU of its input and the Q8 packing itself
-    /// (`matvec_id_int*_swiglu[_oai]_*`: each invocation the 32 values of
-    /// a block it dots), one launch fewer a layer, where the input rows
-    /// have at most this many Q8 blocks; 0 never. Each workgroup redoes its
-    /// pair's rounding, so long rows read far more than the launch saves:
-    /// 32 on Vulkan (a block an invocation), 0 on HIP, whose captured
-    /// graphs launch cheaply; `ROCMFORGE_GPU_SWIGLU_IN_EXPERTS` for
-    /// measurement.
-    pub swiglu_in_experts: u32,
     /// Subgroups of at least 32 invocations: decode attention runs
     /// `attention_decode`, whose subgroups read cache rows side by side
     /// (else `attention_split`, which stages rows in shared memory).

@@ -28,7 +28,7 @@
 //! gate, up and down matmuls of a layer share one.
 
 use crate::backend::BackendError;
-use crate::graph::fusion::{swiglu_expert_after, ResidualAdd};
+use crate::graph::fusion::ResidualAdd;
 use crate::graph::{Graph, Op, TensorId};
 use crate::plan::ArenaPlan;
 
@@ -242,12 +242,34 @@ pub fn record_moe_op(
             // One workgroup per token.
             sink.dispatch("moe_route", push.bytes(), push.n_rows, label)?;
         }
-        Op::MatMulId { w, x, ids, .. } => {
+        Op::MatMulId {
+            w,
+            x,
+            ids,
+            bias,
+            out,
+        } => {
             let dw = &a.weights[w];
             let suffix = weight_kernel(dw)?;
             let xd = graph.tensor(x);
-            let mut push = expert_push(graph, a, t, op)?;
-            let (n_pairs, rows) = (push.n_pairs as usize, push.rows as usize);
+            let n_pairs = graph.tensor(out).rows;
+            let rows = dw.rows / dw.experts;
+            let mut push = MatIdPush {
+                x: t(x),
+                w: dw.address,
+                ids: t(ids),
+                out: t(out),
+                expert_bytes: (rows * dw.row_bytes) as u64,
+                rows: u32_of(rows, "rows")?,
+                k: u32_of(xd.cols, "inner size")?,
+                n_pairs: u32_of(n_pairs, "expert choices")?,
+                x_div: u32_of(n_pairs / xd.rows, "experts per token")?,
+                bias: bias.map_or(0, |b| a.weights[b].address),
+                x_scales: 0,
+                up_w: 0,
+                up_out: 0,
+                up_bias: 0,
+            };
             let values = u32_of(xd.rows * xd.cols, "activations")?;
             if grouped(lw, graph, ids, dw.experts) {
                 push.x = rounded_input(sink, dw, (x, push.x), values, a.scratch, scratch, &label)?;
@@ -296,108 +318,6 @@ pub fn record_moe_op(
         _ => return Ok(0),
     }
     Ok(1)
-}
-
-/// The argument block of expert matmul `op` (a `MatMulId`) as the f32
-/// mat-vec reads it: its input at `x`, no second stack.
-fn expert_push(
-    graph: &Graph,
-    a: &GraphAddresses,
-    t: &dyn Fn(TensorId) -> u64,
-    op: &Op,
-) -> Result<MatIdPush, BackendError> {
-    let Op::MatMulId {
-        w,
-        x,
-        ids,
-        bias,
-        out,
-    } = *op
-    else {
-        unreachable!("expert_push of {op:?}");
-    };
-    let dw = &a.weights[w];
-    let xd = graph.tensor(x);
-    let n_pairs = graph.tensor(out).rows;
-    let rows = dw.rows / dw.experts;
-    Ok(MatIdPush {
-        x: t(x),
-        w: dw.address,
-        ids: t(ids),
-        out: t(out),
-        expert_bytes: (rows * dw.row_bytes) as u64,
-        rows: u32_of(rows, "rows")?,
-        k: u32_of(xd.cols, "inner size")?,
-        n_pairs: u32_of(n_pairs, "expert choices")?,
-        x_div: u32_of(n_pairs / xd.rows, "experts per token")?,
-        bias: bias.map_or(0, |b| a.weights[b].address),
-        x_scales: 0,
-        up_w: 0,
-        up_out: 0,
-        up_bias: 0,
-        act_up: 0,
-        alpha: 0.0,
-        limit: 0.0,
-    })
-}
-
-/// Records SwiGLU op `i` and the expert matmul after it (a MoE layer's
-/// down projection) as one launch, where the lowering computes the SwiGLU
-/// in the integer expert mat-vec ([`Lowering::swiglu_in_experts`]):
-/// `matvec_id_int[_dot]_swiglu[_oai]_*` reads gate at `x` and up at
-/// `act_up` (f32 rows, one per pair), and each invocation computes the
-/// SwiGLU of a block it dots and rounds it as `swiglu_q8` would. Returns
-/// whether it did; the caller checks that fusion is on and both ops are
-/// its to record. The plan keeps gate and up alive through the matmul
-/// ([`fusion_end`](crate::graph::fusion::fusion_end)).
-pub fn record_swiglu_in_experts(
-    sink: &mut dyn KernelSink,
-    lw: &Lowering,
-    graph: &Graph,
-    i: usize,
-    a: &GraphAddresses,
-    t: &dyn Fn(TensorId) -> u64,
-    label: String,
-) -> Result<bool, BackendError> {
-    let (gate, up, oai) = match graph.ops[i] {
-        Op::SwiGlu { gate, up, .. } => (gate, up, None),
-        Op::SwiGluOai {
-            gate,
-            up,
-            alpha,
-            limit,
-            ..
-        } => (gate, up, Some((alpha, limit))),
-        _ => return Ok(false),
-    };
-    if lw.swiglu_in_experts == 0 || !swiglu_expert_after(graph, i) {
-        return Ok(false);
-    }
-    let down = &graph.ops[i + 1];
-    let Op::MatMulId { w, x, .. } = *down else {
-        return Ok(false);
-    };
-    let blocks = graph.tensor(x).cols / 32;
-    if !int_expert_route(lw, graph, down, a) || blocks > lw.swiglu_in_experts as usize {
-        return Ok(false);
-    }
-    let dw = &a.weights[w];
-    let mut push = expert_push(graph, a, t, down)?;
-    push.x = t(gate);
-    push.act_up = t(up);
-    (push.alpha, push.limit) = oai.unwrap_or((0.0, 0.0));
-    let groups = push.n_pairs as usize * (push.rows as usize).div_ceil(lw.expert_int_rows as usize);
-    let groups = u32_of(groups, "expert mat-vec workgroups")?;
-    let dot = if lw.int_dot_names { "_dot" } else { "" };
-    let act = if oai.is_some() {
-        "swiglu_oai"
-    } else {
-        "swiglu"
-    };
-    let name = format!("matvec_id_int{dot}_{act}_{}", weight_kernel(dw)?);
-    let what = format!("{label} ({} {})", dw.name, dw.ty);
-    sink.dispatch(&name, push.bytes(), groups, what)?;
-    Ok(true)
 }
 
 /// Whether two expert stacks have one shape and type (one kernel and grid

@@ -36,7 +36,6 @@ pub enum LogLaunches {
 /// | `ROCMFORGE_GPU_BIG_TILES` (count) | `big_tiles` |
 /// | `ROCMFORGE_GPU_SPLIT_MIN` (positions) | `split_min` |
 /// | `ROCMFORGE_GPU_INT_TEAMS` (count) | `int_teams` |
-/// | `ROCMFORGE_GPU_SWIGLU_IN_EXPERTS` (blocks) | `swiglu_in_experts` |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Bound on every wait for the device.
@@ -77,10 +76,6 @@ pub struct GpuOptions {
     /// Teams every dense integer mat-vec workgroup splits into at least
     /// (measurement; a power of two, on devices that split into teams).
     pub int_teams: Option<u32>,
-    /// The longest expert input rows, in Q8 blocks, whose SwiGLU the
-    /// expert mat-vec computes itself ([`super::Lowering::swiglu_in_experts`];
-    /// measurement, 0 never).
-    pub swiglu_in_experts: Option<u32>,
 }
 
 impl Default for GpuOptions {
@@ -98,7 +93,6 @@ impl Default for GpuOptions {
             big_tiles: None,
             split_min: None,
             int_teams: None,
-            swiglu_in_experts: None,
         }
     }
 }
@@ -141,7 +135,6 @@ impl GpuOptions {
             int_teams: var("ROCMFORGE_GPU_INT_TEAMS")
                 .and_then(|v| v.parse::<u32>().ok())
                 .filter(|n| n.is_power_of_two()),
-            swiglu_in_experts: var("ROCMFORGE_GPU_SWIGLU_IN_EXPERTS").and_then(|v| v.parse().ok()),
         }
     }
 }
@@ -165,7 +158,6 @@ mod tests {
             ("ROCMFORGE_GPU_BIG_TILES", "0"),
             ("ROCMFORGE_GPU_SPLIT_MIN", "16"),
             ("ROCMFORGE_GPU_INT_TEAMS", "4"),
-            ("ROCMFORGE_GPU_SWIGLU_IN_EXPERTS", "0"),
         ];
         let get = |k: &str| {
             vars.iter()
@@ -188,7 +180,6 @@ mod tests {
                 big_tiles: Some(0),
                 split_min: Some(16),
                 int_teams: Some(4),
-                swiglu_in_experts: Some(0),
             }
         );
         assert_eq!(GpuOptions::from_vars(|_| None), GpuOptions::default());

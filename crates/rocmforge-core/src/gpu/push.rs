@@ -642,17 +642,8 @@ pub struct MatIdPush {
     pub up_w: u64,
     pub up_out: u64,
     pub up_bias: u64,
-    /// `matvec_id_int*_swiglu[_oai]_*`: the up rows of the SwiGLU the
-    /// kernel computes as its input (`x` then holds the gate rows, f32,
-    /// and `x_scales` is 0); 0 otherwise.
-    pub act_up: u64,
-    /// `matvec_id_int*_swiglu_oai_*`: gpt-oss's alpha and limit
-    /// (`Op::SwiGluOai`).
-    pub alpha: f32,
-    pub limit: f32,
 }
-// SAFETY: repr(C), five u64, four u32, six u64, two f32: 112 bytes, no
-// padding.
+// SAFETY: repr(C), five u64, four u32, five u64: 96 bytes, no padding.
 unsafe impl Push for MatIdPush {
     const FIELDS: &'static [Field] = fields!(
         MatIdPush: x,
@@ -668,10 +659,7 @@ unsafe impl Push for MatIdPush {
         x_scales,
         up_w,
         up_out,
-        up_bias,
-        act_up,
-        alpha,
-        limit
+        up_bias
     );
 }
 

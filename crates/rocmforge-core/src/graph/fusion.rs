@@ -109,18 +109,14 @@ pub fn residual_add_after(graph: &Graph, plan: &ArenaPlan, i: usize) -> Option<R
 /// ([`residual_add_after`]), and for an expert sum also the norm of that
 /// add's output ([`sum_norm_after`]); two RMS norms of one group size,
 /// the second not reading the first (Qwen3's Q and K norms,
-/// [`norm_pair_at`]); an RMS norm, the router matmul of its output and
-/// the routing ([`norm_router_at`]); or a SwiGLU and the expert matmul of
-/// its output ([`swiglu_expert_after`]). The arena planner keeps the inputs of every op of
+/// [`norm_pair_at`]); or an RMS norm, the router matmul of its output and
+/// the routing ([`norm_router_at`]). The arena planner keeps the inputs of every op of
 /// such a run alive to its end, so the run's outputs never land on them
 /// and the fusion always fits.
 pub fn fusion_end(graph: &Graph, i: usize) -> Option<usize> {
     let (out, sum) = match *graph.ops.get(i)? {
         Op::MatMul { out, .. } => (out, false),
         Op::MoeSum { out, .. } => (out, true),
-        Op::SwiGlu { .. } | Op::SwiGluOai { .. } => {
-            return swiglu_expert_after(graph, i).then_some(i + 1);
-        }
         Op::RmsNorm { out, group, .. } => {
             let pair = matches!(graph.ops.get(i + 1),
                 Some(&Op::RmsNorm { x, group: g, .. }) if g == group && x != out);
@@ -139,25 +135,6 @@ pub fn fusion_end(graph: &Graph, i: usize) -> Option<usize> {
     }
     let norm = matches!(graph.ops.get(i + 2), Some(&Op::RmsNorm { x, .. }) if x == added);
     Some(if sum && norm { i + 2 } else { i + 1 })
-}
-
-/// Whether op `i` is a SwiGLU (or gpt-oss's clamped one) whose output
-/// only op `i + 1`, an expert matmul, reads, as its input: a backend may
-/// then compute the SwiGLU inside the expert matmul, each workgroup the
-/// values it reads (the SwiGLU's own output is never written).
-pub fn swiglu_expert_after(graph: &Graph, i: usize) -> bool {
-    let (
-        Some(&(Op::SwiGlu { out, .. } | Op::SwiGluOai { out, .. })),
-        Some(&Op::MatMulId { x, .. }),
-    ) = (graph.ops.get(i), graph.ops.get(i + 1))
-    else {
-        return false;
-    };
-    x == out
-        && out != graph.logits
-        && !graph.ops[i + 2..]
-            .iter()
-            .any(|op| op.inputs().contains(&out))
 }
 
 /// The RMS norm after expert sum `i` and its residual add, if a backend
