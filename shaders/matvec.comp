@@ -32,11 +32,13 @@
 #include "quant.glsl"
 #ifdef ROUTE
 #extension GL_EXT_control_flow_attributes : require
-// Units of 8 floats an invocation loads before it sums them: a 2048-column
-// row's whole share for a workgroup of 32, so the loads are in flight
-// together and a row costs one trip to memory, not one a unit (the rows
-// are a few KiB: the trips, not the bytes, set the time).
-#define ROUTER_UNROLL 8u
+// Units of 8 floats an invocation loads before it sums them: a 2048- or
+// 2880-column row's whole share for a workgroup of 32 (Qwen3-MoE's,
+// gpt-oss's), so the loads are in flight together and a row costs one trip
+// to memory, not one a unit (the rows are a few KiB: the trips, not the
+// bytes, set the time). A router has a workgroup per expert, a few per
+// compute unit at most, so the registers cost no occupancy.
+#define ROUTER_UNROLL 12u
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC {
     float v[];
 };
@@ -123,6 +125,16 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
             uint u = min(u0 + j * WG_SIZE, units - 1u);
             dequant8(row, u / QUANT_UNITS, u % QUANT_UNITS, lo[j], hi[j]);
         }
+#ifdef NORM
+        // The norm's weights with them.
+        vec4 nlo[ROUTER_UNROLL];
+        vec4 nhi[ROUTER_UNROLL];
+        [[unroll]] for (uint j = 0u; j < ROUTER_UNROLL; j++) {
+            uint col = 2u * min(u0 + j * WG_SIZE, units - 1u);
+            nlo[j] = V4s(pc.norm_w).v[col];
+            nhi[j] = V4s(pc.norm_w).v[col + 1u];
+        }
+#endif
         // A token's activations are loaded for all units before any is
         // summed too (past the row's end, the last unit again: loaded,
         // never summed).
@@ -139,10 +151,8 @@ void matvec_row(uint64_t x_at, uint64_t row, uint k, uint n, uint64_t bias, uint
                 [[unroll]] for (uint j = 0u; j < ROUTER_UNROLL; j++) {
                     if (u0 + j * WG_SIZE < units) {
 #ifdef NORM
-                        uint col = 2u * (u0 + j * WG_SIZE);
-                        V4s nw = V4s(pc.norm_w);
                         ss[t] += dot(xlo[j], xlo[j]) + dot(xhi[j], xhi[j]);
-                        acc[t] += dot(lo[j], xlo[j] * nw.v[col]) + dot(hi[j], xhi[j] * nw.v[col + 1u]);
+                        acc[t] += dot(lo[j], xlo[j] * nlo[j]) + dot(hi[j], xhi[j] * nhi[j]);
 #else
                         acc[t] += dot(lo[j], xlo[j]) + dot(hi[j], xhi[j]);
 #endif
