@@ -205,8 +205,7 @@ fn expert_cases(c: &mut Cases, ty: QuantType, rng: &mut Rng) {
             // Gate/up form (one input row per token) and down form (one
             // per choice), with row lengths cycling through the ragged ones
             // and one of more blocks than an expert mat-vec workgroup has
-            // invocations (65: a second pass, and Vulkan's second block an
-            // invocation).
+            // invocations (65: each invocation walks a second pass).
             for (form, per_choice) in [("shared input", false), ("input per choice", true)] {
                 let blocks = [1usize, 2, 3, 5, 9, 65][(i + usize::from(per_choice) + n) % 6];
                 let k = blocks * b;
