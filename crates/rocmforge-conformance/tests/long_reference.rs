@@ -122,6 +122,12 @@ fn check_all(backends: Vec<&str>, model: &Arc<Model>, stem: &str, n_ctx: usize, 
     assert!(failed.is_empty(), "{}", failed.join("; "));
 }
 
+/// Why the 4k references leave lavapipe out: on CI's two cores they took
+/// it 14 minutes of the 90 (the CPU backend takes seconds). Lavapipe's
+/// long context is still checked against the CPU backend at depth
+/// (long_context.rs, and the Vulkan crate's vs_cpu with quantized caches).
+const LAVAPIPE_4K: &str = "the 4k references take it 14 minutes on two cores";
+
 /// 4352 prompt tokens (8 steps of 512, then 256) and 300 decode steps, in
 /// a context of 8192, past these models' trained 4096.
 #[test]
@@ -129,7 +135,7 @@ fn prompts_of_4k_decode_as_llama_cpp() {
     for stem in ["tiny-qwen2-Q8_0", "tiny-qwen3-Q8_0", "tiny-llama-Q4_K_M"] {
         let model = Arc::new(Model::load(&fixture_path(&format!("{stem}.gguf"))).unwrap());
         check_all(
-            backends_under_test(),
+            backends_on_hardware(LAVAPIPE_4K),
             &model,
             stem,
             8192,
@@ -149,7 +155,7 @@ fn quantized_caches_decode_as_llama_cpp() {
     for ty in [KvType::Q8_0, KvType::Q4_0] {
         let types = KvTypes { k: ty, v: ty };
         check_all(
-            backends_under_test(),
+            backends_on_hardware(LAVAPIPE_4K),
             &model,
             &format!("{stem}.kv-{ty}"),
             8192,
