@@ -1,4 +1,6 @@
-//! Long context against llama.cpp, on every backend (issue 22, item 7).
+//! Long context against llama.cpp, on the CPU backend and every hardware
+//! device (issue 22, item 7); lavapipe is held to the CPU at depth instead
+//! (long_context.rs).
 //!
 //! The references (`testdata/reference/long/`) are llama.cpp's outputs for
 //! a prompt of several thousand tokens (`benches/reference/refdump.cpp`
@@ -167,7 +169,7 @@ fn quantized_caches_decode_as_llama_cpp() {
 /// tiny-gpt-oss (trained context 131072): 16640 prompt tokens and 64
 /// decode steps, through attention sinks, YaRN and sliding-window layers.
 /// Not on lavapipe, whose prefill of 16k positions on two cores takes over
-/// ten minutes (the 4k references above run there).
+/// ten minutes.
 #[test]
 fn a_prompt_past_16k_decodes_as_llama_cpp() {
     let model = generated_reference("tiny-gpt-oss", QuantType::Q8_0).model;
