@@ -11,16 +11,18 @@ use rocmforge_core::model::Model;
 use rocmforge_core::quant::QuantType;
 
 /// The weight types a software device (lavapipe) runs the long-prompt
-/// tests on: one of every kind of weight reader (float, 32-value blocks
-/// with and without a minimum, Q8_0's word loads, K-quants, i-quants and
-/// their short rows, MXFP4's table), the set `.ci/run` runs op_shapes on at
-/// every subgroup width. All 25 on those tests took lavapipe ~10 of CI's
-/// minutes; every type's kernels are still checked on it by op_shapes and
-/// by the 16-token comparisons here, and every type runs the long prompt on
-/// hardware.
-const SOFTWARE_LONG_PROMPT_TYPES: &[QuantType] = &[
+/// and the ragged-shape tests on: one of every kind of weight reader
+/// (float, 32-value blocks with and without a minimum, Q8_0's word loads,
+/// K-quants, i-quants and their short rows, MXFP4's table), the set
+/// `.ci/run` runs op_shapes on at every subgroup width, and BF16. All 25
+/// on those tests took lavapipe ~20 of CI's minutes; every type's kernels
+/// are still checked on it by op_shapes (whose shapes are ragged) and by
+/// the 16-token comparisons on tiny-llama and tiny-mixtral, and every type
+/// runs every test here on hardware.
+const SOFTWARE_TYPES: &[QuantType] = &[
     QuantType::F32,
     QuantType::F16,
+    QuantType::BF16,
     QuantType::Q4_0,
     QuantType::Q5_1,
     QuantType::Q8_0,
@@ -50,7 +52,7 @@ fn each_type(
         return;
     }
     let on_hardware = match software_types {
-        Some(_) => backends_on_hardware("it takes the long prompt on a subset of the types"),
+        Some(_) => backends_on_hardware("it takes this test on a subset of the types"),
         None => backends.clone(),
     };
     let mut seen = Vec::new();
@@ -63,7 +65,9 @@ fn each_type(
             })
             .collect();
         if runs_on.is_empty() {
-            eprintln!("{preset} {ty}: left out on {backends:?} (a software device), see SOFTWARE_LONG_PROMPT_TYPES");
+            eprintln!(
+                "{preset} {ty}: left out on {backends:?} (a software device), see SOFTWARE_TYPES"
+            );
             continue;
         }
         let model = generated_model(preset, ty);
@@ -80,33 +84,33 @@ fn each_type(
     }
 }
 
-fn check_preset(preset: &str) {
-    each_type(preset, None, |model, backend, label| {
+fn check_preset(preset: &str, software_types: Option<&[QuantType]>) {
+    each_type(preset, software_types, |model, backend, label| {
         compare_with_cpu(model, backend, label, VS_CPU);
     });
 }
 
 #[test]
 fn every_weight_type_on_tiny_llama() {
-    check_preset("tiny-llama");
+    check_preset("tiny-llama", None);
 }
 
 /// The expert mat-vec of every type (mixture-of-experts layers).
 #[test]
 fn every_weight_type_on_tiny_mixtral() {
-    check_preset("tiny-mixtral");
+    check_preset("tiny-mixtral", None);
 }
 
 #[test]
 fn every_weight_type_on_ragged_tiny_qwen2() {
-    check_preset("tiny-qwen2");
+    check_preset("tiny-qwen2", Some(SOFTWARE_TYPES));
 }
 
 /// Issue 26's shape: expert rows of 2 and 3 blocks of 32, fewer blocks than
 /// lavapipe's 8 lanes, on 3 layers.
 #[test]
 fn every_weight_type_on_ragged_tiny_qwen3moe() {
-    check_preset("tiny-qwen3moe-ragged");
+    check_preset("tiny-qwen3moe-ragged", Some(SOFTWARE_TYPES));
 }
 
 /// A 150-token prompt in one graph, for every type: the prefill matmul's
@@ -118,7 +122,7 @@ fn every_weight_type_on_ragged_tiny_qwen3moe() {
 fn every_weight_type_in_a_long_prompt() {
     each_type(
         "tiny-llama",
-        Some(SOFTWARE_LONG_PROMPT_TYPES),
+        Some(SOFTWARE_TYPES),
         |model, backend, label| {
             compare_at_depth_with_cpu(model, backend, label, (150, 256), VS_CPU);
         },
@@ -133,7 +137,7 @@ fn every_weight_type_in_a_long_prompt() {
 fn every_expert_type_in_a_long_prompt() {
     each_type(
         "tiny-qwen3moe-ragged",
-        Some(SOFTWARE_LONG_PROMPT_TYPES),
+        Some(SOFTWARE_TYPES),
         |model, backend, label| {
             compare_at_depth_with_cpu(model, backend, label, (150, 256), VS_CPU);
         },
