@@ -61,19 +61,34 @@ DEV void matvec_row(X x, const uint8_t* row, uint32_t k, uint32_t n, uint64_t bi
         acc[t] = 0.0f;
     }
     for (uint32_t u0 = thread_id_x(); u0 < units; u0 += WG * U) {
+        // Every unit's loads before any sum, and no branch between them:
+        // a unit past the row's end reads the last one again and sums
+        // zeros (+0 to the sum: the same sums in the same order). With
+        // the sums of a unit behind `u < units` instead, the compiler sank
+        // each unit's loads into its branch, one trip to memory a unit.
         float8 w[U];
 #pragma unroll
         for (uint32_t j = 0u; j < U; j++) {
-            const uint32_t u = u0 + j * WG < units ? u0 + j * WG : units - 1u;
+            const bool in_row = u0 + j * WG < units;
+            const uint32_t u = in_row ? u0 + j * WG : units - 1u;
             w[j] = Q::dequant8(row, u / UNITS, u % UNITS);
+            if (!in_row) {
+                w[j] = (float8)(0.0f);
+            }
         }
 #pragma unroll
-        for (uint32_t j = 0u; j < U; j++) {
-            const uint32_t u = u0 + j * WG;
+        for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
+            if (t < n) { // uniform: n is an argument
+                float4 xv[2u * U];
 #pragma unroll
-            for (uint32_t t = 0u; t < MV_MAX_TOKENS; t++) {
-                if (t < n && u < units) { // t < n is uniform: n is an argument
-                    acc[t] += dot4_f32(w[j].lo, x(t, 2u * u)) + dot4_f32(w[j].hi, x(t, 2u * u + 1u));
+                for (uint32_t j = 0u; j < U; j++) {
+                    const uint32_t u = u0 + j * WG < units ? u0 + j * WG : units - 1u;
+                    xv[2u * j] = x(t, 2u * u);
+                    xv[2u * j + 1u] = x(t, 2u * u + 1u);
+                }
+#pragma unroll
+                for (uint32_t j = 0u; j < U; j++) {
+                    acc[t] += dot4_f32(w[j].lo, xv[2u * j]) + dot4_f32(w[j].hi, xv[2u * j + 1u]);
                 }
             }
         }
@@ -136,6 +151,7 @@ RF_WEIGHT_TYPES(MATVEC_KERNEL)
 // and 8 ran out of scalar registers (52 SGPRs spilled on gfx11).
 #define ROUTER_WG MOE_ROUTE_WG
 #define ROUTER_UNROLL 8u
+#define NORM_UNROLL 8u
 static_assert(ROUTER_WG == WAVE_SIZE, "the norm's blocks: one a wave");
 
 // Every token's norm scale (to `scale`, shared memory), then this
@@ -146,10 +162,27 @@ DEV void router_norm(const MoeRouterPush& s, uint32_t r, float* scale) {
     for (uint32_t t = 0u; t < s.n; t++) {
         // The squares in f64 are exact sums for any order but the rarest.
         const float4* row4 = dev_ptr<const float4>(s.norm_x) + (uint64_t)t * (s.cols / 4u);
+        // NORM_UNROLL float4s a lane loaded before any is summed (in the
+        // same order), with no branch between: the plain loop made a trip
+        // to memory of each, and a sum behind `c < c4` had its load sunk
+        // into the branch again. Past the row a lane sums zeros (+0).
         double ss = 0.0;
-        for (uint32_t c = thread_id_x(); c < s.cols / 4u; c += ROUTER_WG) {
-            const float4 v = row4[c];
-            ss += (double)(v.x * v.x) + (double)(v.y * v.y) + (double)(v.z * v.z) + (double)(v.w * v.w);
+        const uint32_t c4 = s.cols / 4u;
+        for (uint32_t c0 = thread_id_x(); c0 < c4; c0 += ROUTER_WG * NORM_UNROLL) {
+            float4 v[NORM_UNROLL];
+#pragma unroll
+            for (uint32_t j = 0u; j < NORM_UNROLL; j++) {
+                const uint32_t c = c0 + j * ROUTER_WG;
+                v[j] = row4[c < c4 ? c : c4 - 1u];
+                if (c >= c4) {
+                    v[j] = (float4)(0.0f); // past the row: sums +0
+                }
+            }
+#pragma unroll
+            for (uint32_t j = 0u; j < NORM_UNROLL; j++) {
+                ss += (double)(v[j].x * v[j].x) + (double)(v[j].y * v[j].y) + (double)(v[j].z * v[j].z) +
+                      (double)(v[j].w * v[j].w);
+            }
         }
         // One wave: its sum is the workgroup's.
         const float mean = (float)(wave_sum_f64(ss) / (double)s.cols);
@@ -219,3 +252,4 @@ KERNEL LAUNCH_BOUNDS(ROUTER_WG) void moe_norm_router_f32(MoeRouterPush s) {
 }
 #undef ROUTER_WG
 #undef ROUTER_UNROLL
+#undef NORM_UNROLL

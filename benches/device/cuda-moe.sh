@@ -8,13 +8,16 @@
 # - the CPU line: ours `--backend cpu -t 2` against llama.cpp's CPU backend
 #   (the same build with no GPU visible), both pinned to cores 0 and 1,
 #   on Qwen3-30B-A3B Q4_0 generated in this lease (so page-cached).
-#   CUDA_MOE_CPU_TESTS (-p 64 -n 16) the CPU tests.
+#   CUDA_MOE_CPU_TESTS (-p 64 -n 16) the CPU tests; CUDA_MOE_BINS (xtask)
+#   the builds of ours in .gpu/bin/ that the HIP rows run, each in turn
+#   (an A/B of a kernel change: "xtask xtask-base").
 # The build runs while the models are generated; nothing is timed until
 # both are done. Results in $OUT/cuda-moe.md.
 set -uo pipefail
 . "$(dirname "$0")/prelude.sh"
 models="qwen3-30b-a3b:Q4_0 gpt-oss-20b:MXFP4"
 cpu_tests=${CUDA_MOE_CPU_TESTS:--p 64 -n 16}
+bins=${CUDA_MOE_BINS:-xtask}
 src=/tmp/llama-cuda
 mkdir -p "$src"
 tar xzf .llsrc/llama-src.tar.gz -C "$src"
@@ -69,8 +72,11 @@ echo "== HIP via the CUDA driver against llama.cpp CUDA" | tee -a "$out/cuda-moe
 for r in 1 2; do
   for m in $models; do
     f="$CARGO_TARGET_DIR/models/${m%%:*}-${m##*:}.gguf"
-    ROCMFORGE_HIP_RUNTIME=cuda ours .gpu/bin/xtask bench --backend rocm --model "$f" -p 512 -n 128 -r 2 |
-      sed "s/^/$r ours rocm /" | tee -a "$out/cuda-moe.md"
+    for bin in $bins; do
+      ROCMFORGE_HIP_RUNTIME=cuda ours ".gpu/bin/$bin" bench --backend rocm --model "$f" -p 512 -n 128 -r 2 |
+        sed "s/^/$r ours($bin) rocm /" | tee -a "$out/cuda-moe.md"
+    done
     llama "$bench" -m "$f" -p 512 -n 128 -r 3 | sed "s/^/$r llama.cpp cuda /" | tee -a "$out/cuda-moe.md"
   done
 done
+echo "cuda-moe.sh: $SECONDS s in all" | tee -a "$out/cuda-moe.md"

@@ -69,11 +69,27 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
 // the half scale in dm.x, so (dm.x * d_x) * sum(q_w * q_x) is ggml's
 // per-block product.
 #define QUANT_Q8_BLOCK 1
+// The doubled levels of the four nibbles in bytes 0..3 of x (each 0..15)
+// as signed bytes, by arithmetic on all four bytes at once (it fills the
+// table below; a lookup per byte by vector select, shift, mask and merge
+// had made the expert mat-vec 3.5x slower than HIP's byte permutes).
+// |level| is m = q & 7 below 4, else (4 + 2 b0) << b1 = m + b0 + 2 b1 +
+// 2 b0 b1 (b0, b1 the low bits of m); bit 3 negates it, where the
+// level is not 0 (so no negation carries out of its byte).
+uint mxfp4_bytes4(uint x) {
+    uint m = x & 0x07070707u;
+    uint b0 = m & 0x01010101u;
+    uint b1 = (m >> 1) & 0x01010101u;
+    uint hi = (m >> 2) & 0x01010101u;
+    uint add = (m & 0x03030303u) + ((b0 & b1) << 1);
+    uint mag = m + (add & ((hi << 8) - hi));
+    uint neg = (x >> 3) & (b0 | b1 | hi);
+    return (mag ^ ((neg << 8) - neg)) + neg;
+}
 #ifdef QUANT_INT
-// ALU-bound as arithmetic: the levels of a word's four nibbles by
-// arithmetic on all four bytes at once (~16 operations, docs/measurements.md)
-// made the gpt-oss-20b expert mat-vec 27% of a Vulkan decode step more
-// than the same kernel with a plain nibble mask (H200). So the levels come from a
+// ALU-bound as arithmetic: mxfp4_bytes4 on every quant word made the
+// gpt-oss-20b expert mat-vec 27% of a Vulkan decode step more than the
+// same kernel with a plain nibble mask (H200). So the levels come from a
 // table in shared memory instead, one lookup per byte (two quants):
 // mxfp4_pairs[b] holds the level of b's low nibble in byte 0 and of its
 // high nibble in byte 2. Two lookups, the second shifted up a byte, make
@@ -87,53 +103,28 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
 #define QUANT_TABLES 1
 shared uint mxfp4_pairs[256];
 
-uint mxfp4_level_byte(uint q) {
-    return bitfieldExtract(MXFP4_PACKED[q >> 2], int(8u * (q & 3u)), 8);
-}
-
-// Entry b = i + WG_SIZE j of invocation i: with WG_SIZE a multiple of 16
-// its low nibble is the same for every j, so each invocation works out one
-// low level and a high level per entry (from the packed levels: a select
-// and a bit-field extract each). That arithmetic twice an entry had made
-// the fill a quarter of a 32-invocation expert workgroup's.
-#if (WG_SIZE % 16) != 0
-#error "the MXFP4 table's fill needs WG_SIZE a multiple of 16"
-#endif
 void quant_tables_init() {
-    uint i = gl_LocalInvocationID.x;
-    uint lo = mxfp4_level_byte(i & 0x0Fu);
-    for (uint b = i; b < 256u; b += WG_SIZE) {
-        mxfp4_pairs[b] = lo | (mxfp4_level_byte(b >> 4) << 16);
+    for (uint b = gl_LocalInvocationID.x; b < 256u; b += WG_SIZE) {
+        mxfp4_pairs[b] = (mxfp4_bytes4(b & 0x0Fu) & 0xFFu) | ((mxfp4_bytes4(b >> 4) & 0xFFu) << 16);
     }
 }
 
 void block_q8(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
-    // The block's 17 bytes lie in the two aligned 16-byte chunks from the
-    // one holding its first byte (each chunk holds a byte of the block,
-    // so neither lies outside the weight's allocation): two wide loads,
-    // then the five words from the block's first word, chosen by bits 3
-    // and 2 of its offset in the chunk.
+    // The block's 17 bytes lie in the 5 aligned words from its start's
+    // word: the scale at bit sh of the first, the quants from bit sh + 8.
     uint64_t b = row + uint64_t(ib) * QUANT_BLOCK_BYTES;
-    U4s c = U4s(b & ~15ul);
-    uvec4 c0 = c.v[0];
-    uvec4 c1 = c.v[1];
-    uint o = uint(b) & 15u;
-    bool h = (o & 8u) != 0u;
-    uint w6[6] = uint[6](h ? c0.z : c0.x, h ? c0.w : c0.y, h ? c1.x : c0.z,
-                         h ? c1.y : c0.w, h ? c1.z : c1.x, h ? c1.w : c1.y);
-    bool g = (o & 4u) != 0u;
+    U32s w = U32s(b & ~3ul);
+    uint sh = uint(b & 3ul) * 8u;
     uint words[5];
     for (uint i = 0u; i < 5u; i++) {
-        words[i] = g ? w6[i + 1u] : w6[i];
+        words[i] = w.v[i];
     }
-    uint sh = (o & 3u) * 8u;
     dm = vec2(mxfp4_scale((words[0] >> sh) & 0xFFu), 0.0);
-    // Quant word i: bits sh + 8 .. of words i, i + 1 (a funnel shift of
-    // 8 to 32 bits); its bytes are elements 4i..4i+3 (low nibbles) and
-    // 4i+16.. (high).
+    // Quant word i: bits sh + 8 .. of words i, i + 1 (a funnel shift);
+    // its bytes are elements 4i..4i+3 (low nibbles) and 4i+16.. (high).
     uint s = sh + 8u;
     for (uint i = 0u; i < 4u; i++) {
-        uint qw = uint(packUint2x32(uvec2(words[i], words[i + 1u])) >> s);
+        uint qw = s == 32u ? words[i + 1u] : (words[i] >> s) | (words[i + 1u] << (32u - s));
         q[2u * i] = mxfp4_pairs[qw & 0xFFu] | (mxfp4_pairs[(qw >> 8) & 0xFFu] << 8);
         q[2u * i + 1u] = mxfp4_pairs[(qw >> 16) & 0xFFu] | (mxfp4_pairs[qw >> 24] << 8);
     }

@@ -388,21 +388,22 @@ const BUDGETS: &[Budget] = &[
         max_lds: 2304,
     },
     // The f32 router mat-vec (one wave a row, its per-token sums; 8 units
-    // of 8 floats a lane loaded before they are summed: 85 VGPRs on
-    // gfx1100, where one wave per expert leaves occupancy moot) whose last
-    // workgroup routes as moe_route's register path: e^x's table of 32
-    // f64.
+    // of 8 floats a lane and a token's activations for all of them loaded
+    // before any is summed, with no branch between: 145 VGPRs on every
+    // target, where one wave per expert, 32 to 128 waves in all, leaves
+    // occupancy moot) whose last workgroup routes as moe_route's register
+    // path: e^x's table of 32 f64.
     Budget {
         kernel: "moe_router_f32",
-        max_vgprs: 96,
+        max_vgprs: 160,
         max_lds: 320,
     },
-    // The same with the FFN norm in front (4 units a lane at a time, and
-    // the norm's weights for them: 88 VGPRs on gfx1100) and each token's
-    // scale in shared memory.
+    // The same with the FFN norm in front (4 units a lane at a time, the
+    // norm's weights for them, and the norm's squares 8 float4s a lane at
+    // a time: 115-129 VGPRs) and each token's scale in shared memory.
     Budget {
         kernel: "moe_norm_router_f32",
-        max_vgprs: 96,
+        max_vgprs: 144,
         max_lds: 352,
     },
     Budget {
