@@ -21,12 +21,14 @@
 // MAT_ID (matvec_id_int*): the expert mat-vec of a mixture-of-experts
 // layer in the same arithmetic, for every (token, choice) pair p:
 //   out[p][r] = x[p / x_div] . W_e[r] (+ bias[e][r]),  e = ids[p],
-// the ids read on the device (as matvec_id.comp); a workgroup computes NR
-// rows of one pair. With up_w set, a second stack of the same shape read
+// the ids read on the device (as matvec_id.comp); a workgroup is
+// WG_SIZE / 32 teams of 32 invocations, each on NR rows of one pair
+// (team_sums). With up_w set, a second stack of the same shape read
 // with the same input and ids (up beside gate): the grid doubles and its
 // second half computes it.
 #version 460
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 // The weight types' integer forms (block_q8), with their tables.
@@ -89,7 +91,9 @@ int dot4(uint a, uint b) {
 #endif
 }
 
+#ifndef MAT_ID
 shared float part_sums[NR * MV_MAX_TOKENS][WG_SIZE];
+#endif
 
 // The exact integer dot of a weight block's quants with an activation
 // block's.
@@ -134,6 +138,7 @@ void init_tables() {
 #endif
 }
 
+#ifndef MAT_ID
 // The workgroup's sums of acc[r][t] (r < NR, t < n): invocation i < NR * n
 // returns sum (i / n, i % n). Subgroup sums, then one slot per subgroup in
 // shared memory (only the n sums in use: n is uniform, so these branches
@@ -181,10 +186,67 @@ float workgroup_sums(float acc[NR][MV_MAX_TOKENS], uint n) {
     return s;
 }
 
+#endif
+
 #ifdef MAT_ID
+// Teams of ID_LANES invocations, NR rows each: a workgroup computes
+// NR * ID_TEAMS rows of one pair and fills the tables once for all of
+// them (each team a subgroup where subgroups have ID_LANES lanes).
+#define ID_LANES (WG_SIZE < 32 ? WG_SIZE : 32)
+#define ID_TEAMS (WG_SIZE / ID_LANES)
+
+// Per team, row and subgroup, the subgroup's part of the team's row sum.
+shared float team_parts[ID_TEAMS][NR][WG_SIZE];
+
+// Whether each subgroup is a team: ID_TEAMS subgroups of ID_LANES
+// invocations (32-lane subgroups: NVIDIA, RDNA's wave32). Uniform. The
+// other path costs the H200 4% of a gpt-oss-20b decode step (a barrier
+// and twice the subgroup sums). lavapipe takes it even at 32 lanes (it
+// reported one subgroup for a workgroup of 64), so this path's checks are
+// the lent GPU's conformance runs (op_shapes, expert_types, weight_types).
+bool subgroup_teams() {
+    return gl_SubgroupSize == ID_LANES && gl_NumSubgroups == ID_TEAMS;
+}
+
+// Invocation `lane` < NR of team `team` gets the team's sum of acc[lane].
+// Where subgroups are teams, their sums. Otherwise each subgroup sums
+// every team's rows (zeros from invocations of other teams) and leaves
+// them in shared memory, which the team's row lanes add up over the
+// subgroups, whatever the subgroups' size and the order of invocations
+// in them, as workgroup_sums does for one team.
+float team_sums(float acc[NR], uint team, uint lane) {
+    float s = 0.0;
+    if (subgroup_teams()) {
+        for (uint r = 0u; r < NR; r++) {
+            float v = subgroupAdd(acc[r]);
+            if (r == lane) {
+                s = v;
+            }
+        }
+        return s;
+    }
+    for (uint t = 0u; t < ID_TEAMS; t++) {
+        for (uint r = 0u; r < NR; r++) {
+            float v = subgroupAdd(team == t ? acc[r] : 0.0);
+            if (subgroupElect()) {
+                team_parts[t][r][gl_SubgroupID] = v;
+            }
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+    if (lane < NR) {
+        for (uint j = 0u; j < gl_NumSubgroups; j++) {
+            s += team_parts[team][lane][j];
+        }
+    }
+    return s;
+}
+
 void main() {
     init_tables();
-    uint groups = (pc.rows + NR - 1u) / NR;
+    uint per_group = NR * ID_TEAMS;
+    uint groups = (pc.rows + per_group - 1u) / per_group;
     uint g = wg_linear();
     uint per_stack = pc.n_pairs * groups;
     bool second = g >= per_stack;
@@ -195,7 +257,12 @@ void main() {
     uint64_t out_ = second ? pc.up_out : pc.out_;
     uint64_t bias = second ? pc.up_bias : pc.bias;
     uint p = g / groups;
-    uint r0 = (g % groups) * NR;
+    // A team is a subgroup where subgroups are teams (whatever the order of
+    // invocations in them), else a run of ID_LANES invocations.
+    bool sg = subgroup_teams();
+    uint lane = sg ? gl_SubgroupInvocationID : gl_LocalInvocationID.x % ID_LANES;
+    uint team = sg ? gl_SubgroupID : gl_LocalInvocationID.x / ID_LANES;
+    uint r0 = (g % groups) * per_group + team * NR;
     // Ids are exact small integers stored as f32 (graph::Op::TopKGate).
     uint e = uint(F32s(pc.ids).v[p]);
     uint nb = pc.k / 32u;
@@ -204,13 +271,11 @@ void main() {
     uint xb0 = (p / pc.x_div) * nb;
     U4s xq = U4s(pc.x);
     V2s xs = V2s(pc.x_scales);
-    float acc[NR][MV_MAX_TOKENS];
+    float acc[NR];
     for (uint r = 0u; r < NR; r++) {
-        for (uint t = 0u; t < MV_MAX_TOKENS; t++) {
-            acc[r][t] = 0.0;
-        }
+        acc[r] = 0.0;
     }
-    for (uint b = gl_LocalInvocationID.x; b < nb; b += WG_SIZE) {
+    for (uint b = lane; b < nb; b += ID_LANES) {
         uint xb = xb0 + b;
         uvec4 x0 = xq.v[2u * xb];
         uvec4 x1 = xq.v[2u * xb + 1u];
@@ -222,12 +287,12 @@ void main() {
             // Rows past the end read the last row again (never written out).
             uint rr = min(r0 + r, pc.rows - 1u);
             block_q8(w + uint64_t(rr) * row_bytes, b, q, dm);
-            acc[r][0] += block_term(q, dm, x0, x1, xsc);
+            acc[r] += block_term(q, dm, x0, x1, xsc);
         }
     }
-    float s = workgroup_sums(acc, 1u);
-    uint r = r0 + gl_LocalInvocationID.x;
-    if (gl_LocalInvocationID.x < NR && r < pc.rows) {
+    float s = team_sums(acc, team, lane);
+    uint r = r0 + lane;
+    if (lane < NR && r < pc.rows) {
         if (bias != 0ul) {
             s += F32s(bias).v[e * pc.rows + r];
         }

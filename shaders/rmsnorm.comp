@@ -12,7 +12,17 @@
 #include "q8_packed.glsl"
 #endif
 
+#extension GL_EXT_control_flow_attributes : require
+
 layout(local_size_x = WG_SIZE) in;
+
+// Values of a row an invocation loads together: a 4096-value row's whole
+// share for a workgroup of 512.
+#define NORM_UNROLL 8u
+// MOE_SUM: experts (k) and vec4 columns an invocation loads together
+// (gpt-oss's 2880-value rows are 720 columns); more experts take the loop.
+#define SUM_MAX_K 8u
+#define SUM_COLS 2u
 
 #ifdef MOE_SUM
 // A mixture-of-experts layer's end and the next block's norm in one launch
@@ -107,15 +117,54 @@ void main() {
     V4s res = V4s(pc.residual + row);
     V4sC sum = V4sC(pc.sum + row);
     float ss = 0.0;
-    for (uint c = gl_LocalInvocationID.x; c < n4; c += WG_SIZE) {
-        precise vec4 acc = x.v[c] * wt.v[0];
-        for (uint j = 1u; j < pc.k; j++) {
-            precise vec4 term = x.v[j * n4 + c] * wt.v[j];
-            acc += term;
+    if (pc.k <= SUM_MAX_K) { // uniform
+        // Every expert's values of an invocation's SUM_COLS columns loaded
+        // before any is summed: one trip to memory, not one an expert and
+        // column (the loop over k compiled to a load, then a wait, a trip).
+        // The same sums in the same order.
+        float wk[SUM_MAX_K];
+        [[unroll]] for (uint j = 0u; j < SUM_MAX_K; j++) {
+            wk[j] = j < pc.k ? wt.v[j] : 0.0;
         }
-        acc += res.v[c];
-        sum.v[c] = acc;
-        ss += acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
+        for (uint c0 = gl_LocalInvocationID.x; c0 < n4; c0 += WG_SIZE * SUM_COLS) {
+            vec4 xs[SUM_COLS][SUM_MAX_K];
+            vec4 rs[SUM_COLS];
+            [[unroll]] for (uint i = 0u; i < SUM_COLS; i++) {
+                uint c = min(c0 + i * WG_SIZE, n4 - 1u);
+                [[unroll]] for (uint j = 0u; j < SUM_MAX_K; j++) {
+                    if (j < pc.k) {
+                        xs[i][j] = x.v[j * n4 + c];
+                    }
+                }
+                rs[i] = res.v[c];
+            }
+            [[unroll]] for (uint i = 0u; i < SUM_COLS; i++) {
+                uint c = c0 + i * WG_SIZE;
+                if (c < n4) {
+                    precise vec4 acc = xs[i][0] * wk[0];
+                    [[unroll]] for (uint j = 1u; j < SUM_MAX_K; j++) {
+                        if (j < pc.k) {
+                            precise vec4 term = xs[i][j] * wk[j];
+                            acc += term;
+                        }
+                    }
+                    acc += rs[i];
+                    sum.v[c] = acc;
+                    ss += acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
+                }
+            }
+        }
+    } else {
+        for (uint c = gl_LocalInvocationID.x; c < n4; c += WG_SIZE) {
+            precise vec4 acc = x.v[c] * wt.v[0];
+            for (uint j = 1u; j < pc.k; j++) {
+                precise vec4 term = x.v[j * n4 + c] * wt.v[j];
+                acc += term;
+            }
+            acc += res.v[c];
+            sum.v[c] = acc;
+            ss += acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
+        }
     }
     // The sums visible to the invocations that normalise them.
     memoryBarrierBuffer();
@@ -137,10 +186,19 @@ void main() {
     uint64_t x_at = second ? pc.x2 : pc.x;
     uint64_t out_at = second ? pc.out2 : pc.out_;
     F32s x = F32s(x_at + uint64_t(g) * pc.group * 4u);
+    // NORM_UNROLL values an invocation loaded before they are summed (past
+    // the group's end, zeros: + 0 changes no sum), in the same order.
     float ss = 0.0;
-    for (uint i = gl_LocalInvocationID.x; i < pc.group; i += WG_SIZE) {
-        float v = x.v[i];
-        ss += v * v;
+    for (uint i0 = gl_LocalInvocationID.x; i0 < pc.group; i0 += WG_SIZE * NORM_UNROLL) {
+        float v[NORM_UNROLL];
+        [[unroll]] for (uint j = 0u; j < NORM_UNROLL; j++) {
+            uint i = i0 + j * WG_SIZE;
+            v[j] = x.v[min(i, pc.group - 1u)];
+            v[j] = i < pc.group ? v[j] : 0.0;
+        }
+        [[unroll]] for (uint j = 0u; j < NORM_UNROLL; j++) {
+            ss += v[j] * v[j];
+        }
     }
     ss = wg_sum(ss);
     float scale = 1.0 / sqrt(ss / float(pc.group) + pc.eps);

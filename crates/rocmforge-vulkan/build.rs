@@ -129,21 +129,23 @@ const INT_KERNELS: &[(&str, &str, Defines)] = &[
             ("TEAMS", "1"),
         ],
     ),
-    // The expert mat-vec in the same arithmetic (one pair's NR rows per
-    // workgroup): 32 x 4, one subgroup where subgroups have 32 lanes, as
-    // HIP's wave per 4 rows (a Qwen3 down row is 24 blocks: 64 invocations
-    // left 40 idle). On the H200 it was 4% faster than 64 x 2 on
-    // qwen3-30b-a3b's decode and even on gpt-oss-20b's; 64 x 4 was slower.
+    // The expert mat-vec in the same arithmetic: two teams of 32
+    // invocations, 4 rows of one pair each (a subgroup a team where
+    // subgroups have 32 lanes, as HIP's wave per 4 rows; a Qwen3 down row
+    // is 24 blocks, so wider teams leave lanes idle), the MXFP4 table
+    // filled once for both. On the H200, gpt-oss-20b tg128 +4% over one
+    // team of 32 (Qwen3 level); four teams were no faster
+    // (docs/measurements.md, session 33).
     (
         "matvec_id_int",
         "matvec_int.comp",
-        &[("WG_SIZE", "32"), ("NR", "4"), ("MAT_ID", "1")],
+        &[("WG_SIZE", "64"), ("NR", "4"), ("MAT_ID", "1")],
     ),
     (
         "matvec_id_int_dot",
         "matvec_int.comp",
         &[
-            ("WG_SIZE", "32"),
+            ("WG_SIZE", "64"),
             ("NR", "4"),
             ("MAT_ID", "1"),
             ("INT_DOT", "1"),

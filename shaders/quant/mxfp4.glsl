@@ -69,27 +69,12 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
 // the half scale in dm.x, so (dm.x * d_x) * sum(q_w * q_x) is ggml's
 // per-block product.
 #define QUANT_Q8_BLOCK 1
-// The doubled levels of the four nibbles in bytes 0..3 of x (each 0..15)
-// as signed bytes, by arithmetic on all four bytes at once (it fills the
-// table below; a lookup per byte by vector select, shift, mask and merge
-// had made the expert mat-vec 3.5x slower than HIP's byte permutes).
-// |level| is m = q & 7 below 4, else (4 + 2 b0) << b1 = m + b0 + 2 b1 +
-// 2 b0 b1 (b0, b1 the low bits of m); bit 3 negates it, where the
-// level is not 0 (so no negation carries out of its byte).
-uint mxfp4_bytes4(uint x) {
-    uint m = x & 0x07070707u;
-    uint b0 = m & 0x01010101u;
-    uint b1 = (m >> 1) & 0x01010101u;
-    uint hi = (m >> 2) & 0x01010101u;
-    uint add = (m & 0x03030303u) + ((b0 & b1) << 1);
-    uint mag = m + (add & ((hi << 8) - hi));
-    uint neg = (x >> 3) & (b0 | b1 | hi);
-    return (mag ^ ((neg << 8) - neg)) + neg;
-}
 #ifdef QUANT_INT
-// ALU-bound as arithmetic: mxfp4_bytes4 on every quant word made the
-// gpt-oss-20b expert mat-vec 27% of a Vulkan decode step more than the
-// same kernel with a plain nibble mask (H200). So the levels come from a
+// ALU-bound as arithmetic: the levels of a word's four nibbles worked out
+// on all four bytes at once (~16 operations) made the gpt-oss-20b expert
+// mat-vec 27% of a Vulkan decode step more than the same kernel with a
+// plain nibble mask (H200), and a lookup per byte by vector select, shift,
+// mask and merge 3.5x slower than HIP's byte permutes. So the levels come from a
 // table in shared memory instead, one lookup per byte (two quants):
 // mxfp4_pairs[b] holds the level of b's low nibble in byte 0 and of its
 // high nibble in byte 2. Two lookups, the second shifted up a byte, make
@@ -103,9 +88,25 @@ uint mxfp4_bytes4(uint x) {
 #define QUANT_TABLES 1
 shared uint mxfp4_pairs[256];
 
+// Level q (0..15) as a signed byte in the low 8 bits (a vector select and
+// a bit-field extract).
+uint mxfp4_level_byte(uint q) {
+    return bitfieldExtract(MXFP4_PACKED[q >> 2], int(8u * (q & 3u)), 8);
+}
+
+// Entry b = i + WG_SIZE j of invocation i: with WG_SIZE a multiple of 16,
+// its low nibble is the same for every j, so an invocation works out one
+// low level and a high level an entry. The nibble arithmetic twice an entry
+// had made the fill a quarter of a 32-invocation expert workgroup's
+// (gpt-oss-20b tg128 +1% on the H200, docs/measurements.md session 33).
+#if (WG_SIZE % 16) != 0
+#error "the MXFP4 table's fill needs WG_SIZE a multiple of 16"
+#endif
 void quant_tables_init() {
-    for (uint b = gl_LocalInvocationID.x; b < 256u; b += WG_SIZE) {
-        mxfp4_pairs[b] = (mxfp4_bytes4(b & 0x0Fu) & 0xFFu) | ((mxfp4_bytes4(b >> 4) & 0xFFu) << 16);
+    uint i = gl_LocalInvocationID.x;
+    uint lo = mxfp4_level_byte(i & 0x0Fu);
+    for (uint b = i; b < 256u; b += WG_SIZE) {
+        mxfp4_pairs[b] = lo | (mxfp4_level_byte(b >> 4) << 16);
     }
 }
 

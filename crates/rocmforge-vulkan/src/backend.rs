@@ -43,9 +43,9 @@ pub fn open(opts: VulkanOptions, gpu: GpuOptions) -> Result<VulkanBackend, Backe
 }
 
 /// Rows a workgroup of the integer expert mat-vec computes: build.rs's
-/// `matvec_id_int*` variants are 32 invocations x 4 rows
+/// `matvec_id_int*` variants are two teams of 32 invocations x 4 rows
 /// (`gpu::expert_int_workgroup`).
-pub(crate) const EXPERT_INT_ROWS: u32 = 4;
+pub(crate) const EXPERT_INT_ROWS: u32 = 8;
 
 /// Teams a dense integer mat-vec workgroup of 64 splits into at least:
 /// two teams of 32 invocations, two rows each (the `_teams` variant), so
