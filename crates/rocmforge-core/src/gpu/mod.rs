@@ -98,8 +98,9 @@ pub struct Lowering {
     /// 2 for the GLSL kernel (64 invocations walking the blocks of 2
     /// rows), 8 for the HIP one (a wave per 4 rows).
     pub int_rows: u32,
-    /// The same for the integer expert mat-vec (`matvec_id_int_*`): 4 for
-    /// the GLSL kernel (32 invocations x 4 rows), 8 for the HIP one.
+    /// The same for the integer expert mat-vec (`matvec_id_int_*`): 8 for
+    /// the GLSL kernel (two teams of 32 invocations x 4 rows) and for the
+    /// HIP one.
     pub expert_int_rows: u32,
     /// Rows of fewer units than a dense mat-vec workgroup has invocations
     /// split its workgroups into teams, each on rows of its own
