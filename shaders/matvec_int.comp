@@ -28,7 +28,6 @@
 // second half computes it.
 #version 460
 #extension GL_GOOGLE_include_directive : require
-#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 
 // The weight types' integer forms (block_q8), with their tables.
@@ -192,8 +191,11 @@ float workgroup_sums(float acc[NR][MV_MAX_TOKENS], uint n) {
 // Teams of ID_LANES invocations, NR rows each: a workgroup computes
 // NR * ID_TEAMS rows of one pair and fills the tables once for all of
 // them (each team a subgroup where subgroups have ID_LANES lanes).
-#define ID_LANES (WG_SIZE < 32 ? WG_SIZE : 32)
+#define ID_LANES 32
 #define ID_TEAMS (WG_SIZE / ID_LANES)
+#if (WG_SIZE % ID_LANES) != 0
+#error "the expert mat-vec's workgroup is whole teams of 32"
+#endif
 
 // Per team, row and subgroup, the subgroup's part of the team's row sum.
 shared float team_parts[ID_TEAMS][NR][WG_SIZE];
