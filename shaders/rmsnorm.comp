@@ -20,7 +20,10 @@ layout(local_size_x = WG_SIZE) in;
 // share for a workgroup of 512.
 #define NORM_UNROLL 8u
 // MOE_SUM: experts (k) and vec4 columns an invocation loads together
-// (gpt-oss's 2880-value rows are 720 columns; Qwen3 routes 8 experts).
+// (gpt-oss's 2880-value rows are 720 columns; Qwen3 routes 8 experts);
+// more experts take the plain loop. Rounds of SUM_MAX_K for any k (one
+// loop for both cases) measured ~1.5% slower in decode on the lent H200
+// (docs/measurements.md, session 34), so the k <= 8 path stays separate.
 #define SUM_MAX_K 8u
 #define SUM_COLS 2u
 
@@ -117,50 +120,53 @@ void main() {
     V4s res = V4s(pc.residual + row);
     V4sC sum = V4sC(pc.sum + row);
     float ss = 0.0;
-    // An invocation's SUM_COLS columns, SUM_MAX_K experts at a time: every
-    // value of a round loaded before any is summed (one trip to memory a
-    // round, not one an expert and column: the plain loop over k compiled
-    // to a load, then a wait). The same sums in the same order.
-    for (uint c0 = gl_LocalInvocationID.x; c0 < n4; c0 += WG_SIZE * SUM_COLS) {
-        vec4 rs[SUM_COLS];
-        [[unroll]] for (uint i = 0u; i < SUM_COLS; i++) {
-            rs[i] = res.v[min(c0 + i * WG_SIZE, n4 - 1u)];
+    if (pc.k <= SUM_MAX_K) { // uniform
+        // Every expert's values of an invocation's SUM_COLS columns loaded
+        // before any is summed: one trip to memory, not one an expert and
+        // column (the loop over k compiled to a load, then a wait, a trip).
+        // The same sums in the same order.
+        float wk[SUM_MAX_K];
+        [[unroll]] for (uint j = 0u; j < SUM_MAX_K; j++) {
+            wk[j] = j < pc.k ? wt.v[j] : 0.0;
         }
-        vec4 acc[SUM_COLS];
-        [[unroll]] for (uint i = 0u; i < SUM_COLS; i++) {
-            acc[i] = vec4(0.0);
-        }
-        for (uint j0 = 0u; j0 < pc.k; j0 += SUM_MAX_K) {
-            float wk[SUM_MAX_K];
+        for (uint c0 = gl_LocalInvocationID.x; c0 < n4; c0 += WG_SIZE * SUM_COLS) {
             vec4 xs[SUM_COLS][SUM_MAX_K];
-            [[unroll]] for (uint j = 0u; j < SUM_MAX_K; j++) {
-                wk[j] = j0 + j < pc.k ? wt.v[j0 + j] : 0.0;
-            }
+            vec4 rs[SUM_COLS];
             [[unroll]] for (uint i = 0u; i < SUM_COLS; i++) {
                 uint c = min(c0 + i * WG_SIZE, n4 - 1u);
                 [[unroll]] for (uint j = 0u; j < SUM_MAX_K; j++) {
-                    if (j0 + j < pc.k) {
-                        xs[i][j] = x.v[(j0 + j) * n4 + c];
+                    if (j < pc.k) {
+                        xs[i][j] = x.v[j * n4 + c];
                     }
                 }
+                rs[i] = res.v[c];
             }
             [[unroll]] for (uint i = 0u; i < SUM_COLS; i++) {
-                [[unroll]] for (uint j = 0u; j < SUM_MAX_K; j++) {
-                    if (j0 + j < pc.k) {
-                        precise vec4 term = xs[i][j] * wk[j];
-                        precise vec4 next = acc[i] + term;
-                        acc[i] = j0 + j == 0u ? term : next;
+                uint c = c0 + i * WG_SIZE;
+                if (c < n4) {
+                    precise vec4 acc = xs[i][0] * wk[0];
+                    [[unroll]] for (uint j = 1u; j < SUM_MAX_K; j++) {
+                        if (j < pc.k) {
+                            precise vec4 term = xs[i][j] * wk[j];
+                            acc += term;
+                        }
                     }
+                    acc += rs[i];
+                    sum.v[c] = acc;
+                    ss += acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
                 }
             }
         }
-        [[unroll]] for (uint i = 0u; i < SUM_COLS; i++) {
-            uint c = c0 + i * WG_SIZE;
-            if (c < n4) {
-                precise vec4 total = acc[i] + rs[i];
-                sum.v[c] = total;
-                ss += total.x * total.x + total.y * total.y + total.z * total.z + total.w * total.w;
+    } else {
+        for (uint c = gl_LocalInvocationID.x; c < n4; c += WG_SIZE) {
+            precise vec4 acc = x.v[c] * wt.v[0];
+            for (uint j = 1u; j < pc.k; j++) {
+                precise vec4 term = x.v[j * n4 + c] * wt.v[j];
+                acc += term;
             }
+            acc += res.v[c];
+            sum.v[c] = acc;
+            ss += acc.x * acc.x + acc.y * acc.y + acc.z * acc.z + acc.w * acc.w;
         }
     }
     // The sums visible to the invocations that normalise them.

@@ -27,10 +27,11 @@
 // to at least 32 bytes, so a block is only as aligned as its size allows.
 // Types whose block size is a multiple of 4 (Q4_1 20, Q5_1 24, Q2_K 84,
 // Q4_K 144, Q5_K 176, IQ4_XS 136, and the 8-value units of F16 / BF16) are
-// read in 32-bit words, the others (Q4_0 18, Q5_0 22, Q8_0 34, Q3_K 110,
-// Q6_K 210, IQ4_NL 18) in 16-bit halves, and MXFP4 (17) in bytes, as the
-// shaders do; F32 units are 16-byte aligned. Never a wider load than the
-// block guarantees.
+// read in 32-bit words, the others (Q5_0 22, Q3_K 110, Q6_K 210, IQ4_NL
+// 18) in 16-bit halves, and MXFP4 (17) in bytes, as the shaders do; F32
+// units are 16-byte aligned. Never a wider load than the block guarantees,
+// except Q4_0's and Q8_0's integer forms (d_and_quant_words), which read
+// aligned words from up to 2 bytes before the block.
 #pragma once
 
 #ifndef RF_QUANT_HOST_TEST
@@ -51,6 +52,32 @@ DEV uint32_t halves_at(const uint8_t* b, uint32_t i) {
 }
 // Word i of a 4-byte-aligned block.
 DEV uint32_t word_at(const uint8_t* b, uint32_t i) { return ((const uint32_t*)b)[i]; }
+
+// The f16 bits at the start of a 2-byte-aligned block (Q4_0's, Q8_0's)
+// and its first N quant words after them (shaders/quant.glsl's
+// d_and_quant_words): N aligned words from the block's address rounded
+// down to 4 bytes, the quants shifted out of them, and word N - 1 as
+// halves 2N - 1 and 2N: N + 2 loads where halves take 2N + 1. The
+// rounded-down address starts at most 2 bytes before the block, inside
+// the tensor (whose start is 4-byte aligned); the loads end at word N - 1.
+template <uint32_t N> DEV uint32_t d_and_quant_words(const uint8_t* b, uint32_t q[N]) {
+    bool aligned = (reinterpret_cast<__UINTPTR_TYPE__>(b) & 2u) == 0u;
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(aligned ? b : b - 2);
+    uint32_t x[N];
+#pragma unroll
+    for (uint32_t i = 0u; i < N; i++) {
+        x[i] = w[i];
+    }
+    // Aligned: x[0] = d | quant bytes 0, 1 << 16, quant word i straddles
+    // x[i] and x[i + 1]; else x[0]'s high half is d and x[i + 1] is quant
+    // word i.
+#pragma unroll
+    for (uint32_t i = 0u; i + 1u < N; i++) {
+        q[i] = aligned ? (x[i] >> 16) | (x[i + 1u] << 16) : x[i + 1u];
+    }
+    q[N - 1u] = halves_at(b, 2u * N - 1u);
+    return aligned ? x[0] & 0xFFFFu : x[0] >> 16;
+}
 
 // ---- Scalars -----------------------------------------------------------
 

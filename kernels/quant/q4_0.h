@@ -21,14 +21,14 @@ struct Q4_0 {
     }
     // The quants minus 8 as signed bytes; (d, 0).
     DEV float2 block_q8(const uint8_t* row, uint32_t ib, uint32_t q[8]) {
-        const uint8_t* b = row + ib * BLOCK_BYTES;
+        uint32_t w[4];
+        uint32_t d = d_and_quant_words<4>(row + ib * BLOCK_BYTES, w);
 #pragma unroll
         for (uint32_t i = 0u; i < 4u; i++) {
-            uint32_t w = halves_at(b, 1u + 2u * i);
-            q[i] = sub_bytes(w & 0x0F0F0F0Fu, 0x08080808u);
-            q[i + 4u] = sub_bytes((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+            q[i] = sub_bytes(w[i] & 0x0F0F0F0Fu, 0x08080808u);
+            q[i + 4u] = sub_bytes((w[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
         }
-        return (float2){f16_bits_to_f32((uint16_t)half_at(b, 0u)), 0.0f};
+        return (float2){f16_bits_to_f32((uint16_t)d), 0.0f};
     }
 };
 } // namespace quant

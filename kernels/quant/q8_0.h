@@ -16,12 +16,8 @@ struct Q8_0 {
     }
     // The signed quants; (d, 0).
     DEV float2 block_q8(const uint8_t* row, uint32_t ib, uint32_t q[8]) {
-        const uint8_t* b = row + ib * BLOCK_BYTES;
-#pragma unroll
-        for (uint32_t i = 0u; i < 8u; i++) {
-            q[i] = halves_at(b, 1u + 2u * i);
-        }
-        return (float2){f16_bits_to_f32((uint16_t)half_at(b, 0u)), 0.0f};
+        uint32_t d = d_and_quant_words<8>(row + ib * BLOCK_BYTES, q);
+        return (float2){f16_bits_to_f32((uint16_t)d), 0.0f};
     }
 };
 } // namespace quant

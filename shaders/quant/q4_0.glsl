@@ -18,13 +18,14 @@ void dequant8(uint64_t row, uint ib, uint j, out vec4 lo, out vec4 hi) {
 
 // Integer form for the decode mat-vec over Q8_0 activations (matvec_int.comp):
 // the 32 quants minus 8 as signed bytes, word i = elements 4i..4i+3.
+// Its words by d_and_quant_words (quant.glsl): 6 loads, not 9.
 #define QUANT_Q8_BLOCK 1
 void block_q8(uint64_t row, uint ib, out uint q[8], out vec2 dm) {
-    U16s b = U16s(row + uint64_t(ib) * QUANT_BLOCK_BYTES);
-    dm = vec2(unpackHalf2x16(uint(b.v[0])).x, 0.0);
+    uint w[8];
+    uint d = d_and_quant_words(row + uint64_t(ib) * QUANT_BLOCK_BYTES, 4u, w);
+    dm = vec2(unpackHalf2x16(d).x, 0.0);
     for (uint i = 0u; i < 4u; i++) {
-        uint w = uint(b.v[1u + 2u * i]) | (uint(b.v[2u + 2u * i]) << 16);
-        q[i] = q8_sub_bytes(w & 0x0F0F0F0Fu, 0x08080808u);
-        q[i + 4u] = q8_sub_bytes((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+        q[i] = q8_sub_bytes(w[i] & 0x0F0F0F0Fu, 0x08080808u);
+        q[i + 4u] = q8_sub_bytes((w[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
     }
 }

@@ -3,7 +3,9 @@
 //! for the host by the same clang that builds the kernels
 //! (`tests/host/quant_readers.cpp`) and run over quantized weights of every
 //! type, and over random blocks (every index, sign and scale bit) of the
-//! i-quant and ternary types.
+//! i-quant and ternary types. The integer forms the decode mat-vec reads
+//! (`block_q8`: quants and scales) are checked the same way, their values
+//! rebuilt as `q * d + m`.
 //!
 //! Without a clang (`ROCMFORGE_HIP_CLANG`, `clang-19` or `clang` on PATH)
 //! the test prints a skip line and passes, unless
@@ -12,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rocmforge_core::gpu::weight_suffix;
+use rocmforge_core::gpu::{has_int_form, weight_suffix};
 use rocmforge_core::quant::{
     dequantize, quantize_to_vec, quantize_to_vec_with_importance, QuantType,
 };
@@ -47,8 +49,15 @@ fn build_harness(clang: &Path) -> PathBuf {
     out
 }
 
-/// The reader's decode of `blocks` blocks of `ty` in `bytes`.
-fn run_reader(harness: &Path, ty: QuantType, bytes: &[u8]) -> Vec<f32> {
+/// Which of a type's readers a run decodes with.
+#[derive(Clone, Copy, PartialEq)]
+enum Reader {
+    Dequant8,
+    IntForm,
+}
+
+/// The reader's decode of the blocks of `ty` in `bytes`.
+fn run_reader(harness: &Path, ty: QuantType, bytes: &[u8], reader: Reader) -> Vec<f32> {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let name = ty.name();
     let (input, output) = (
@@ -57,7 +66,11 @@ fn run_reader(harness: &Path, ty: QuantType, bytes: &[u8]) -> Vec<f32> {
     );
     std::fs::write(&input, bytes).unwrap();
     let elements = bytes.len() / ty.type_size() * ty.block_size();
-    let status = Command::new(harness)
+    let mut cmd = Command::new(harness);
+    if reader == Reader::IntForm {
+        cmd.arg("int");
+    }
+    let status = cmd
         .arg(weight_suffix(ty).unwrap())
         .arg(elements.to_string())
         .arg(&input)
@@ -137,11 +150,18 @@ fn random_blocks(ty: QuantType, blocks: usize) -> Vec<u8> {
     b
 }
 
-fn compare(harness: &Path, ty: QuantType, bytes: &[u8], what: &str, wrong: &mut Vec<String>) {
+fn compare(
+    harness: &Path,
+    ty: QuantType,
+    bytes: &[u8],
+    reader: Reader,
+    what: &str,
+    wrong: &mut Vec<String>,
+) {
     let n = bytes.len() / ty.type_size() * ty.block_size();
     let mut expected = vec![0.0f32; n];
     dequantize(ty, bytes, &mut expected).unwrap();
-    let got = run_reader(harness, ty, bytes);
+    let got = run_reader(harness, ty, bytes, reader);
     assert_eq!(got.len(), n, "{ty}: values");
     if let Some(i) = (0..n).find(|&i| got[i].to_bits() != expected[i].to_bits()) {
         wrong.push(format!(
@@ -162,14 +182,29 @@ fn readers_decode_like_the_cpu_reference() {
     };
     let harness = build_harness(&clang);
     let mut wrong = Vec::new();
-    let mut checked = 0;
+    let (mut checked, mut int_forms) = (0, 0);
     for ty in QuantType::supported().filter(|&t| weight_suffix(t).is_some()) {
-        compare(&harness, ty, &quantized(ty, 4096), "quantized", &mut wrong);
+        let q = quantized(ty, 4096);
+        compare(&harness, ty, &q, Reader::Dequant8, "quantized", &mut wrong);
+        if has_int_form(ty) {
+            // 128 blocks: for the 18- and 34-byte types, blocks at both
+            // alignments (4-byte and 2 bytes past it).
+            compare(
+                &harness,
+                ty,
+                &q,
+                Reader::IntForm,
+                "integer form",
+                &mut wrong,
+            );
+            int_forms += 1;
+        }
         if RANDOM_BLOCK_TYPES.contains(&ty) {
             compare(
                 &harness,
                 ty,
                 &random_blocks(ty, 64),
+                Reader::Dequant8,
                 "random blocks",
                 &mut wrong,
             );
@@ -178,4 +213,5 @@ fn readers_decode_like_the_cpu_reference() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
     assert!(checked >= 24, "{checked} types checked");
+    assert!(int_forms >= 7, "{int_forms} integer forms checked");
 }
