@@ -878,30 +878,40 @@ fn openai_script(s: &Server, script: &str) -> Option<Value> {
     Some(serde_json::from_slice(&out.stdout).unwrap())
 }
 
-/// Qwen3's template (Hermes calls): `tools` with `tool_choice` required
-/// and named give a call of the tool, whose arguments follow its schema,
-/// whole and streamed; the call and its result sent back render into the
-/// next turn, which answers; what cannot be honoured is a 400.
-#[test]
-fn tool_calls_round_trip() {
-    let template = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/chat-templates/qwen3.jinja");
-    let s = Server::start(&["--chat-template-file", template.to_str().unwrap()]);
-    let tools = json!([
-        {"type": "function", "function": {"name": "get_weather", "parameters": {
+/// The tools of the round trips (with descriptions: gpt-oss's template
+/// needs them).
+fn weather_tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.", "parameters": {
             "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
             "required": ["city"], "additionalProperties": false}}},
-        {"type": "function", "function": {"name": "get_time", "parameters": {
+        {"type": "function", "function": {"name": "get_time", "description": "The time in a zone.", "parameters": {
             "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
             "required": ["zone"], "additionalProperties": false}}},
-    ]);
-    let ask = |choice: Value| {
-        chat_body(
-            "Weather in Oslo?",
-            json!({"tools": tools, "tool_choice": choice, "max_tokens": 80}),
-        )
-    };
-    let r = post_json(&s, "/v1/chat/completions", &ask(json!("required")));
+    ])
+}
+
+fn ask_weather(choice: Value) -> Value {
+    chat_body(
+        "Weather in Oslo?",
+        json!({"tools": weather_tools(), "tool_choice": choice, "max_tokens": 80}),
+    )
+}
+
+/// A server on one of the test templates.
+fn start_with_template(file: &str) -> Server {
+    let template = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/chat-templates")
+        .join(file);
+    Server::start(&["--chat-template-file", template.to_str().unwrap()])
+}
+
+/// `tools` with `tool_choice` required and named give a call of the tool,
+/// whose arguments follow its schema, whole and streamed; the call and its
+/// result sent back render into the next turn, which answers.
+fn calls_round_trip(s: &Server) {
+    let (tools, ask) = (weather_tools(), ask_weather);
+    let r = post_json(s, "/v1/chat/completions", &ask(json!("required")));
     let choice = &r["choices"][0];
     assert_eq!(choice["finish_reason"], "tool_calls", "{r}");
     assert!(choice["message"]["content"].is_null(), "{r}");
@@ -920,7 +930,7 @@ fn tool_calls_round_trip() {
     }
     // Named: that function.
     let named = post_json(
-        &s,
+        s,
         "/v1/chat/completions",
         &ask(json!({"type": "function", "function": {"name": "get_time"}})),
     );
@@ -931,7 +941,7 @@ fn tool_calls_round_trip() {
     // Streamed: the call comes as a delta, and the stream ends with tool_calls.
     let mut streamed = ask(json!("required"));
     streamed["stream"] = json!(true);
-    let chunks = chunks(&stream(&s, "/v1/chat/completions", &streamed));
+    let chunks = chunks(&stream(s, "/v1/chat/completions", &streamed));
     let delta = chunks
         .iter()
         .find_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array().cloned())
@@ -953,7 +963,7 @@ fn tool_calls_round_trip() {
         ],
         "tools": tools, "temperature": 0, "max_tokens": 8,
     });
-    let answer = post_json(&s, "/v1/chat/completions", &body);
+    let answer = post_json(s, "/v1/chat/completions", &body);
     assert_eq!(answer["object"], "chat.completion", "{answer}");
     // The tool's result is in the prompt the template rendered.
     assert!(
@@ -961,6 +971,16 @@ fn tool_calls_round_trip() {
             > r["usage"]["prompt_tokens"].as_u64().unwrap(),
         "{answer}"
     );
+}
+
+/// Qwen3's template (Hermes calls): the round trip; what cannot be
+/// honoured is a 400; the official client's round trip; a template that
+/// writes no calls cannot be made to.
+#[test]
+fn tool_calls_round_trip() {
+    let s = start_with_template("qwen3.jinja");
+    calls_round_trip(&s);
+    let ask = ask_weather;
     // What cannot be honoured.
     for (body, param) in [
         (
@@ -1013,6 +1033,16 @@ fn tool_calls_round_trip() {
             .contains("writes no tool calls"),
         "{text}"
     );
+}
+
+/// gpt-oss's template (harmony calls: a message to `functions.NAME` whose
+/// body is the arguments) on the Qwen3 fixture, whose vocabulary spells
+/// the harmony markers out of text pieces: the same round trip, the call
+/// read back out of the reply and rendered into the next turn.
+#[test]
+fn harmony_tool_calls_round_trip() {
+    let s = start_with_template("gpt-oss.jinja");
+    calls_round_trip(&s);
 }
 
 /// Every interface and no key: the server says so once.

@@ -9,7 +9,15 @@
 //! - Llama 3.1 and 3.2: the reply is one JSON object `{"name": ...,
 //!   "parameters": {...}}`;
 //! - Mistral (Nemo, Small): `[TOOL_CALLS][{"name": ..., "arguments":
-//!   {...}}, ...]`.
+//!   {...}}, ...]`;
+//! - gpt-oss's harmony: messages `<|start|>assistant<|channel|>C<|message|>
+//!   ...<|end|>`, a call being a message to a function, its arguments the
+//!   body: `<|channel|>commentary to=functions.NAME <|constrain|>json
+//!   <|message|>{...}`, ended by `<|call|>` (an end of generation). The
+//!   recipient may also stand before the channel (`to=functions.NAME
+//!   <|channel|>commentary json`, as the template renders calls back).
+//!   The reply's first message has no `<|start|>assistant`: the generation
+//!   prompt ends with it.
 //!
 //! A call found is given an id (`call` and five digits: Mistral's
 //! templates take nine letters and digits only), its arguments kept as
@@ -25,6 +33,7 @@ pub enum ToolFormat {
     Hermes,
     Llama3,
     Mistral,
+    Harmony,
 }
 
 /// A reply split into its text and its calls.
@@ -42,6 +51,8 @@ impl ToolFormat {
             Some(ToolFormat::Hermes)
         } else if source.contains("[TOOL_CALLS]") {
             Some(ToolFormat::Mistral)
+        } else if source.contains("<|call|>") && source.contains("to=") {
+            Some(ToolFormat::Harmony)
         } else if source.contains("<|python_tag|>") || source.contains("\"parameters\": ") {
             Some(ToolFormat::Llama3)
         } else {
@@ -107,6 +118,15 @@ impl ToolFormat {
                 }
                 None => text.to_string(),
             },
+            ToolFormat::Harmony => {
+                let (said, found) = harmony_messages(text);
+                calls = found;
+                if calls.is_empty() {
+                    text.to_string()
+                } else {
+                    said
+                }
+            }
         };
         for (i, c) in calls.iter_mut().enumerate() {
             c.id = call_id(i);
@@ -121,9 +141,12 @@ impl ToolFormat {
     /// of `functions` (OpenAI `tools` entries' `function` objects: `name`,
     /// `parameters`).
     pub fn call_grammar(self, functions: &[Value]) -> Result<String, String> {
+        if self == ToolFormat::Harmony {
+            return harmony_call_grammar(functions);
+        }
         let args_key = match self {
             ToolFormat::Llama3 => "parameters",
-            ToolFormat::Hermes | ToolFormat::Mistral => "arguments",
+            ToolFormat::Hermes | ToolFormat::Mistral | ToolFormat::Harmony => "arguments",
         };
         let one_of: Vec<Value> = functions
             .iter()
@@ -163,8 +186,86 @@ impl ToolFormat {
                 });
                 format!("start: \"[TOOL_CALLS]\" %json {list}")
             }
+            ToolFormat::Harmony => unreachable!("returned above"),
         })
     }
+}
+
+/// A harmony reply's messages: the text said to the user (the `final`
+/// channel's, and `commentary` with no recipient: a preamble; the
+/// `analysis` channel's reasoning is left out) and the calls, the
+/// messages to `functions.NAME` whose body is JSON. A message whose body
+/// is not JSON is said, not called.
+fn harmony_messages(text: &str) -> (String, Vec<ToolCall>) {
+    let mut said = Vec::new();
+    let mut calls = Vec::new();
+    for message in text.split("<|start|>") {
+        let Some((header, body)) = message.split_once("<|message|>") else {
+            continue;
+        };
+        let body = ["<|end|>", "<|call|>", "<|return|>"]
+            .iter()
+            .fold(body, |b, end| b.split(end).next().unwrap_or(b));
+        let channel = header
+            .split_once("<|channel|>")
+            .map(|(_, c)| c.split([' ', '<']).next().unwrap_or(""));
+        let recipient = header
+            .split_once("to=")
+            .map(|(_, r)| r.split([' ', '<']).next().unwrap_or(""));
+        match recipient.and_then(|r| r.strip_prefix("functions.")) {
+            Some(name) if !name.is_empty() => match serde_json::from_str::<Value>(body.trim()) {
+                Ok(args) => calls.push(ToolCall {
+                    id: String::new(),
+                    name: name.to_string(),
+                    arguments: arguments_text(args),
+                }),
+                Err(_) => said.push(body.trim()),
+            },
+            _ if recipient.is_none() && matches!(channel, Some("final" | "commentary")) => {
+                said.push(body.trim())
+            }
+            _ => {}
+        }
+    }
+    (said.join("\n"), calls)
+}
+
+/// Replies that are one harmony call of one of `functions`: the message
+/// header to the function (as gpt-oss writes it: the channel, then the
+/// recipient and the `json` constraint), then arguments that follow its
+/// `parameters`; `<|call|>` ends the reply (an end of generation).
+fn harmony_call_grammar(functions: &[Value]) -> Result<String, String> {
+    let mut rules = Vec::with_capacity(functions.len());
+    for (i, f) in functions.iter().enumerate() {
+        let name = f
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or("a function needs a name")?;
+        let mut params = f
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object"}));
+        if let Some(fields) = params.as_object_mut() {
+            fields
+                .entry("x-guidance")
+                .or_insert_with(crate::grammar::openai_json_layout);
+        }
+        // A JSON string literal is a Lark one (the same escapes).
+        let header = serde_json::to_string(&format!(
+            "<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>"
+        ))
+        .map_err(|e| e.to_string())?;
+        rules.push(format!("call{i}: {header} %json {params}"));
+    }
+    if rules.is_empty() {
+        return Err("no function to call".into());
+    }
+    let start: Vec<String> = (0..rules.len()).map(|i| format!("call{i}")).collect();
+    Ok(format!(
+        "start: {}\n{}",
+        start.join(" | "),
+        rules.join("\n")
+    ))
 }
 
 /// The id of a reply's call `i`, or of a client's call that came without
@@ -244,6 +345,10 @@ mod tests {
             ToolFormat::of_template(&read("mistral-nemo.jinja")),
             Some(ToolFormat::Mistral)
         );
+        assert_eq!(
+            ToolFormat::of_template(&read("gpt-oss.jinja")),
+            Some(ToolFormat::Harmony)
+        );
         assert_eq!(ToolFormat::of_template(&read("gemma3.jinja")), None);
     }
 
@@ -279,6 +384,31 @@ mod tests {
     }
 
     #[test]
+    fn harmony_calls_are_messages_to_functions() {
+        // Reasoning, then the call, as gpt-oss writes it (its `<|call|>`
+        // ends generation, so it is not in the text).
+        let r = ToolFormat::Harmony.parse(
+            "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}",
+        );
+        assert_eq!(
+            r.calls,
+            [call("call00000", "get_weather", r#"{"city":"Oslo"}"#)]
+        );
+        assert_eq!(r.content, "");
+        // The recipient before the channel, a preamble said to the user.
+        let r = ToolFormat::Harmony.parse(
+            "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.time<|channel|>commentary json<|message|>{}<|call|>",
+        );
+        assert_eq!(r.calls, [call("call00000", "time", "{}")]);
+        assert_eq!(r.content, "Checking.");
+        // No call: the text as it is; a body that is not JSON is no call.
+        let plain = "<|channel|>final<|message|>Hello.";
+        assert_eq!(ToolFormat::Harmony.parse(plain).content, plain);
+        let bad = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{oops";
+        assert_eq!(ToolFormat::Harmony.parse(bad).calls, []);
+    }
+
+    #[test]
     fn call_grammars_name_every_function() {
         let f = [
             json!({"name": "weather", "parameters": {"type": "object"}}),
@@ -294,6 +424,13 @@ mod tests {
             .call_grammar(&f)
             .unwrap()
             .contains("[TOOL_CALLS]"));
+        let g = ToolFormat::Harmony.call_grammar(&f).unwrap();
+        assert!(g.starts_with("start: call0 | call1\n"), "{g}");
+        assert!(
+            g.contains(r#"call1: "<|channel|>commentary to=functions.time <|constrain|>json<|message|>" %json {"#),
+            "{g}"
+        );
+        assert!(ToolFormat::Harmony.call_grammar(&[]).is_err());
         assert!(ToolFormat::Llama3.call_grammar(&[json!({})]).is_err());
         assert!(ToolFormat::Llama3.call_grammar(&[]).is_err());
     }
