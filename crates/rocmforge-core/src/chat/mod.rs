@@ -11,6 +11,8 @@
 //!   already holds, so a turn evaluates only its new tokens.
 //! - [`content_spans`]: the messages' contents kept as plain text when the
 //!   rendering is tokenized, so a user cannot write a turn marker.
+//! - [`reasoning`]: gpt-oss's harmony channels split into reasoning and
+//!   content as a reply streams.
 //! - [`tools`]: function calls in the family's own format, found in a
 //!   reply, and the grammar of a reply that must be one.
 //!
@@ -18,6 +20,7 @@
 
 pub mod cached_text;
 pub mod content_spans;
+pub mod reasoning;
 pub mod stop;
 pub mod template;
 mod tojson;

@@ -194,6 +194,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     origin: TemplateOrigin,
     tool_format: Option<super::tools::ToolFormat>,
+    harmony: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -242,6 +243,12 @@ impl ChatTemplate {
         self.tool_format
     }
 
+    /// Whether replies are harmony messages (gpt-oss), whose channels
+    /// [`super::reasoning`] splits into reasoning and content.
+    pub fn writes_harmony(&self) -> bool {
+        self.harmony
+    }
+
     /// Makes `strftime_now` read `clock` (the local time by default).
     pub fn with_clock(mut self, clock: Clock) -> ChatTemplate {
         self.env.add_function("strftime_now", move |format: &str| {
@@ -276,6 +283,7 @@ impl ChatTemplate {
             env,
             origin,
             tool_format,
+            harmony: super::reasoning::is_harmony_template(source),
         }
         .with_clock(Clock::Local))
     }

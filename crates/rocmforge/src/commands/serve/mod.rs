@@ -76,8 +76,21 @@ pub struct Args {
     /// so a client cannot forge system or assistant turns in its messages.
     #[arg(long)]
     special_in_content: bool,
+    /// Where a chat reply's reasoning goes (llama-server's
+    /// `--reasoning-format`): `auto` puts gpt-oss's analysis channel in
+    /// `reasoning_content` and its final channel in `content`; `none`
+    /// returns the reply's text as the model wrote it.
+    #[arg(long, value_enum, default_value_t = ReasoningFormat::Auto)]
+    reasoning_format: ReasoningFormat,
     #[command(flatten)]
     limits: limits::LimitArgs,
+}
+
+/// `--reasoning-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReasoningFormat {
+    Auto,
+    None,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -121,6 +134,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
                     n_ctx: worker.session.n_ctx(),
                     slots: worker.session.n_seq(),
                     tool_format: worker.template.tool_format(),
+                    harmony: worker.template.writes_harmony(),
                 };
                 let _ = ready.send(Ok(info));
                 worker.serve(queue);
@@ -144,6 +158,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         limits: limits.clone(),
         body_budget: Default::default(),
         tool_format: info.tool_format,
+        harmony: info.harmony && a.reasoning_format == ReasoningFormat::Auto,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

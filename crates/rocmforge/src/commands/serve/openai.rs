@@ -195,6 +195,10 @@ pub struct AssistantMessage {
     pub role: &'static str,
     /// Null when the reply is only calls, as OpenAI's.
     pub content: Option<String>,
+    /// The reply's reasoning (gpt-oss's analysis channel), as
+    /// llama-server returns it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<super::tools::ApiToolCall>>,
 }
@@ -223,6 +227,8 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<super::tools::ApiToolCall>>,
 }

@@ -15,6 +15,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use rocmforge_core::chat::reasoning::{split_harmony, HarmonyReader, Part};
 use rocmforge_core::chat::{tools, Message, ToolCall};
 use rocmforge_core::sampler::SamplerConfig;
 use serde::de::DeserializeOwned;
@@ -63,6 +64,9 @@ pub struct AppState {
     pub body_budget: Arc<BodyBudget>,
     /// How the chat template writes function calls, if it does.
     pub tool_format: Option<rocmforge_core::chat::ToolFormat>,
+    /// Chat replies are harmony messages, split into `reasoning_content`
+    /// and `content` (`--reasoning-format auto`).
+    pub harmony: bool,
 }
 
 pub type Shared = Arc<AppState>;
@@ -261,6 +265,7 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
         generation.format = Some(OutputFormat::Lark(grammar));
     }
     let parse = tools.as_ref().and_then(|t| t.parse);
+    let harmony = st.harmony;
     let tools_list = tools.map(|t| t.list);
     let mut events = submit(st, Input::Chat(messages, tools_list), generation)?;
     let prompt_tokens = started(&mut events).await?;
@@ -291,7 +296,7 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
             Delta {
                 role: Some("assistant"),
                 content: Some(String::new()),
-                tool_calls: None,
+                ..Delta::default()
             },
             None,
             None,
@@ -304,9 +309,20 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
             let chunks = match reply {
                 Err(e) => vec![sse_json(&e.body())],
                 Ok(reply) => {
-                    let (content, calls, finish) =
-                        split_reply(Some(format), reply.text, reply.finish_reason);
+                    let (reasoning, content, calls, finish) =
+                        reply_parts(harmony, Some(format), reply.text, reply.finish_reason);
                     let mut out = Vec::new();
+                    if let Some(reasoning) = reasoning {
+                        out.push(chunk(
+                            Delta {
+                                reasoning_content: Some(reasoning),
+                                ..Delta::default()
+                            },
+                            None,
+                            None,
+                            None,
+                        ));
+                    }
                     if let Some(content) = content.filter(|c| !c.is_empty()) {
                         out.push(chunk(
                             Delta {
@@ -342,23 +358,43 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
                 std::iter::once(first).chain(chunks),
             )));
         }
+        // Harmony replies: each token's text released as reasoning or
+        // content once no marker can be forming in it (what is left goes
+        // with the last chunk).
+        let mut reader = harmony.then(HarmonyReader::new);
         let rest = UnboundedReceiverStream::new(events).map(move |ev| match ev {
-            Event::Token { text, logprob } => chunk(
-                Delta {
-                    content: Some(text),
-                    ..Delta::default()
-                },
-                logprob.map(|lp| ChatLogprobs { content: vec![lp] }),
-                None,
-                None,
-            ),
+            Event::Token { text, logprob } => {
+                let (reasoning_content, content) = match reader.as_mut() {
+                    Some(r) => parts_text(r.push(&text)),
+                    None => (None, Some(text)),
+                };
+                chunk(
+                    Delta {
+                        content,
+                        reasoning_content,
+                        ..Delta::default()
+                    },
+                    logprob.map(|lp| ChatLogprobs { content: vec![lp] }),
+                    None,
+                    None,
+                )
+            }
             Event::Done {
                 finish_reason,
                 prompt_tokens,
                 cached_tokens,
                 completion_tokens,
             } => chunk(
-                Delta::default(),
+                {
+                    let (reasoning_content, content) = reader
+                        .as_mut()
+                        .map_or((None, None), |r| parts_text(r.finish()));
+                    Delta {
+                        content,
+                        reasoning_content,
+                        ..Delta::default()
+                    }
+                },
                 None,
                 Some(finish_reason),
                 Some(Usage::cached(
@@ -377,7 +413,8 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let logprobs = top_logprobs.map(|_| ChatLogprobs {
         content: reply.logprobs,
     });
-    let (content, calls, finish_reason) = split_reply(parse, reply.text, reply.finish_reason);
+    let (reasoning_content, content, calls, finish_reason) =
+        reply_parts(st.harmony, parse, reply.text, reply.finish_reason);
     let tool_calls = (!calls.is_empty()).then(|| api_calls(&calls, false));
     Ok(Json(ChatCompletion {
         id,
@@ -389,6 +426,7 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
             message: AssistantMessage {
                 role: "assistant",
                 content,
+                reasoning_content,
                 tool_calls,
             },
             logprobs,
@@ -714,6 +752,41 @@ fn sse(
 ) -> Response {
     let done = tokio_stream::once(Ok(SseEvent::default().data("[DONE]")));
     Sse::new(events.chain(done)).into_response()
+}
+
+/// A finished chat reply as the client gets it, whole or streamed: its
+/// reasoning where replies are harmony (gpt-oss's analysis channel), then
+/// [`split_reply`]'s content, calls and finish, the content being what the
+/// harmony channels say when there is no call.
+fn reply_parts(
+    harmony: bool,
+    parse: Option<rocmforge_core::chat::ToolFormat>,
+    text: String,
+    finish: FinishReason,
+) -> (Option<String>, Option<String>, Vec<ToolCall>, FinishReason) {
+    let split = harmony.then(|| split_harmony(&text));
+    let (content, calls, finish) = split_reply(parse, text, finish);
+    match split {
+        Some((reasoning, said)) if calls.is_empty() => (reasoning, Some(said), calls, finish),
+        Some((reasoning, _)) => (reasoning, content, calls, finish),
+        None => (None, content, calls, finish),
+    }
+}
+
+/// Parts released by a [`HarmonyReader`] as (reasoning, content), each
+/// `None` when empty.
+fn parts_text(parts: Vec<Part>) -> (Option<String>, Option<String>) {
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for p in parts {
+        match p {
+            Part::Reasoning(t) => reasoning.push_str(&t),
+            Part::Content(t) => content.push_str(&t),
+        }
+    }
+    (
+        (!reasoning.is_empty()).then_some(reasoning),
+        (!content.is_empty()).then_some(content),
+    )
 }
 
 /// A finished chat reply as the client gets it, whole or streamed: where

@@ -115,6 +115,8 @@ pub struct ModelInfo {
     pub slots: usize,
     /// How the chat template writes function calls, if it does.
     pub tool_format: Option<rocmforge_core::chat::ToolFormat>,
+    /// Whether replies are harmony messages (gpt-oss's channels).
+    pub harmony: bool,
 }
 
 /// Everything the worker thread owns.

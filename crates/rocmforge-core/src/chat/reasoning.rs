@@ -1,0 +1,297 @@
+//! A reply's reasoning kept apart from what it says: gpt-oss's harmony
+//! channels, read as the reply streams.
+//!
+//! A harmony reply is a run of messages, each a header and a body:
+//! `<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>
+//! final<|message|>...` (the first message's `<|start|>assistant` is the
+//! generation prompt's; the reply's end token is not in its text). The
+//! `analysis` channel is reasoning (OpenAI's `reasoning_content`, as
+//! llama-server returns it); `final`, and `commentary` with no recipient
+//! (a preamble), are what the model says; a message to a recipient (a
+//! function call, [`super::tools`]) is neither, and headers are markup.
+//!
+//! [`HarmonyReader`] takes the text as it streams and releases each piece
+//! as reasoning or content once no marker can still be forming in it, so a
+//! client never sees half a marker. What it releases does not depend on
+//! how the text was cut into pieces; the whole reply's split
+//! ([`split_harmony`]) is the reader fed the text at once, so a streamed
+//! reply and a whole one agree. Text that is no harmony (no `<|message|>`
+//! within [`MAX_HEADER`] bytes of a header's start) is content, as it is.
+
+/// Bytes a header may take before the text is taken as no harmony.
+pub const MAX_HEADER: usize = 256;
+
+const START: &str = "<|start|>";
+const MESSAGE: &str = "<|message|>";
+const CHANNEL: &str = "<|channel|>";
+/// What ends a body: the message's end, or an end of generation that was
+/// rendered into the text.
+const BODY_ENDS: [&str; 3] = ["<|end|>", "<|return|>", "<|call|>"];
+
+/// Whether a chat template's replies are harmony messages: it renders an
+/// assistant turn on the analysis channel (gpt-oss's does).
+pub fn is_harmony_template(source: &str) -> bool {
+    source.contains("<|channel|>analysis<|message|>")
+}
+
+/// What a piece of a reply is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Reasoning(String),
+    Content(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    Reasoning,
+    Content,
+    /// To a recipient (a call), or after an end of generation.
+    Hidden,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Reading a header, up to its `<|message|>`.
+    Header,
+    /// Reading a body, up to its end.
+    Body(Body),
+    /// No harmony: everything is content.
+    Raw,
+}
+
+/// The harmony split of a streamed reply; see the module doc.
+#[derive(Debug, Clone)]
+pub struct HarmonyReader {
+    state: State,
+    /// Text not yet released: a header being read, or the tail of a body
+    /// that may be the start of a marker.
+    pending: String,
+    /// Whether a message's header has been read: a header left unfinished
+    /// after one is markup, before any it is text.
+    seen: bool,
+}
+
+impl Default for HarmonyReader {
+    fn default() -> Self {
+        HarmonyReader::new()
+    }
+}
+
+impl HarmonyReader {
+    pub fn new() -> HarmonyReader {
+        HarmonyReader {
+            state: State::Header,
+            pending: String::new(),
+            seen: false,
+        }
+    }
+
+    /// The parts `text` (the reply's next piece) releases.
+    pub fn push(&mut self, text: &str) -> Vec<Part> {
+        self.pending.push_str(text);
+        let mut out = Vec::new();
+        loop {
+            match self.state {
+                State::Raw => {
+                    emit(&mut out, Body::Content, std::mem::take(&mut self.pending));
+                    return out;
+                }
+                // A header is at most MAX_HEADER bytes, whatever the pieces.
+                State::Header => match self.pending.find(MESSAGE).filter(|&at| at <= MAX_HEADER) {
+                    Some(at) => {
+                        let body = body_of(&self.pending[..at]);
+                        self.pending.drain(..at + MESSAGE.len());
+                        self.state = State::Body(body);
+                        self.seen = true;
+                    }
+                    None if self.pending.len() >= MAX_HEADER + MESSAGE.len() => {
+                        self.state = State::Raw
+                    }
+                    None => return out,
+                },
+                State::Body(body) => {
+                    let end = BODY_ENDS
+                        .iter()
+                        .filter_map(|m| self.pending.find(m).map(|at| (at, *m)))
+                        .min();
+                    match end {
+                        Some((at, marker)) => {
+                            let rest = self.pending.split_off(at);
+                            emit(&mut out, body, std::mem::take(&mut self.pending));
+                            self.pending = rest[marker.len()..].to_string();
+                            if marker == BODY_ENDS[0] {
+                                self.state = State::Header;
+                                // The next header starts at its <|start|>.
+                                if let Some(s) = self.pending.strip_prefix(START) {
+                                    self.pending = s.to_string();
+                                }
+                            } else {
+                                self.state = State::Body(Body::Hidden);
+                            }
+                        }
+                        None => {
+                            // Keep back a tail that may begin a marker.
+                            let keep = partial_marker_len(&self.pending);
+                            let rest = self.pending.split_off(self.pending.len() - keep);
+                            emit(&mut out, body, std::mem::replace(&mut self.pending, rest));
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// What is left when the reply ends: a body's kept-back tail; a header
+    /// that never reached its `<|message|>` is markup after a message, and
+    /// before any the text is no harmony, so content.
+    pub fn finish(&mut self) -> Vec<Part> {
+        let mut out = Vec::new();
+        let rest = std::mem::take(&mut self.pending);
+        match self.state {
+            State::Body(body) => emit(&mut out, body, rest),
+            State::Header if self.seen => {}
+            State::Header | State::Raw => emit(&mut out, Body::Content, rest),
+        }
+        out
+    }
+}
+
+/// A whole reply's (reasoning, content), as [`HarmonyReader`] splits it
+/// streamed; reasoning `None` when there was none.
+pub fn split_harmony(text: &str) -> (Option<String>, String) {
+    let mut r = HarmonyReader::new();
+    let mut parts = r.push(text);
+    parts.extend(r.finish());
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for p in parts {
+        match p {
+            Part::Reasoning(t) => reasoning.push_str(&t),
+            Part::Content(t) => content.push_str(&t),
+        }
+    }
+    ((!reasoning.is_empty()).then_some(reasoning), content)
+}
+
+fn emit(out: &mut Vec<Part>, body: Body, text: String) {
+    if text.is_empty() {
+        return;
+    }
+    match body {
+        Body::Reasoning => out.push(Part::Reasoning(text)),
+        Body::Content => out.push(Part::Content(text)),
+        Body::Hidden => {}
+    }
+}
+
+/// What a header (the text before `<|message|>`) makes its body.
+fn body_of(header: &str) -> Body {
+    if header.contains("to=") {
+        return Body::Hidden;
+    }
+    let channel = header
+        .split_once(CHANNEL)
+        .map(|(_, c)| c.split([' ', '<']).next().unwrap_or(""));
+    match channel {
+        Some("analysis") => Body::Reasoning,
+        _ => Body::Content,
+    }
+}
+
+/// The length of the longest tail of `text` that is a proper prefix of a
+/// body's end marker.
+fn partial_marker_len(text: &str) -> usize {
+    BODY_ENDS
+        .iter()
+        .flat_map(|m| (1..m.len()).rev().map(move |n| &m[..n]))
+        .filter(|p| text.ends_with(p))
+        .map(str::len)
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPLY: &str = "<|channel|>analysis<|message|>The user wants 2+2.<|end|><|start|>assistant<|channel|>final<|message|>It is 4.";
+
+    #[test]
+    fn channels_split_into_reasoning_and_content() {
+        assert_eq!(
+            split_harmony(REPLY),
+            (Some("The user wants 2+2.".into()), "It is 4.".into())
+        );
+        // A call's arguments are neither; a preamble is content.
+        let call = "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}";
+        assert_eq!(split_harmony(call), (None, "Checking.".into()));
+        // A header cut off after a message is markup.
+        assert_eq!(
+            split_harmony("<|channel|>final<|message|>Hi<|end|><|start|>assistant"),
+            (None, "Hi".into())
+        );
+        // An end of generation rendered into the text ends what is said.
+        assert_eq!(
+            split_harmony("<|channel|>final<|message|>Hi<|return|>junk"),
+            (None, "Hi".into())
+        );
+    }
+
+    #[test]
+    fn harmony_is_read_off_templates() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/chat-templates/"
+        );
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
+        assert!(is_harmony_template(&read("gpt-oss.jinja")));
+        assert!(!is_harmony_template(&read("qwen3.jinja")));
+    }
+
+    #[test]
+    fn text_that_is_no_harmony_is_content() {
+        assert_eq!(split_harmony("Hello there"), (None, "Hello there".into()));
+        let long = "x".repeat(MAX_HEADER + MESSAGE.len());
+        assert_eq!(split_harmony(&long), (None, long.clone()));
+        let mut r = HarmonyReader::new();
+        assert_eq!(
+            r.push(&long),
+            [Part::Content(long.clone())],
+            "released once it cannot be a header"
+        );
+    }
+
+    #[test]
+    fn streamed_pieces_release_the_same_split_and_no_half_marker() {
+        let whole = split_harmony(REPLY);
+        for cut in 1..REPLY.len() {
+            let mut r = HarmonyReader::new();
+            let mut parts = Vec::new();
+            let mut at = 0;
+            while at < REPLY.len() {
+                let mut end = (at + cut).min(REPLY.len());
+                while !REPLY.is_char_boundary(end) {
+                    end += 1;
+                }
+                parts.extend(r.push(&REPLY[at..end]));
+                at = end;
+            }
+            parts.extend(r.finish());
+            let (mut reasoning, mut content) = (String::new(), String::new());
+            for p in &parts {
+                let t = match p {
+                    Part::Reasoning(t) => {
+                        reasoning.push_str(t);
+                        t
+                    }
+                    Part::Content(t) => {
+                        content.push_str(t);
+                        t
+                    }
+                };
+                assert!(!t.contains("<|"), "pieces of {cut}: a marker in {t:?}");
+            }
+            assert_eq!((Some(reasoning), content), whole, "pieces of {cut}");
+        }
+    }
+}
