@@ -1045,57 +1045,69 @@ fn harmony_tool_calls_round_trip() {
     calls_round_trip(&s);
 }
 
-/// gpt-oss's template: a reply's analysis channel is `reasoning_content`
-/// and its final channel `content`, whole and streamed alike (no marker
-/// in either); `--reasoning-format none` returns the text as written. The
-/// reply is made harmony by a grammar (the fixture's weights are random).
+/// A reply's reasoning is `reasoning_content` and the rest `content`,
+/// whole and streamed alike (no marker in either), in gpt-oss's harmony
+/// channels and in Qwen3's `<think>` block; `--reasoning-format none`
+/// returns the text as written. The replies are made so by a grammar (the
+/// fixture's weights are random).
 #[test]
-fn harmony_replies_split_reasoning_from_content() {
-    let template = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/chat-templates/gpt-oss.jinja");
-    let grammar = r#"root ::= "<|channel|>analysis<|message|>" [a-z]{1,6} "<|end|><|start|>assistant<|channel|>final<|message|>" [a-z]{1,6}"#;
-    let body = chat_body("Hi", json!({"grammar": grammar, "max_tokens": 60}));
-    let s = Server::start(&["--chat-template-file", template.to_str().unwrap()]);
-    let r = post_json(&s, "/v1/chat/completions", &body);
-    let message = &r["choices"][0]["message"];
-    let reasoning = message["reasoning_content"].as_str().expect("reasoning");
-    let content = message["content"].as_str().expect("content");
-    for part in [reasoning, content] {
-        assert!(
-            !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase()),
-            "{r}"
+fn reasoning_is_split_from_content() {
+    let cases = [
+        (
+            "gpt-oss.jinja",
+            "<|channel|>analysis<|message|>",
+            "<|end|><|start|>assistant<|channel|>final<|message|>",
+        ),
+        ("qwen3.jinja", "<think>", "</think>"),
+    ];
+    for (file, open, close) in cases {
+        let template = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/chat-templates")
+            .join(file);
+        let grammar = format!("root ::= {open:?} [a-z]{{1,6}} {close:?} [a-z]{{1,6}}");
+        let body = chat_body("Hi", json!({"grammar": grammar, "max_tokens": 60}));
+        let s = Server::start(&["--chat-template-file", template.to_str().unwrap()]);
+        let r = post_json(&s, "/v1/chat/completions", &body);
+        let message = &r["choices"][0]["message"];
+        let reasoning = message["reasoning_content"].as_str().expect("reasoning");
+        let content = message["content"].as_str().expect("content");
+        for part in [reasoning, content] {
+            assert!(
+                !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase()),
+                "{file}: {r}"
+            );
+        }
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let chunks = chunks(&stream(&s, "/v1/chat/completions", &streamed));
+        let joined = |field: &str| -> String {
+            chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"][field].as_str())
+                .collect()
+        };
+        assert_eq!(
+            joined("reasoning_content"),
+            reasoning,
+            "{file}: greedy, the same split"
+        );
+        assert_eq!(joined("content"), content, "{file}");
+        drop(s);
+        let raw = Server::start(&[
+            "--chat-template-file",
+            template.to_str().unwrap(),
+            "--reasoning-format",
+            "none",
+        ]);
+        let r = post_json(&raw, "/v1/chat/completions", &body);
+        let message = &r["choices"][0]["message"];
+        assert!(message["reasoning_content"].is_null(), "{file}: {r}");
+        assert_eq!(
+            message["content"],
+            format!("{open}{reasoning}{close}{content}"),
+            "{file}: the reply as written"
         );
     }
-    let mut streamed = body.clone();
-    streamed["stream"] = json!(true);
-    let chunks = chunks(&stream(&s, "/v1/chat/completions", &streamed));
-    let joined = |field: &str| -> String {
-        chunks
-            .iter()
-            .filter_map(|c| c["choices"][0]["delta"][field].as_str())
-            .collect()
-    };
-    assert_eq!(
-        joined("reasoning_content"),
-        reasoning,
-        "greedy: the same split"
-    );
-    assert_eq!(joined("content"), content);
-    drop(s);
-    let raw = Server::start(&[
-        "--chat-template-file",
-        template.to_str().unwrap(),
-        "--reasoning-format",
-        "none",
-    ]);
-    let r = post_json(&raw, "/v1/chat/completions", &body);
-    let message = &r["choices"][0]["message"];
-    assert!(message["reasoning_content"].is_null(), "{r}");
-    assert_eq!(
-        message["content"],
-        format!("<|channel|>analysis<|message|>{reasoning}<|end|><|start|>assistant<|channel|>final<|message|>{content}"),
-        "the same reply as written"
-    );
 }
 
 /// Every interface and no key: the server says so once.

@@ -1,5 +1,6 @@
-//! A reply's reasoning kept apart from what it says: gpt-oss's harmony
-//! channels, read as the reply streams.
+//! A reply's reasoning kept apart from what it says, read as the reply
+//! streams: gpt-oss's harmony channels, and the `<think>...</think>` block
+//! Qwen3 and DeepSeek-R1 open their replies with.
 //!
 //! A harmony reply is a run of messages, each a header and a body:
 //! `<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>
@@ -9,14 +10,91 @@
 //! llama-server returns it); `final`, and `commentary` with no recipient
 //! (a preamble), are what the model says; a message to a recipient (a
 //! function call, [`super::tools`]) is neither, and headers are markup.
+//! A think reply is `<think>reasoning</think>content`, each part trimmed of
+//! the whitespace around it, as llama-server gives them; a reply that does
+//! not open with `<think>` is all content.
 //!
-//! [`HarmonyReader`] takes the text as it streams and releases each piece
+//! [`ReasoningReader`] takes the text as it streams and releases each piece
 //! as reasoning or content once no marker can still be forming in it, so a
 //! client never sees half a marker. What it releases does not depend on
 //! how the text was cut into pieces; the whole reply's split
-//! ([`split_harmony`]) is the reader fed the text at once, so a streamed
-//! reply and a whole one agree. Text that is no harmony (no `<|message|>`
-//! within [`MAX_HEADER`] bytes of a header's start) is content, as it is.
+//! ([`ReasoningFormat::split`]) is the reader fed the text at once, so a
+//! streamed reply and a whole one agree. Harmony text that is no harmony
+//! (no `<|message|>` within [`MAX_HEADER`] bytes of a header's start) is
+//! content, as it is.
+
+/// How a chat template's replies carry their reasoning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningFormat {
+    /// gpt-oss's channels.
+    Harmony,
+    /// A `<think>` block first (Qwen3, DeepSeek-R1).
+    Think,
+}
+
+impl ReasoningFormat {
+    /// The format of a template's replies: harmony where it renders an
+    /// assistant turn on the analysis channel (gpt-oss's), think where it
+    /// writes `<think>`; `None` for the rest.
+    pub fn of_template(source: &str) -> Option<ReasoningFormat> {
+        if source.contains("<|channel|>analysis<|message|>") {
+            Some(ReasoningFormat::Harmony)
+        } else if source.contains("<think>") {
+            Some(ReasoningFormat::Think)
+        } else {
+            None
+        }
+    }
+
+    /// A reader of a reply in this format.
+    pub fn reader(self) -> ReasoningReader {
+        match self {
+            ReasoningFormat::Harmony => ReasoningReader::Harmony(HarmonyReader::new()),
+            ReasoningFormat::Think => ReasoningReader::Think(ThinkReader::default()),
+        }
+    }
+
+    /// A whole reply's (reasoning, content), as the reader splits it
+    /// streamed; reasoning `None` when there was none.
+    pub fn split(self, text: &str) -> (Option<String>, String) {
+        let mut r = self.reader();
+        let mut parts = r.push(text);
+        parts.extend(r.finish());
+        let (mut reasoning, mut content) = (String::new(), String::new());
+        for p in parts {
+            match p {
+                Part::Reasoning(t) => reasoning.push_str(&t),
+                Part::Content(t) => content.push_str(&t),
+            }
+        }
+        ((!reasoning.is_empty()).then_some(reasoning), content)
+    }
+}
+
+/// A streamed reply's split, in its template's format.
+#[derive(Debug, Clone)]
+pub enum ReasoningReader {
+    Harmony(HarmonyReader),
+    Think(ThinkReader),
+}
+
+impl ReasoningReader {
+    /// The parts `text` (the reply's next piece) releases.
+    pub fn push(&mut self, text: &str) -> Vec<Part> {
+        match self {
+            ReasoningReader::Harmony(r) => r.push(text),
+            ReasoningReader::Think(r) => r.push(text),
+        }
+    }
+
+    /// What is left when the reply ends.
+    pub fn finish(&mut self) -> Vec<Part> {
+        match self {
+            ReasoningReader::Harmony(r) => r.finish(),
+            ReasoningReader::Think(r) => r.finish(),
+        }
+    }
+}
 
 /// Bytes a header may take before the text is taken as no harmony.
 pub const MAX_HEADER: usize = 256;
@@ -27,12 +105,6 @@ const CHANNEL: &str = "<|channel|>";
 /// What ends a body: the message's end, or an end of generation that was
 /// rendered into the text.
 const BODY_ENDS: [&str; 3] = ["<|end|>", "<|return|>", "<|call|>"];
-
-/// Whether a chat template's replies are harmony messages: it renders an
-/// assistant turn on the analysis channel (gpt-oss's does).
-pub fn is_harmony_template(source: &str) -> bool {
-    source.contains("<|channel|>analysis<|message|>")
-}
 
 /// What a piece of a reply is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,7 +203,7 @@ impl HarmonyReader {
                         }
                         None => {
                             // Keep back a tail that may begin a marker.
-                            let keep = partial_marker_len(&self.pending);
+                            let keep = partial_len(&self.pending, &BODY_ENDS);
                             let rest = self.pending.split_off(self.pending.len() - keep);
                             emit(&mut out, body, std::mem::replace(&mut self.pending, rest));
                             return out;
@@ -157,20 +229,103 @@ impl HarmonyReader {
     }
 }
 
-/// A whole reply's (reasoning, content), as [`HarmonyReader`] splits it
-/// streamed; reasoning `None` when there was none.
-pub fn split_harmony(text: &str) -> (Option<String>, String) {
-    let mut r = HarmonyReader::new();
-    let mut parts = r.push(text);
-    parts.extend(r.finish());
-    let (mut reasoning, mut content) = (String::new(), String::new());
-    for p in parts {
-        match p {
-            Part::Reasoning(t) => reasoning.push_str(&t),
-            Part::Content(t) => content.push_str(&t),
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum ThinkState {
+    /// Before the reply's first text: whether it opens with `<think>`.
+    #[default]
+    Opening,
+    /// Inside the block, up to `</think>`.
+    Thinking,
+    /// The whitespace after `</think>`, then content.
+    Closed,
+    Content,
+}
+
+/// The `<think>` split of a streamed reply; see the module doc.
+#[derive(Debug, Clone, Default)]
+pub struct ThinkReader {
+    state: ThinkState,
+    /// Text not yet released: the opening, whitespace that may end the
+    /// block, or a tail that may begin `</think>`.
+    pending: String,
+    /// Whether reasoning has been released (leading whitespace is not).
+    thought: bool,
+}
+
+impl ThinkReader {
+    /// The parts `text` (the reply's next piece) releases.
+    pub fn push(&mut self, text: &str) -> Vec<Part> {
+        self.pending.push_str(text);
+        let mut out = Vec::new();
+        loop {
+            match self.state {
+                ThinkState::Opening => {
+                    let t = self.pending.trim_start();
+                    if let Some(rest) = t.strip_prefix(THINK_OPEN) {
+                        self.pending = rest.to_string();
+                        self.state = ThinkState::Thinking;
+                    } else if THINK_OPEN.starts_with(t) {
+                        return out;
+                    } else {
+                        self.state = ThinkState::Content;
+                    }
+                }
+                ThinkState::Thinking => {
+                    if !self.thought {
+                        let t = self.pending.trim_start().to_string();
+                        self.pending = t;
+                    }
+                    if let Some(at) = self.pending.find(THINK_CLOSE) {
+                        let rest = self.pending[at + THINK_CLOSE.len()..].to_string();
+                        let said = self.pending[..at].trim_end().to_string();
+                        emit(&mut out, Body::Reasoning, said);
+                        self.pending = rest;
+                        self.state = ThinkState::Closed;
+                        continue;
+                    }
+                    // Keep back trailing whitespace (it may end the block)
+                    // and a tail that may begin `</think>`.
+                    let keep_from = match partial_len(&self.pending, &[THINK_CLOSE]) {
+                        0 => self.pending.trim_end().len(),
+                        n => self.pending[..self.pending.len() - n].trim_end().len(),
+                    };
+                    let rest = self.pending.split_off(keep_from);
+                    let said = std::mem::replace(&mut self.pending, rest);
+                    self.thought |= !said.is_empty();
+                    emit(&mut out, Body::Reasoning, said);
+                    return out;
+                }
+                ThinkState::Closed => {
+                    let t = self.pending.trim_start().to_string();
+                    self.pending = t;
+                    if self.pending.is_empty() {
+                        return out;
+                    }
+                    self.state = ThinkState::Content;
+                }
+                ThinkState::Content => {
+                    emit(&mut out, Body::Content, std::mem::take(&mut self.pending));
+                    return out;
+                }
+            }
         }
     }
-    ((!reasoning.is_empty()).then_some(reasoning), content)
+
+    /// What is left when the reply ends: an opening that never became
+    /// `<think>` is content; a block that never closed is reasoning.
+    pub fn finish(&mut self) -> Vec<Part> {
+        let mut out = Vec::new();
+        let rest = std::mem::take(&mut self.pending);
+        match self.state {
+            ThinkState::Opening | ThinkState::Content => emit(&mut out, Body::Content, rest),
+            ThinkState::Thinking => emit(&mut out, Body::Reasoning, rest.trim_end().to_string()),
+            ThinkState::Closed => {}
+        }
+        out
+    }
 }
 
 fn emit(out: &mut Vec<Part>, body: Body, text: String) {
@@ -198,14 +353,14 @@ fn body_of(header: &str) -> Body {
     }
 }
 
-/// The length of the longest tail of `text` that is a proper prefix of a
-/// body's end marker.
-fn partial_marker_len(text: &str) -> usize {
-    BODY_ENDS
+/// The length of the longest tail of `text` that is a proper prefix of one
+/// of `markers`.
+fn partial_len(text: &str, markers: &[&str]) -> usize {
+    markers
         .iter()
         .flat_map(|m| (1..m.len()).rev().map(move |n| &m[..n]))
         .filter(|p| text.ends_with(p))
-        .map(str::len)
+        .map(|p| p.len())
         .max()
         .unwrap_or(0)
 }
@@ -219,40 +374,49 @@ mod tests {
     #[test]
     fn channels_split_into_reasoning_and_content() {
         assert_eq!(
-            split_harmony(REPLY),
+            ReasoningFormat::Harmony.split(REPLY),
             (Some("The user wants 2+2.".into()), "It is 4.".into())
         );
         // A call's arguments are neither; a preamble is content.
         let call = "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}";
-        assert_eq!(split_harmony(call), (None, "Checking.".into()));
+        assert_eq!(
+            ReasoningFormat::Harmony.split(call),
+            (None, "Checking.".into())
+        );
         // A header cut off after a message is markup.
         assert_eq!(
-            split_harmony("<|channel|>final<|message|>Hi<|end|><|start|>assistant"),
+            ReasoningFormat::Harmony
+                .split("<|channel|>final<|message|>Hi<|end|><|start|>assistant"),
             (None, "Hi".into())
         );
         // An end of generation rendered into the text ends what is said.
         assert_eq!(
-            split_harmony("<|channel|>final<|message|>Hi<|return|>junk"),
+            ReasoningFormat::Harmony.split("<|channel|>final<|message|>Hi<|return|>junk"),
             (None, "Hi".into())
         );
     }
 
     #[test]
-    fn harmony_is_read_off_templates() {
+    fn formats_are_read_off_templates() {
         let dir = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../testdata/chat-templates/"
         );
         let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
-        assert!(is_harmony_template(&read("gpt-oss.jinja")));
-        assert!(!is_harmony_template(&read("qwen3.jinja")));
+        let of = |f: &str| ReasoningFormat::of_template(&read(f));
+        assert_eq!(of("gpt-oss.jinja"), Some(ReasoningFormat::Harmony));
+        assert_eq!(of("qwen3.jinja"), Some(ReasoningFormat::Think));
+        assert_eq!(of("llama3.1.jinja"), None);
     }
 
     #[test]
     fn text_that_is_no_harmony_is_content() {
-        assert_eq!(split_harmony("Hello there"), (None, "Hello there".into()));
+        assert_eq!(
+            ReasoningFormat::Harmony.split("Hello there"),
+            (None, "Hello there".into())
+        );
         let long = "x".repeat(MAX_HEADER + MESSAGE.len());
-        assert_eq!(split_harmony(&long), (None, long.clone()));
+        assert_eq!(ReasoningFormat::Harmony.split(&long), (None, long.clone()));
         let mut r = HarmonyReader::new();
         assert_eq!(
             r.push(&long),
@@ -262,36 +426,73 @@ mod tests {
     }
 
     #[test]
+    fn think_blocks_split_into_reasoning_and_content() {
+        let think = ReasoningFormat::Think;
+        assert_eq!(
+            think.split(THINK_REPLY),
+            (Some("Two and two.\nFour.".into()), "It is 4.\n".into())
+        );
+        assert_eq!(
+            think.split("Hello <think>x</think>"),
+            (None, "Hello <think>x</think>".into())
+        );
+        assert_eq!(
+            think.split("<thi"),
+            (None, "<thi".into()),
+            "an opening cut short"
+        );
+        assert_eq!(
+            think.split("<think> cut off "),
+            (Some("cut off".into()), String::new())
+        );
+        assert_eq!(think.split("<think></think>Hi"), (None, "Hi".into()));
+    }
+
+    const THINK_REPLY: &str = " <think>\n Two and two.\nFour.  \n</think>\n\nIt is 4.\n";
+
+    #[test]
     fn streamed_pieces_release_the_same_split_and_no_half_marker() {
-        let whole = split_harmony(REPLY);
-        for cut in 1..REPLY.len() {
-            let mut r = HarmonyReader::new();
-            let mut parts = Vec::new();
-            let mut at = 0;
-            while at < REPLY.len() {
-                let mut end = (at + cut).min(REPLY.len());
-                while !REPLY.is_char_boundary(end) {
-                    end += 1;
+        for (format, reply) in [
+            (ReasoningFormat::Harmony, REPLY),
+            (ReasoningFormat::Think, THINK_REPLY),
+        ] {
+            let whole = format.split(reply);
+            for cut in 1..reply.len() {
+                let mut r = format.reader();
+                let mut parts = Vec::new();
+                let mut at = 0;
+                while at < reply.len() {
+                    let mut end = (at + cut).min(reply.len());
+                    while !reply.is_char_boundary(end) {
+                        end += 1;
+                    }
+                    parts.extend(r.push(&reply[at..end]));
+                    at = end;
                 }
-                parts.extend(r.push(&REPLY[at..end]));
-                at = end;
+                parts.extend(r.finish());
+                let (mut reasoning, mut content) = (String::new(), String::new());
+                for p in &parts {
+                    let t = match p {
+                        Part::Reasoning(t) => {
+                            reasoning.push_str(t);
+                            t
+                        }
+                        Part::Content(t) => {
+                            content.push_str(t);
+                            t
+                        }
+                    };
+                    assert!(
+                        !t.contains("<|") && !t.contains("think>"),
+                        "{format:?}, pieces of {cut}: a marker in {t:?}"
+                    );
+                }
+                assert_eq!(
+                    (Some(reasoning), content),
+                    whole,
+                    "{format:?}, pieces of {cut}"
+                );
             }
-            parts.extend(r.finish());
-            let (mut reasoning, mut content) = (String::new(), String::new());
-            for p in &parts {
-                let t = match p {
-                    Part::Reasoning(t) => {
-                        reasoning.push_str(t);
-                        t
-                    }
-                    Part::Content(t) => {
-                        content.push_str(t);
-                        t
-                    }
-                };
-                assert!(!t.contains("<|"), "pieces of {cut}: a marker in {t:?}");
-            }
-            assert_eq!((Some(reasoning), content), whole, "pieces of {cut}");
         }
     }
 }

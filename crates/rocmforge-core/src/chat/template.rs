@@ -194,7 +194,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     origin: TemplateOrigin,
     tool_format: Option<super::tools::ToolFormat>,
-    harmony: bool,
+    reasoning: Option<super::reasoning::ReasoningFormat>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -243,10 +243,10 @@ impl ChatTemplate {
         self.tool_format
     }
 
-    /// Whether replies are harmony messages (gpt-oss), whose channels
-    /// [`super::reasoning`] splits into reasoning and content.
-    pub fn writes_harmony(&self) -> bool {
-        self.harmony
+    /// How replies carry their reasoning (gpt-oss's channels, a
+    /// `<think>` block), which [`super::reasoning`] splits from content.
+    pub fn reasoning_format(&self) -> Option<super::reasoning::ReasoningFormat> {
+        self.reasoning
     }
 
     /// Makes `strftime_now` read `clock` (the local time by default).
@@ -283,7 +283,7 @@ impl ChatTemplate {
             env,
             origin,
             tool_format,
-            harmony: super::reasoning::is_harmony_template(source),
+            reasoning: super::reasoning::ReasoningFormat::of_template(source),
         }
         .with_clock(Clock::Local))
     }

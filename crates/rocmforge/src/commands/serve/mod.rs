@@ -77,9 +77,10 @@ pub struct Args {
     #[arg(long)]
     special_in_content: bool,
     /// Where a chat reply's reasoning goes (llama-server's
-    /// `--reasoning-format`): `auto` puts gpt-oss's analysis channel in
-    /// `reasoning_content` and its final channel in `content`; `none`
-    /// returns the reply's text as the model wrote it.
+    /// `--reasoning-format`): `auto` puts gpt-oss's analysis channel, or
+    /// the `<think>` block a Qwen3 or DeepSeek-R1 reply opens with, in
+    /// `reasoning_content` and the rest in `content`; `none` returns the
+    /// reply's text as the model wrote it.
     #[arg(long, value_enum, default_value_t = ReasoningFormat::Auto)]
     reasoning_format: ReasoningFormat,
     #[command(flatten)]
@@ -134,7 +135,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
                     n_ctx: worker.session.n_ctx(),
                     slots: worker.session.n_seq(),
                     tool_format: worker.template.tool_format(),
-                    harmony: worker.template.writes_harmony(),
+                    reasoning: worker.template.reasoning_format(),
                 };
                 let _ = ready.send(Ok(info));
                 worker.serve(queue);
@@ -158,7 +159,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
         limits: limits.clone(),
         body_budget: Default::default(),
         tool_format: info.tool_format,
-        harmony: info.harmony && a.reasoning_format == ReasoningFormat::Auto,
+        reasoning: info
+            .reasoning
+            .filter(|_| a.reasoning_format == ReasoningFormat::Auto),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -15,7 +15,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use rocmforge_core::chat::reasoning::{split_harmony, HarmonyReader, Part};
+use rocmforge_core::chat::reasoning::{Part, ReasoningFormat};
 use rocmforge_core::chat::{tools, Message, ToolCall};
 use rocmforge_core::sampler::SamplerConfig;
 use serde::de::DeserializeOwned;
@@ -64,9 +64,9 @@ pub struct AppState {
     pub body_budget: Arc<BodyBudget>,
     /// How the chat template writes function calls, if it does.
     pub tool_format: Option<rocmforge_core::chat::ToolFormat>,
-    /// Chat replies are harmony messages, split into `reasoning_content`
-    /// and `content` (`--reasoning-format auto`).
-    pub harmony: bool,
+    /// How chat replies carry their reasoning, split into
+    /// `reasoning_content` and `content` (`--reasoning-format auto`).
+    pub reasoning: Option<ReasoningFormat>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -265,7 +265,7 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
         generation.format = Some(OutputFormat::Lark(grammar));
     }
     let parse = tools.as_ref().and_then(|t| t.parse);
-    let harmony = st.harmony;
+    let reasoning = st.reasoning;
     let tools_list = tools.map(|t| t.list);
     let mut events = submit(st, Input::Chat(messages, tools_list), generation)?;
     let prompt_tokens = started(&mut events).await?;
@@ -310,7 +310,7 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
                 Err(e) => vec![sse_json(&e.body())],
                 Ok(reply) => {
                     let (reasoning, content, calls, finish) =
-                        reply_parts(harmony, Some(format), reply.text, reply.finish_reason);
+                        reply_parts(reasoning, Some(format), reply.text, reply.finish_reason);
                     let mut out = Vec::new();
                     if let Some(reasoning) = reasoning {
                         out.push(chunk(
@@ -358,10 +358,10 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
                 std::iter::once(first).chain(chunks),
             )));
         }
-        // Harmony replies: each token's text released as reasoning or
-        // content once no marker can be forming in it (what is left goes
-        // with the last chunk).
-        let mut reader = harmony.then(HarmonyReader::new);
+        // Each token's text released as reasoning or content once no
+        // marker can be forming in it (what is left goes with the last
+        // chunk).
+        let mut reader = reasoning.map(ReasoningFormat::reader);
         let rest = UnboundedReceiverStream::new(events).map(move |ev| match ev {
             Event::Token { text, logprob } => {
                 let (reasoning_content, content) = match reader.as_mut() {
@@ -414,7 +414,7 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
         content: reply.logprobs,
     });
     let (reasoning_content, content, calls, finish_reason) =
-        reply_parts(st.harmony, parse, reply.text, reply.finish_reason);
+        reply_parts(st.reasoning, parse, reply.text, reply.finish_reason);
     let tool_calls = (!calls.is_empty()).then(|| api_calls(&calls, false));
     Ok(Json(ChatCompletion {
         id,
@@ -755,16 +755,16 @@ fn sse(
 }
 
 /// A finished chat reply as the client gets it, whole or streamed: its
-/// reasoning where replies are harmony (gpt-oss's analysis channel), then
-/// [`split_reply`]'s content, calls and finish, the content being what the
-/// harmony channels say when there is no call.
+/// reasoning in the template's format (gpt-oss's analysis channel, a
+/// `<think>` block), then [`split_reply`]'s content, calls and finish, the
+/// content being what is left of the text when there is no call.
 fn reply_parts(
-    harmony: bool,
+    reasoning: Option<ReasoningFormat>,
     parse: Option<rocmforge_core::chat::ToolFormat>,
     text: String,
     finish: FinishReason,
 ) -> (Option<String>, Option<String>, Vec<ToolCall>, FinishReason) {
-    let split = harmony.then(|| split_harmony(&text));
+    let split = reasoning.map(|f| f.split(&text));
     let (content, calls, finish) = split_reply(parse, text, finish);
     match split {
         Some((reasoning, said)) if calls.is_empty() => (reasoning, Some(said), calls, finish),
@@ -773,7 +773,7 @@ fn reply_parts(
     }
 }
 
-/// Parts released by a [`HarmonyReader`] as (reasoning, content), each
+/// Parts released by a reasoning reader as (reasoning, content), each
 /// `None` when empty.
 fn parts_text(parts: Vec<Part>) -> (Option<String>, Option<String>) {
     let (mut reasoning, mut content) = (String::new(), String::new());

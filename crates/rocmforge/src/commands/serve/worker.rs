@@ -25,6 +25,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::Arc;
 
+use rocmforge_core::chat::reasoning::ReasoningFormat;
 use rocmforge_core::chat::{
     message_prompt_tokens, prompt_tokens, ChatTemplate, Message, RenderOptions, StopStrings,
 };
@@ -115,8 +116,8 @@ pub struct ModelInfo {
     pub slots: usize,
     /// How the chat template writes function calls, if it does.
     pub tool_format: Option<rocmforge_core::chat::ToolFormat>,
-    /// Whether replies are harmony messages (gpt-oss's channels).
-    pub harmony: bool,
+    /// How replies carry their reasoning, if the template says.
+    pub reasoning: Option<ReasoningFormat>,
 }
 
 /// Everything the worker thread owns.
