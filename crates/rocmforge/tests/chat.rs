@@ -350,3 +350,47 @@ fn interactive_chat_in_a_terminal() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// gpt-oss's template, replies made harmony by a grammar: each reply's
+/// analysis channel goes to stderr and its final channel to stdout and to
+/// the history, so the next turn renders (the template refuses a turn
+/// whose content holds channel markers); `--reasoning-format none` prints
+/// the reply as written.
+#[test]
+fn reasoning_goes_to_stderr_and_out_of_the_history() {
+    let template = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/chat-templates/gpt-oss.jinja"
+    );
+    let grammar = r#"root ::= "<|channel|>analysis<|message|>" [a-z]{1,6} "<|end|><|start|>assistant<|channel|>final<|message|>" [a-z]{1,6}"#;
+    let args = [
+        "--chat-template-file",
+        template,
+        "--grammar",
+        grammar,
+        "-n",
+        "60",
+    ];
+    let o = chat(&args, "Hello\nAnd again\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let shown = stdout(&o);
+    let replies: Vec<&str> = shown.lines().collect();
+    assert_eq!(replies.len(), 2, "{shown}");
+    for r in &replies {
+        assert!(
+            !r.is_empty() && r.chars().all(|c| c.is_ascii_lowercase()),
+            "{shown}"
+        );
+    }
+    assert!(!stderr(&o).contains("<|"), "{}", stderr(&o));
+    let raw = chat(
+        &[&args[..], &["--reasoning-format", "none"]].concat(),
+        "Hello\n",
+    );
+    assert!(raw.status.success(), "{}", stderr(&raw));
+    assert!(
+        stdout(&raw).starts_with("<|channel|>analysis<|message|>"),
+        "{}",
+        stdout(&raw)
+    );
+}

@@ -11,6 +11,7 @@ pub mod generate;
 pub mod info;
 pub mod perplexity;
 pub mod probe_case;
+pub mod reasoning_args;
 pub mod sampling_args;
 pub mod serve;
 pub mod text_input;

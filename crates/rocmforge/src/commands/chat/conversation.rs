@@ -4,10 +4,12 @@
 use std::io::BufRead;
 use std::time::Instant;
 
+use rocmforge_core::chat::reasoning::{Part, ReasoningFormat, ReasoningReader};
 use rocmforge_core::chat::{
     plain_ranges, CachedText, ChatTemplate, Feed, Message, RenderOptions, StopStrings,
     TemplateError,
 };
+use rocmforge_core::grammar::Grammars;
 use rocmforge_core::sampler::Sampler;
 use rocmforge_core::session::Session;
 use rocmforge_core::tokenizer::{StreamDecoder, Tokenizer};
@@ -40,11 +42,16 @@ pub struct Chat {
     pub(super) stops: StopStrings,
     pub(super) n_predict: i64,
     pub(super) timings: bool,
+    /// The grammar every reply follows (`--grammar`), compiled per reply.
+    pub(super) grammar: Option<(Grammars, String)>,
+    /// How replies carry reasoning, split out of what they say.
+    pub(super) reasoning: Option<ReasoningFormat>,
 }
 
 /// A finished reply.
 struct Reply {
-    /// The text shown (a stop string excluded).
+    /// The text shown on stdout (a stop string and the reasoning
+    /// excluded): the history's assistant turn.
     text: String,
     end: ReplyEnd,
     generated: usize,
@@ -189,10 +196,18 @@ impl Chat {
         for &t in prompt {
             self.sampler.accept(t);
         }
-        let mut out = std::io::stdout().lock();
+        let mut out = Shown {
+            stdout: std::io::stdout().lock(),
+            reader: self.reasoning.map(ReasoningFormat::reader),
+            text: String::new(),
+            thinking: false,
+        };
+        let mut constraint = match &self.grammar {
+            Some((grammars, text)) => Some(grammars.gbnf(text).map_err(|e| e.to_string())?),
+            None => None,
+        };
         let mut decoder = StreamDecoder::new();
         self.stops.reset();
-        let mut text = String::new();
         let mut generated = 0;
         let end = loop {
             if interrupt::reply_interrupted() {
@@ -201,7 +216,12 @@ impl Chat {
             if usize::try_from(self.n_predict).is_ok_and(|n| generated >= n) {
                 break ReplyEnd::TokenLimit;
             }
-            let id = self.sampler.sample(&logits);
+            let id = match constraint.as_mut() {
+                None => self.sampler.sample(&logits),
+                Some(c) => c
+                    .sample(&mut logits, &mut self.sampler)
+                    .map_err(|e| e.to_string())?,
+            };
             self.sampler.accept(id);
             generated += 1;
             // The end-of-turn token is not evaluated: the next rendering
@@ -210,8 +230,7 @@ impl Chat {
                 break ReplyEnd::Done;
             }
             let step = self.stops.push(&decoder.push(&self.tok, id));
-            write_stdout(&mut out, step.text.as_bytes())?;
-            text.push_str(&step.text);
+            out.push(&step.text)?;
             if step.stopped {
                 break ReplyEnd::Done;
             }
@@ -228,14 +247,75 @@ impl Chat {
             true => tail.text,
             false => tail.text + &self.stops.finish(),
         };
-        write_stdout(&mut out, tail.as_bytes())?;
-        text.push_str(&tail);
+        out.push(&tail)?;
         Ok(Reply {
-            text,
+            text: out.finish()?,
             end,
             generated,
             prompt_s,
             gen_s: t_gen.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// Where a reply's text goes as it streams: with a reasoning format, the
+/// reasoning to stderr and the rest to stdout; else all of it to stdout.
+struct Shown<'a> {
+    stdout: std::io::StdoutLock<'a>,
+    reader: Option<ReasoningReader>,
+    /// What went to stdout: the reply as the history keeps it.
+    text: String,
+    /// Whether reasoning was the last thing shown (a newline on stderr
+    /// closes it before the answer).
+    thinking: bool,
+}
+
+impl Shown<'_> {
+    fn push(&mut self, text: &str) -> Result<(), CliError> {
+        let parts = match self.reader.as_mut() {
+            Some(r) => r.push(text),
+            None => vec![Part::Content(text.to_string())],
+        };
+        self.show(parts)
+    }
+
+    /// Shows what the reader still held; the text stdout got.
+    fn finish(mut self) -> Result<String, CliError> {
+        let parts = self
+            .reader
+            .as_mut()
+            .map_or_else(Vec::new, ReasoningReader::finish);
+        self.show(parts)?;
+        if self.thinking {
+            shown_on_stderr("\n");
+        }
+        Ok(self.text)
+    }
+
+    fn show(&mut self, parts: Vec<Part>) -> Result<(), CliError> {
+        for p in parts {
+            match p {
+                Part::Reasoning(t) => {
+                    shown_on_stderr(&t);
+                    self.thinking = true;
+                }
+                Part::Content(t) => {
+                    if std::mem::take(&mut self.thinking) {
+                        shown_on_stderr("\n");
+                    }
+                    write_stdout(&mut self.stdout, t.as_bytes())?;
+                    self.text.push_str(&t);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reasoning text on stderr, flushed as it comes (a closed stderr loses
+/// it, as it loses notes).
+fn shown_on_stderr(text: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|_| err.flush());
 }

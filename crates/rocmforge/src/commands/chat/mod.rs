@@ -14,6 +14,11 @@
 //! ([`rocmforge_core::chat::CachedText`]): earlier turns are not evaluated
 //! again unless the template rewrites them, in which case the conversation
 //! is evaluated from the start.
+//!
+//! A reply's reasoning (gpt-oss's analysis channel, a Qwen3 `<think>`
+//! block; `--reasoning-format`) is shown on stderr and left out of stdout
+//! and of the history, as the templates want past turns back (gpt-oss's
+//! refuses a turn whose content holds its channel markers).
 
 mod conversation;
 mod interrupt;
@@ -26,6 +31,7 @@ use rocmforge_core::backend::Backend;
 use rocmforge_core::chat::{
     CachedText, ChatTemplate, RenderOptions, StopStrings, TemplateError, TemplateOrigin,
 };
+use rocmforge_core::grammar::Grammars;
 use rocmforge_core::model::Model;
 use rocmforge_core::sampler::Sampler;
 use rocmforge_core::session::{MemoryNeeds, Session, SessionOptions};
@@ -33,7 +39,9 @@ use rocmforge_core::tokenizer::Tokenizer;
 
 use super::backend_choice::{create_backend, load_bar, BackendArgs};
 use super::generate::context_size;
+use super::reasoning_args::ReasoningFlag;
 use super::sampling_args::SamplingArgs;
+use super::text_input::read_text;
 use super::{check_model_path, note, CliError};
 use crate::commands::cache_types::CacheTypeArgs;
 use conversation::Chat;
@@ -75,6 +83,31 @@ pub struct Args {
     cache_types: CacheTypeArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// A GBNF grammar (llama.cpp's) every reply follows.
+    #[arg(long, value_name = "GBNF", conflicts_with = "grammar_file")]
+    grammar: Option<String>,
+    /// A file holding a GBNF grammar every reply follows.
+    #[arg(long, value_name = "PATH")]
+    grammar_file: Option<PathBuf>,
+    /// `auto`: a reply's reasoning (gpt-oss's analysis channel, a Qwen3
+    /// `<think>` block) goes to stderr and only the rest to stdout and the
+    /// conversation, as the template wants it back; `none`: the reply as
+    /// the model wrote it.
+    #[arg(long, value_enum, default_value_t = ReasoningFlag::Auto)]
+    reasoning_format: ReasoningFlag,
+}
+
+/// The grammar `--grammar` or `--grammar-file` gives, checked for this
+/// vocabulary: its text, compiled again for each reply.
+fn reply_grammar(a: &Args, tok: &Tokenizer) -> Result<Option<(Grammars, String)>, CliError> {
+    let (flag, text) = match (&a.grammar, &a.grammar_file) {
+        (None, None) => return Ok(None),
+        (Some(g), _) => ("--grammar", g.clone()),
+        (_, Some(path)) => ("--grammar-file", read_text(path, "the grammar")?),
+    };
+    let grammars = Grammars::new(tok).map_err(|e| format!("{flag}: {e}"))?;
+    grammars.gbnf(&text).map_err(|e| format!("{flag}: {e}"))?;
+    Ok(Some((grammars, text)))
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -91,6 +124,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let model = Arc::new(Model::load(&a.model).map_err(|e| format!("{}: {e}", a.model.display()))?);
     let tok = Tokenizer::from_gguf(&model.file)?;
     let template = load_template(a.chat_template_file.as_deref(), &model)?;
+    let grammar = reply_grammar(&a, &tok)?;
+    let reasoning = a.reasoning_format.format(&template);
     let n_ctx = context_size(a.ctx_size, model.config.n_ctx_train);
     let chosen = create_backend(&a.backend)?;
     let print_seed = a.sampling.prints_seed();
@@ -121,6 +156,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 stops: StopStrings::new(a.stop.clone()),
                 n_predict: a.n_predict,
                 timings: a.timings,
+                grammar,
+                reasoning,
             };
             chat.clear();
             chat.converse()

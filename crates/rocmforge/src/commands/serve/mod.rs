@@ -30,6 +30,7 @@ use super::chat::{load_template, start_session, token_text};
 use super::generate::context_size;
 use super::{check_model_path, note, CliError};
 use crate::commands::cache_types::CacheTypeArgs;
+use crate::commands::reasoning_args::ReasoningFlag;
 use metrics::Metrics;
 use routes::AppState;
 use worker::{Job, ModelInfo, Worker};
@@ -81,17 +82,10 @@ pub struct Args {
     /// the `<think>` block a Qwen3 or DeepSeek-R1 reply opens with, in
     /// `reasoning_content` and the rest in `content`; `none` returns the
     /// reply's text as the model wrote it.
-    #[arg(long, value_enum, default_value_t = ReasoningFormat::Auto)]
-    reasoning_format: ReasoningFormat,
+    #[arg(long, value_enum, default_value_t = ReasoningFlag::Auto)]
+    reasoning_format: ReasoningFlag,
     #[command(flatten)]
     limits: limits::LimitArgs,
-}
-
-/// `--reasoning-format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReasoningFormat {
-    Auto,
-    None,
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -161,7 +155,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         tool_format: info.tool_format,
         reasoning: info
             .reasoning
-            .filter(|_| a.reasoning_format == ReasoningFormat::Auto),
+            .filter(|_| a.reasoning_format == ReasoningFlag::Auto),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
