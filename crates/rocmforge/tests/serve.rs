@@ -1047,24 +1047,38 @@ fn harmony_tool_calls_round_trip() {
 
 /// A reply's reasoning is `reasoning_content` and the rest `content`,
 /// whole and streamed alike (no marker in either), in gpt-oss's harmony
-/// channels and in Qwen3's `<think>` block; `--reasoning-format none`
-/// returns the text as written. The replies are made so by a grammar (the
-/// fixture's weights are random).
+/// channels, in Qwen3's `<think>` block, and after a generation prompt
+/// that opens the block itself (DeepSeek-R1's way: the reply only closes
+/// it); `--reasoning-format none` returns the text as written. The replies
+/// are made so by a grammar (the fixture's weights are random).
 #[test]
 fn reasoning_is_split_from_content() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/chat-templates");
+    let opening = common::scratch_dir("think-opened").join("opened.jinja");
+    std::fs::write(
+        &opening,
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+         {% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}",
+    )
+    .unwrap();
     let cases = [
         (
-            "gpt-oss.jinja",
+            dir.join("gpt-oss.jinja"),
             "<|channel|>analysis<|message|>",
             "<|end|><|start|>assistant<|channel|>final<|message|>",
         ),
-        ("qwen3.jinja", "<think>", "</think>"),
+        (dir.join("qwen3.jinja"), "<think>", "</think>"),
+        (opening, "", "</think>"),
     ];
-    for (file, open, close) in cases {
-        let template = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../testdata/chat-templates")
-            .join(file);
-        let grammar = format!("root ::= {open:?} [a-z]{{1,6}} {close:?} [a-z]{{1,6}}");
+    for (template, open, close) in cases {
+        let file = template.file_name().unwrap().to_str().unwrap().to_owned();
+        let opened = if open.is_empty() {
+            String::new()
+        } else {
+            format!("{open:?}")
+        };
+        let grammar = format!("root ::= {opened} [a-z]{{1,6}} {close:?} [a-z]{{1,6}}");
         let body = chat_body("Hi", json!({"grammar": grammar, "max_tokens": 60}));
         let s = Server::start(&["--chat-template-file", template.to_str().unwrap()]);
         let r = post_json(&s, "/v1/chat/completions", &body);

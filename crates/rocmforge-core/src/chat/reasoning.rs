@@ -12,7 +12,9 @@
 //! function call, [`super::tools`]) is neither, and headers are markup.
 //! A think reply is `<think>reasoning</think>content`, each part trimmed of
 //! the whitespace around it, as llama-server gives them; a reply that does
-//! not open with `<think>` is all content.
+//! not open with `<think>` is all content, unless the prompt opened the
+//! block (its generation prompt ends with `<think>`: DeepSeek-R1, Qwen3's
+//! thinking-only models), where the reply starts inside it.
 //!
 //! [`ReasoningReader`] takes the text as it streams and releases each piece
 //! as reasoning or content once no marker can still be forming in it, so a
@@ -46,18 +48,28 @@ impl ReasoningFormat {
         }
     }
 
-    /// A reader of a reply in this format.
-    pub fn reader(self) -> ReasoningReader {
+    /// Whether the rendered `prompt` itself opens the reasoning: a think
+    /// template whose generation prompt ends with `<think>` (DeepSeek-R1,
+    /// Qwen3's thinking-only models), so the reply starts inside the block
+    /// and only closes it.
+    pub fn prompt_opens(self, prompt: &str) -> bool {
+        self == ReasoningFormat::Think && prompt.trim_end().ends_with(THINK_OPEN)
+    }
+
+    /// A reader of a reply in this format, after a prompt that opened the
+    /// reasoning or not ([`Self::prompt_opens`]).
+    pub fn reader(self, opened: bool) -> ReasoningReader {
         match self {
             ReasoningFormat::Harmony => ReasoningReader::Harmony(HarmonyReader::new()),
+            ReasoningFormat::Think if opened => ReasoningReader::Think(ThinkReader::opened()),
             ReasoningFormat::Think => ReasoningReader::Think(ThinkReader::default()),
         }
     }
 
     /// A whole reply's (reasoning, content), as the reader splits it
     /// streamed; reasoning `None` when there was none.
-    pub fn split(self, text: &str) -> (Option<String>, String) {
-        let mut r = self.reader();
+    pub fn split(self, text: &str, opened: bool) -> (Option<String>, String) {
+        let mut r = self.reader(opened);
         let mut parts = r.push(text);
         parts.extend(r.finish());
         let (mut reasoning, mut content) = (String::new(), String::new());
@@ -256,6 +268,15 @@ pub struct ThinkReader {
 }
 
 impl ThinkReader {
+    /// A reader for a reply that starts inside the block (the prompt
+    /// opened it).
+    pub fn opened() -> ThinkReader {
+        ThinkReader {
+            state: ThinkState::Thinking,
+            ..ThinkReader::default()
+        }
+    }
+
     /// The parts `text` (the reply's next piece) releases.
     pub fn push(&mut self, text: &str) -> Vec<Part> {
         self.pending.push_str(text);
@@ -374,24 +395,26 @@ mod tests {
     #[test]
     fn channels_split_into_reasoning_and_content() {
         assert_eq!(
-            ReasoningFormat::Harmony.split(REPLY),
+            ReasoningFormat::Harmony.split(REPLY, false),
             (Some("The user wants 2+2.".into()), "It is 4.".into())
         );
         // A call's arguments are neither; a preamble is content.
         let call = "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}";
         assert_eq!(
-            ReasoningFormat::Harmony.split(call),
+            ReasoningFormat::Harmony.split(call, false),
             (None, "Checking.".into())
         );
         // A header cut off after a message is markup.
         assert_eq!(
-            ReasoningFormat::Harmony
-                .split("<|channel|>final<|message|>Hi<|end|><|start|>assistant"),
+            ReasoningFormat::Harmony.split(
+                "<|channel|>final<|message|>Hi<|end|><|start|>assistant",
+                false
+            ),
             (None, "Hi".into())
         );
         // An end of generation rendered into the text ends what is said.
         assert_eq!(
-            ReasoningFormat::Harmony.split("<|channel|>final<|message|>Hi<|return|>junk"),
+            ReasoningFormat::Harmony.split("<|channel|>final<|message|>Hi<|return|>junk", false),
             (None, "Hi".into())
         );
     }
@@ -412,11 +435,14 @@ mod tests {
     #[test]
     fn text_that_is_no_harmony_is_content() {
         assert_eq!(
-            ReasoningFormat::Harmony.split("Hello there"),
+            ReasoningFormat::Harmony.split("Hello there", false),
             (None, "Hello there".into())
         );
         let long = "x".repeat(MAX_HEADER + MESSAGE.len());
-        assert_eq!(ReasoningFormat::Harmony.split(&long), (None, long.clone()));
+        assert_eq!(
+            ReasoningFormat::Harmony.split(&long, false),
+            (None, long.clone())
+        );
         let mut r = HarmonyReader::new();
         assert_eq!(
             r.push(&long),
@@ -429,36 +455,57 @@ mod tests {
     fn think_blocks_split_into_reasoning_and_content() {
         let think = ReasoningFormat::Think;
         assert_eq!(
-            think.split(THINK_REPLY),
+            think.split(THINK_REPLY, false),
             (Some("Two and two.\nFour.".into()), "It is 4.\n".into())
         );
         assert_eq!(
-            think.split("Hello <think>x</think>"),
+            think.split("Hello <think>x</think>", false),
             (None, "Hello <think>x</think>".into())
         );
         assert_eq!(
-            think.split("<thi"),
+            think.split("<thi", false),
             (None, "<thi".into()),
             "an opening cut short"
         );
         assert_eq!(
-            think.split("<think> cut off "),
+            think.split("<think> cut off ", false),
             (Some("cut off".into()), String::new())
         );
-        assert_eq!(think.split("<think></think>Hi"), (None, "Hi".into()));
+        assert_eq!(think.split("<think></think>Hi", false), (None, "Hi".into()));
+    }
+
+    /// A reply after a prompt that opened the block.
+    const OPENED_REPLY: &str = "\nTwo and two.\n</think>\n\nIt is 4.";
+
+    #[test]
+    fn a_prompt_can_open_the_block() {
+        let think = ReasoningFormat::Think;
+        assert!(think.prompt_opens("<|im_start|>assistant\n<think>\n"));
+        assert!(!think.prompt_opens("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+        assert!(!ReasoningFormat::Harmony.prompt_opens("<think>"));
+        assert_eq!(
+            think.split(OPENED_REPLY, true),
+            (Some("Two and two.".into()), "It is 4.".into())
+        );
+        // Never closed: all reasoning.
+        assert_eq!(
+            think.split("thinking on", true),
+            (Some("thinking on".into()), String::new())
+        );
     }
 
     const THINK_REPLY: &str = " <think>\n Two and two.\nFour.  \n</think>\n\nIt is 4.\n";
 
     #[test]
     fn streamed_pieces_release_the_same_split_and_no_half_marker() {
-        for (format, reply) in [
-            (ReasoningFormat::Harmony, REPLY),
-            (ReasoningFormat::Think, THINK_REPLY),
+        for (format, reply, opened) in [
+            (ReasoningFormat::Harmony, REPLY, false),
+            (ReasoningFormat::Think, THINK_REPLY, false),
+            (ReasoningFormat::Think, OPENED_REPLY, true),
         ] {
-            let whole = format.split(reply);
+            let whole = format.split(reply, opened);
             for cut in 1..reply.len() {
-                let mut r = format.reader();
+                let mut r = format.reader(opened);
                 let mut parts = Vec::new();
                 let mut at = 0;
                 while at < reply.len() {

@@ -151,8 +151,11 @@ impl Chat {
             return Ok(());
         }
         let reused = self.session.n_past();
+        // A generation prompt ending with `<think>` starts the reply inside
+        // its reasoning.
+        let opened = self.reasoning.is_some_and(|f| f.prompt_opens(&rendered));
         interrupt::reply_started();
-        let reply = self.reply(&tokens);
+        let reply = self.reply(&tokens, opened);
         interrupt::reply_ended();
         let reply = match reply {
             Ok(r) => r,
@@ -187,8 +190,9 @@ impl Chat {
         Ok(())
     }
 
-    /// Evaluates `prompt` and streams the reply to stdout.
-    fn reply(&mut self, prompt: &[u32]) -> Result<Reply, CliError> {
+    /// Evaluates `prompt` and streams the reply to stdout (its reasoning
+    /// to stderr; `opened`: the prompt opened it).
+    fn reply(&mut self, prompt: &[u32], opened: bool) -> Result<Reply, CliError> {
         let t_prompt = Instant::now();
         let mut logits = self.session.eval(prompt)?.to_vec();
         let prompt_s = t_prompt.elapsed().as_secs_f64();
@@ -198,7 +202,7 @@ impl Chat {
         }
         let mut out = Shown {
             stdout: std::io::stdout().lock(),
-            reader: self.reasoning.map(ReasoningFormat::reader),
+            reader: self.reasoning.map(|f| f.reader(opened)),
             text: String::new(),
             thinking: false,
         };

@@ -268,7 +268,7 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let reasoning = st.reasoning;
     let tools_list = tools.map(|t| t.list);
     let mut events = submit(st, Input::Chat(messages, tools_list), generation)?;
-    let prompt_tokens = started(&mut events).await?;
+    let (prompt_tokens, opened) = started(&mut events).await?;
     let id = format!("chatcmpl-{}", st.next_id.fetch_add(1, Ordering::Relaxed));
     let created = now();
     let model = st.model_id.clone();
@@ -309,8 +309,12 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
             let chunks = match reply {
                 Err(e) => vec![sse_json(&e.body())],
                 Ok(reply) => {
-                    let (reasoning, content, calls, finish) =
-                        reply_parts(reasoning, Some(format), reply.text, reply.finish_reason);
+                    let (reasoning, content, calls, finish) = reply_parts(
+                        (reasoning, opened),
+                        Some(format),
+                        reply.text,
+                        reply.finish_reason,
+                    );
                     let mut out = Vec::new();
                     if let Some(reasoning) = reasoning {
                         out.push(chunk(
@@ -361,7 +365,7 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
         // Each token's text released as reasoning or content once no
         // marker can be forming in it (what is left goes with the last
         // chunk).
-        let mut reader = reasoning.map(ReasoningFormat::reader);
+        let mut reader = reasoning.map(|f| f.reader(opened));
         let rest = UnboundedReceiverStream::new(events).map(move |ev| match ev {
             Event::Token { text, logprob } => {
                 let (reasoning_content, content) = match reader.as_mut() {
@@ -413,8 +417,12 @@ async fn chat(st: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Resp
     let logprobs = top_logprobs.map(|_| ChatLogprobs {
         content: reply.logprobs,
     });
-    let (reasoning_content, content, calls, finish_reason) =
-        reply_parts(st.reasoning, parse, reply.text, reply.finish_reason);
+    let (reasoning_content, content, calls, finish_reason) = reply_parts(
+        (st.reasoning, opened),
+        parse,
+        reply.text,
+        reply.finish_reason,
+    );
     let tool_calls = (!calls.is_empty()).then(|| api_calls(&calls, false));
     Ok(Json(ChatCompletion {
         id,
@@ -464,7 +472,7 @@ async fn complete(
     let stream = req.sampling.stream;
     let generation = generation(st, req.sampling, top_logprobs)?;
     let mut events = submit(st, Input::Text(prompt), generation)?;
-    let prompt_tokens = started(&mut events).await?;
+    let (prompt_tokens, _) = started(&mut events).await?;
     let id = format!("cmpl-{}", st.next_id.fetch_add(1, Ordering::Relaxed));
     let created = now();
     let model = st.model_id.clone();
@@ -676,12 +684,16 @@ fn submit(
     Ok(rx)
 }
 
-/// Waits for the job to start: its prompt tokens, or why it cannot run. A
+/// Waits for the job to start: its prompt tokens and whether the prompt
+/// opened the reply's reasoning, or why it cannot run. A
 /// streamed reply sends its headers only after this, so that a rejected
 /// request still gets its error status.
-async fn started(events: &mut UnboundedReceiver<Event>) -> Result<usize, ApiError> {
+async fn started(events: &mut UnboundedReceiver<Event>) -> Result<(usize, bool), ApiError> {
     match events.recv().await {
-        Some(Event::Started { prompt_tokens }) => Ok(prompt_tokens),
+        Some(Event::Started {
+            prompt_tokens,
+            reasoning_open,
+        }) => Ok((prompt_tokens, reasoning_open)),
         Some(Event::Rejected(e)) => Err(e),
         Some(Event::Failed(m)) => Err(ApiError::server(m)),
         _ => Err(ApiError::server(
@@ -756,15 +768,16 @@ fn sse(
 
 /// A finished chat reply as the client gets it, whole or streamed: its
 /// reasoning in the template's format (gpt-oss's analysis channel, a
-/// `<think>` block), then [`split_reply`]'s content, calls and finish, the
+/// `<think>` block, which the prompt may have `opened`), then
+/// [`split_reply`]'s content, calls and finish, the
 /// content being what is left of the text when there is no call.
 fn reply_parts(
-    reasoning: Option<ReasoningFormat>,
+    (reasoning, opened): (Option<ReasoningFormat>, bool),
     parse: Option<rocmforge_core::chat::ToolFormat>,
     text: String,
     finish: FinishReason,
 ) -> (Option<String>, Option<String>, Vec<ToolCall>, FinishReason) {
-    let split = reasoning.map(|f| f.split(&text));
+    let split = reasoning.map(|f| f.split(&text, opened));
     let (content, calls, finish) = split_reply(parse, text, finish);
     match split {
         Some((reasoning, said)) if calls.is_empty() => (reasoning, Some(said), calls, finish),

@@ -89,6 +89,9 @@ pub enum Event {
     Rejected(ApiError),
     Started {
         prompt_tokens: usize,
+        /// The rendered prompt opened the reply's reasoning (a generation
+        /// prompt ending with `<think>`), so the reply starts inside it.
+        reasoning_open: bool,
     },
     /// One generated token: the text it released (empty while a character
     /// is incomplete or a possible stop string is held back) and its
@@ -255,9 +258,9 @@ impl Worker {
             Metrics::add(&self.metrics.cancelled_requests, 1);
             return;
         }
-        let prompt = match self
+        let (prompt, reasoning_open) = match self
             .prompt(&input)
-            .and_then(|p| self.check_fits(&p, g.max_tokens).map(|()| p))
+            .and_then(|p| self.check_fits(&p.0, g.max_tokens).map(|()| p))
         {
             Ok(p) => p,
             Err(e) => {
@@ -283,6 +286,7 @@ impl Worker {
         if events
             .send(Event::Started {
                 prompt_tokens: prompt.len(),
+                reasoning_open,
             })
             .is_err()
         {
@@ -430,7 +434,9 @@ impl Worker {
         Ok(())
     }
 
-    fn prompt(&self, input: &Input) -> Result<Vec<u32>, ApiError> {
+    /// The prompt's tokens, and whether its rendering opened the reply's
+    /// reasoning ([`ReasoningFormat::prompt_opens`]).
+    fn prompt(&self, input: &Input) -> Result<(Vec<u32>, bool), ApiError> {
         match input {
             Input::Chat(messages, tools) => {
                 let opts = RenderOptions {
@@ -440,15 +446,23 @@ impl Worker {
                 let rendered = self.template.render(messages, &opts).map_err(|e| {
                     ApiError::invalid(format!("chat template: {e}"), Some("messages"))
                 })?;
+                let open = self
+                    .template
+                    .reasoning_format()
+                    .is_some_and(|f| f.prompt_opens(&rendered));
                 if self.special_in_content {
-                    return Ok(prompt_tokens(&self.tok, &rendered));
+                    return Ok((prompt_tokens(&self.tok, &rendered), open));
                 }
                 // What a client wrote stays text: no turn markers from it.
                 let (tok, template, opts) = (&self.tok, &self.template, &opts);
                 message_prompt_tokens(tok, template, messages, opts, &rendered)
+                    .map(|t| (t, open))
                     .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))
             }
-            Input::Text(text) => Ok(self.tok.encode(text, self.tok.add_bos_default(), true)),
+            Input::Text(text) => Ok((
+                self.tok.encode(text, self.tok.add_bos_default(), true),
+                false,
+            )),
         }
     }
 
