@@ -72,15 +72,21 @@ impl ReasoningFormat {
         let mut r = self.reader(opened);
         let mut parts = r.push(text);
         parts.extend(r.finish());
-        let (mut reasoning, mut content) = (String::new(), String::new());
-        for p in parts {
-            match p {
-                Part::Reasoning(t) => reasoning.push_str(&t),
-                Part::Content(t) => content.push_str(&t),
-            }
-        }
+        let (reasoning, content) = joined(parts);
         ((!reasoning.is_empty()).then_some(reasoning), content)
     }
+}
+
+/// Parts joined into (reasoning, content).
+pub fn joined(parts: impl IntoIterator<Item = Part>) -> (String, String) {
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for p in parts {
+        match p {
+            Part::Reasoning(t) => reasoning.push_str(&t),
+            Part::Content(t) => content.push_str(&t),
+        }
+    }
+    (reasoning, content)
 }
 
 /// A streamed reply's split, in its template's format.
@@ -362,16 +368,37 @@ fn emit(out: &mut Vec<Part>, body: Body, text: String) {
 
 /// What a header (the text before `<|message|>`) makes its body.
 fn body_of(header: &str) -> Body {
-    if header.contains("to=") {
-        return Body::Hidden;
-    }
-    let channel = header
-        .split_once(CHANNEL)
-        .map(|(_, c)| c.split([' ', '<']).next().unwrap_or(""));
-    match channel {
-        Some("analysis") => Body::Reasoning,
+    match harmony_header(header) {
+        (_, Some(_)) => Body::Hidden,
+        (Some("analysis"), None) => Body::Reasoning,
         _ => Body::Content,
     }
+}
+
+/// A harmony header's channel and recipient (`to=`), each the word after
+/// its marker.
+pub(crate) fn harmony_header(header: &str) -> (Option<&str>, Option<&str>) {
+    fn word(s: &str) -> &str {
+        s.split([' ', '<']).next().unwrap_or("")
+    }
+    (
+        header.split_once(CHANNEL).map(|(_, c)| word(c)),
+        header.split_once("to=").map(|(_, r)| word(r)),
+    )
+}
+
+/// A whole harmony reply's messages, as (header, body): a body ends at
+/// its message's end or a rendered end of generation.
+pub(crate) fn harmony_messages(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.split(START).filter_map(|message| {
+        let (header, body) = message.split_once(MESSAGE)?;
+        let end = BODY_ENDS
+            .iter()
+            .filter_map(|e| body.find(e))
+            .min()
+            .unwrap_or(body.len());
+        Some((header, &body[..end]))
+    })
 }
 
 /// The length of the longest tail of `text` that is a proper prefix of one

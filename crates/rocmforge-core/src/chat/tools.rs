@@ -118,13 +118,16 @@ impl ToolFormat {
                 }
                 None => text.to_string(),
             },
+            // What is said around the calls is the reply's content as the
+            // reasoning reader splits it (final, preambles).
             ToolFormat::Harmony => {
-                let (said, found) = harmony_messages(text);
-                calls = found;
+                calls = harmony_calls(text);
                 if calls.is_empty() {
                     text.to_string()
                 } else {
-                    said
+                    super::reasoning::ReasoningFormat::Harmony
+                        .split(text, false)
+                        .1
                 }
             }
         };
@@ -191,43 +194,23 @@ impl ToolFormat {
     }
 }
 
-/// A harmony reply's messages: the text said to the user (the `final`
-/// channel's, and `commentary` with no recipient: a preamble; the
-/// `analysis` channel's reasoning is left out) and the calls, the
-/// messages to `functions.NAME` whose body is JSON. A message whose body
-/// is not JSON is said, not called.
-fn harmony_messages(text: &str) -> (String, Vec<ToolCall>) {
-    let mut said = Vec::new();
-    let mut calls = Vec::new();
-    for message in text.split("<|start|>") {
-        let Some((header, body)) = message.split_once("<|message|>") else {
-            continue;
-        };
-        let body = ["<|end|>", "<|call|>", "<|return|>"]
-            .iter()
-            .fold(body, |b, end| b.split(end).next().unwrap_or(b));
-        let channel = header
-            .split_once("<|channel|>")
-            .map(|(_, c)| c.split([' ', '<']).next().unwrap_or(""));
-        let recipient = header
-            .split_once("to=")
-            .map(|(_, r)| r.split([' ', '<']).next().unwrap_or(""));
-        match recipient.and_then(|r| r.strip_prefix("functions.")) {
-            Some(name) if !name.is_empty() => match serde_json::from_str::<Value>(body.trim()) {
-                Ok(args) => calls.push(ToolCall {
-                    id: String::new(),
-                    name: name.to_string(),
-                    arguments: arguments_text(args),
-                }),
-                Err(_) => said.push(body.trim()),
-            },
-            _ if recipient.is_none() && matches!(channel, Some("final" | "commentary")) => {
-                said.push(body.trim())
-            }
-            _ => {}
-        }
-    }
-    (said.join("\n"), calls)
+/// A harmony reply's calls: its messages to `functions.NAME` whose body
+/// is JSON ([`super::reasoning::harmony_messages`]).
+fn harmony_calls(text: &str) -> Vec<ToolCall> {
+    super::reasoning::harmony_messages(text)
+        .filter_map(|(header, body)| {
+            let (_, recipient) = super::reasoning::harmony_header(header);
+            let name = recipient?
+                .strip_prefix("functions.")
+                .filter(|n| !n.is_empty())?;
+            let args = serde_json::from_str::<Value>(body.trim()).ok()?;
+            Some(ToolCall {
+                id: String::new(),
+                name: name.to_string(),
+                arguments: arguments_text(args),
+            })
+        })
+        .collect()
 }
 
 /// Replies that are one harmony call of one of `functions`: the message

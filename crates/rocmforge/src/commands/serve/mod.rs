@@ -120,6 +120,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         parallel: a.parallel,
         batch_size: a.batch_size,
     };
+    let reasoning_flag = a.reasoning_format;
     // The backend is not `Send`: it is created on the thread that keeps it.
     std::thread::Builder::new()
         .name("rocmforge-model".into())
@@ -129,7 +130,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
                     n_ctx: worker.session.n_ctx(),
                     slots: worker.session.n_seq(),
                     tool_format: worker.template.tool_format(),
-                    reasoning: worker.template.reasoning_format(),
+                    reasoning: reasoning_flag.format(&worker.template),
                 };
                 let _ = ready.send(Ok(info));
                 worker.serve(queue);
@@ -153,9 +154,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         limits: limits.clone(),
         body_budget: Default::default(),
         tool_format: info.tool_format,
-        reasoning: info
-            .reasoning
-            .filter(|_| a.reasoning_format == ReasoningFlag::Auto),
+        reasoning: info.reasoning,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -15,7 +15,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use rocmforge_core::chat::reasoning::{Part, ReasoningFormat};
+use rocmforge_core::chat::reasoning::{joined, Part, ReasoningFormat};
 use rocmforge_core::chat::{tools, Message, ToolCall};
 use rocmforge_core::sampler::SamplerConfig;
 use serde::de::DeserializeOwned;
@@ -789,13 +789,7 @@ fn reply_parts(
 /// Parts released by a reasoning reader as (reasoning, content), each
 /// `None` when empty.
 fn parts_text(parts: Vec<Part>) -> (Option<String>, Option<String>) {
-    let (mut reasoning, mut content) = (String::new(), String::new());
-    for p in parts {
-        match p {
-            Part::Reasoning(t) => reasoning.push_str(&t),
-            Part::Content(t) => content.push_str(&t),
-        }
-    }
+    let (reasoning, content) = joined(parts);
     (
         (!reasoning.is_empty()).then_some(reasoning),
         (!content.is_empty()).then_some(content),

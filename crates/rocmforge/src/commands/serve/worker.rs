@@ -119,7 +119,8 @@ pub struct ModelInfo {
     pub slots: usize,
     /// How the chat template writes function calls, if it does.
     pub tool_format: Option<rocmforge_core::chat::ToolFormat>,
-    /// How replies carry their reasoning, if the template says.
+    /// How replies carry their reasoning, split out of the rest
+    /// (`--reasoning-format`), if the template says.
     pub reasoning: Option<ReasoningFormat>,
 }
 
